@@ -1,0 +1,927 @@
+//! One catalog actor per session and catalog identity (principal, capabilities, core
+//! root and revision, workspace, connect policy). It supervises the connection actors
+//! of that identity, keeps the per-server failure cache and the naming state, and
+//! resolves each turn's catalog.
+//!
+//! A turn: plan in the handler (keep unchanged healthy peers, reuse cached failures,
+//! close changed or removed servers), authorize and connect the rest on a spawned task
+//! (so approvals and slow servers never block the mailbox), then apply the outcomes
+//! and answer. Turns of one catalog are queued, never interleaved.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use rmcp::model::Tool;
+use tokio::sync::mpsc;
+
+use super::approval::Approval;
+use super::config::{Action, ApprovalRequest, Shared};
+use super::connection::{Connection, ConnectionArgs, ConnectionMsg, FAILED};
+use super::turn::{Binding, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};
+use crate::authority::{CapabilitySet, ConnectPreview};
+use crate::core::{AgentCore, Declaration, Endpoint, Fingerprint};
+use crate::events::EventKind;
+use crate::naming::{self, Names, ServerTools};
+use crate::process::{append_stderr_log, child_environment, interpolate, private_dir};
+use crate::redact::{Redactor, View};
+use crate::transport::{ListedTools, McpClient, ServerSignal, StdioLaunch, connect_stdio};
+
+/// What a catalog is bound to; any change means a new catalog.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CatalogIdentity {
+    /// Session id.
+    pub session: String,
+    /// Who the session acts for.
+    pub principal: String,
+    /// Digest of the capability snapshot.
+    pub capabilities: Fingerprint,
+    /// Canonical core root.
+    pub core_root: PathBuf,
+    /// Core revision (host-supplied, e.g. the live git commit).
+    pub core_revision: String,
+    /// Canonical workspace.
+    pub workspace: PathBuf,
+    /// The host's approval floors.
+    pub policy: crate::authority::HostPolicy,
+}
+
+/// The state of one server, for `/servers`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerState {
+    /// Connected.
+    Connected {
+        /// Child pid (stdio).
+        pid: Option<u32>,
+        /// Tools listed (before filtering).
+        tools: usize,
+    },
+    /// Failed; retried after the cache expires.
+    Failed {
+        /// Redacted diagnostic.
+        message: String,
+        /// Milliseconds until the retry.
+        retry_in_ms: u64,
+    },
+    /// Denied at the last turn (asked again next turn).
+    Denied {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// One server's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerStatus {
+    /// Server id.
+    pub server: String,
+    /// Its state.
+    pub state: ServerState,
+}
+
+/// Messages of a catalog actor.
+pub enum CatalogMsg {
+    /// Resolve a turn against this core snapshot.
+    PrepareTurn {
+        /// The core as loaded for this turn.
+        core: Arc<AgentCore>,
+        /// Turn number.
+        turn: u64,
+        /// The answer.
+        reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    },
+    /// The preparation task finished.
+    Resolved(Box<Resolution>),
+    /// Close every connection and stop; answers how many were closed.
+    Close {
+        /// Why (for events and logs).
+        reason: String,
+        /// Count of closed connections.
+        reply: RpcReplyPort<usize>,
+    },
+    /// Per-server state.
+    Status(RpcReplyPort<Vec<ServerStatus>>),
+}
+
+pub(crate) struct Resolution {
+    core: Arc<AgentCore>,
+    turn: u64,
+    reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    outcomes: Vec<Outcome>,
+    cached_failures: Vec<(Arc<Declaration>, String)>,
+}
+
+enum Outcome {
+    Connected {
+        declaration: Arc<Declaration>,
+        client: McpClient,
+        listed: ListedTools,
+        redactor: Redactor,
+        signals: mpsc::UnboundedReceiver<ServerSignal>,
+    },
+    Relisted {
+        server: String,
+        result: Result<ListedTools, String>,
+    },
+    Denied {
+        declaration: Arc<Declaration>,
+        reason: String,
+    },
+    Skipped {
+        declaration: Arc<Declaration>,
+        message: String,
+    },
+    Failed {
+        declaration: Arc<Declaration>,
+        message: String,
+    },
+}
+
+struct Live {
+    actor: ActorRef<ConnectionMsg>,
+    declaration: Arc<Declaration>,
+    tools: Arc<Vec<Tool>>,
+    truncated: bool,
+    redactor: Redactor,
+    pid: Option<u32>,
+    /// A request handle for relisting after `tools/list_changed`.
+    peer: Option<rmcp::Peer<rmcp::RoleClient>>,
+}
+
+struct Failure {
+    fingerprint: Fingerprint,
+    message: String,
+    until: Instant,
+}
+
+pub(crate) struct CatalogArgs {
+    pub shared: Arc<Shared>,
+    pub identity: CatalogIdentity,
+    pub capabilities: CapabilitySet,
+    pub catalog_id: u64,
+}
+
+pub(crate) struct Catalog;
+
+pub(crate) struct CatalogState {
+    shared: Arc<Shared>,
+    identity: CatalogIdentity,
+    capabilities: CapabilitySet,
+    catalog_id: u64,
+    live: HashMap<String, Live>,
+    failures: HashMap<String, Failure>,
+    denied: HashMap<String, String>,
+    names: Names,
+    preparing: bool,
+    queue: VecDeque<(
+        Arc<AgentCore>,
+        u64,
+        RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    )>,
+    closing: bool,
+}
+
+impl Actor for Catalog {
+    type Msg = CatalogMsg;
+    type State = CatalogState;
+    type Arguments = CatalogArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: CatalogArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(CatalogState {
+            shared: args.shared,
+            identity: args.identity,
+            capabilities: args.capabilities,
+            catalog_id: args.catalog_id,
+            live: HashMap::new(),
+            failures: HashMap::new(),
+            denied: HashMap::new(),
+            names: Names::default(),
+            preparing: false,
+            queue: VecDeque::new(),
+            closing: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            CatalogMsg::PrepareTurn { core, turn, reply } => {
+                if state.closing {
+                    let _ = reply.send(Err(PrepareError::Evicted));
+                } else if state.preparing {
+                    state.queue.push_back((core, turn, reply));
+                } else {
+                    state.start_turn(&myself, core, turn, reply).await;
+                }
+            }
+            CatalogMsg::Resolved(resolution) => {
+                state.finish_turn(&myself, *resolution).await;
+                while !state.preparing && !state.closing {
+                    let Some((core, turn, reply)) = state.queue.pop_front() else {
+                        break;
+                    };
+                    state.start_turn(&myself, core, turn, reply).await;
+                }
+            }
+            CatalogMsg::Close { reason, reply } => {
+                state.closing = true;
+                for (_, _, pending) in state.queue.drain(..) {
+                    let _ = pending.send(Err(PrepareError::Evicted));
+                }
+                let closed = state.close_all(&reason).await;
+                let _ = reply.send(closed);
+                myself.stop(Some(reason));
+            }
+            CatalogMsg::Status(reply) => {
+                let _ = reply.send(state.status());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A connection's end never ends the catalog: it becomes a diagnostic.
+        let (cell, reason) = match event {
+            SupervisionEvent::ActorTerminated(cell, _, reason) => {
+                (cell, reason.unwrap_or_default())
+            }
+            SupervisionEvent::ActorFailed(cell, err) => {
+                (cell, format!("{FAILED}the connection actor crashed: {err}"))
+            }
+            _ => return Ok(()),
+        };
+        state.connection_ended(&cell, &reason);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        state.close_all("catalog stopped").await;
+        Ok(())
+    }
+}
+
+impl CatalogState {
+    fn session(&self) -> &str {
+        &self.identity.session
+    }
+
+    async fn start_turn(
+        &mut self,
+        myself: &ActorRef<CatalogMsg>,
+        core: Arc<AgentCore>,
+        turn: u64,
+        reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    ) {
+        self.preparing = true;
+        let now = self.shared.now();
+        let declared: HashMap<&str, &Arc<Declaration>> =
+            core.enabled().map(|d| (d.server_id.as_str(), d)).collect();
+
+        // Close peers whose declaration changed or went away: only those.
+        let stale: Vec<String> = self
+            .live
+            .iter()
+            .filter(|(id, l)| {
+                declared
+                    .get(id.as_str())
+                    .is_none_or(|d| d.fingerprint != l.declaration.fingerprint)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in stale {
+            if let Some(l) = self.live.remove(&id) {
+                self.emit(EventKind::ServerClosed {
+                    server: id.clone(),
+                    reason: "declaration changed or removed".into(),
+                });
+                l.actor
+                    .stop(Some("closed: declaration changed or removed".into()));
+            }
+        }
+        self.failures.retain(|id, f| {
+            declared
+                .get(id.as_str())
+                .is_some_and(|d| d.fingerprint == f.fingerprint)
+                && f.until > now
+        });
+        self.denied.clear();
+
+        let mut todo = Vec::new();
+        let mut cached_failures = Vec::new();
+        let mut relist = Vec::new();
+        for decl in core.enabled() {
+            if let Some(l) = self.live.get(&decl.server_id) {
+                let changed = matches!(
+                    l.actor
+                        .call(
+                            ConnectionMsg::TakeToolsChanged,
+                            Some(std::time::Duration::from_secs(5))
+                        )
+                        .await,
+                    Ok(ractor::rpc::CallResult::Success(true))
+                );
+                if changed && let Some(peer) = &l.peer {
+                    relist.push((decl.server_id.clone(), peer.clone()));
+                }
+            } else if let Some(f) = self.failures.get(&decl.server_id) {
+                cached_failures.push((Arc::clone(decl), f.message.clone()));
+            } else {
+                todo.push(Arc::clone(decl));
+            }
+        }
+        let ctx = ResolveContext {
+            shared: Arc::clone(&self.shared),
+            session: self.session().to_string(),
+            capabilities: self.capabilities.clone(),
+            workspace: self.identity.workspace.clone(),
+        };
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let connects = futures::future::join_all(todo.into_iter().map(|d| ctx.resolve(d)));
+            let relists =
+                futures::future::join_all(relist.into_iter().map(|(server, peer)| async move {
+                    let result = crate::transport::list_tools(&peer).await;
+                    Outcome::Relisted { server, result }
+                }));
+            let (mut outcomes, relisted) = futures::join!(connects, relists);
+            outcomes.extend(relisted);
+            let resolution = Resolution {
+                core,
+                turn,
+                reply,
+                outcomes,
+                cached_failures,
+            };
+            if let Err(ractor::MessagingErr::SendErr(CatalogMsg::Resolved(lost))) =
+                me.cast(CatalogMsg::Resolved(Box::new(resolution)))
+            {
+                // The catalog was evicted while we connected: eviction wins, and
+                // connections born during the race are closed here.
+                close_orphans(&ctx, lost.outcomes).await;
+            }
+        });
+    }
+
+    async fn finish_turn(&mut self, myself: &ActorRef<CatalogMsg>, resolution: Resolution) {
+        let Resolution {
+            core,
+            turn,
+            reply,
+            outcomes,
+            cached_failures,
+        } = resolution;
+        if self.closing {
+            let ctx = self.resolve_context();
+            close_orphans(&ctx, outcomes).await;
+            let _ = reply.send(Err(PrepareError::Evicted));
+            self.preparing = false;
+            return;
+        }
+        let mut diagnostics: Vec<Diagnostic> = cached_failures
+            .iter()
+            .map(|(d, m)| Diagnostic {
+                server: d.server_id.clone(),
+                path: d.path.clone(),
+                message: m.clone(),
+            })
+            .collect();
+        let mut denied = Vec::new();
+        let kept: std::collections::HashSet<String> = self.live.keys().cloned().collect();
+        let now = self.shared.now();
+        let ttl = self.shared.config.failure_ttl;
+
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Connected {
+                    declaration,
+                    client,
+                    listed,
+                    redactor,
+                    signals,
+                } => {
+                    let pid = client.pid();
+                    let peer = client.peer();
+                    let args = ConnectionArgs {
+                        client,
+                        declaration: Arc::clone(&declaration),
+                        catalog_id: self.catalog_id,
+                        session: self.session().to_string(),
+                        redactor: redactor.clone(),
+                        hub: Arc::clone(&self.shared.hub),
+                        home: self.shared.config.home.clone(),
+                        grace: self.shared.config.close_grace,
+                        signals,
+                    };
+                    match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
+                        Ok((actor, _)) => {
+                            self.emit(EventKind::ServerConnected {
+                                server: declaration.server_id.clone(),
+                                path: declaration.path.clone(),
+                                pid,
+                                tools_listed: listed.tools.len(),
+                            });
+                            self.live.insert(
+                                declaration.server_id.clone(),
+                                Live {
+                                    actor,
+                                    declaration,
+                                    tools: Arc::new(listed.tools),
+                                    truncated: listed.truncated,
+                                    redactor,
+                                    pid,
+                                    peer: Some(peer),
+                                },
+                            );
+                        }
+                        Err(e) => {
+                            let message = format!("cannot start the connection actor: {e}");
+                            diagnostics.push(self.fail(&declaration, message, now, ttl));
+                        }
+                    }
+                }
+                Outcome::Relisted { server, result } => match result {
+                    Ok(listed) => {
+                        if let Some(l) = self.live.get_mut(&server) {
+                            l.tools = Arc::new(listed.tools);
+                            l.truncated = listed.truncated;
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(l) = self.live.remove(&server) {
+                            let message = format!(
+                                "tools/list failed after a list change: {}",
+                                l.redactor.text(&e, View::Durable)
+                            );
+                            l.actor.stop(Some("closed: relisting failed".into()));
+                            diagnostics.push(self.fail(&l.declaration, message, now, ttl));
+                        }
+                    }
+                },
+                Outcome::Denied {
+                    declaration,
+                    reason,
+                } => {
+                    self.emit(EventKind::ServerDenied {
+                        server: declaration.server_id.clone(),
+                        path: declaration.path.clone(),
+                        reason: reason.clone(),
+                    });
+                    self.denied
+                        .insert(declaration.server_id.clone(), reason.clone());
+                    denied.push(Denial {
+                        server: declaration.server_id.clone(),
+                        path: declaration.path.clone(),
+                        reason,
+                    });
+                }
+                Outcome::Skipped {
+                    declaration,
+                    message,
+                } => {
+                    self.emit(EventKind::ServerSkipped {
+                        server: declaration.server_id.clone(),
+                        path: declaration.path.clone(),
+                        message: message.clone(),
+                    });
+                    diagnostics.push(Diagnostic {
+                        server: declaration.server_id.clone(),
+                        path: declaration.path.clone(),
+                        message,
+                    });
+                }
+                Outcome::Failed {
+                    declaration,
+                    message,
+                } => {
+                    diagnostics.push(self.fail(&declaration, message, now, ttl));
+                }
+            }
+        }
+
+        let result = self.build_turn(&core, turn, &kept, diagnostics, denied);
+        if let Ok(catalog) = &result {
+            self.emit(EventKind::TurnPrepared {
+                turn,
+                tools: catalog.tools().len(),
+                failed: catalog.diagnostics().len(),
+                denied: catalog.denied().len(),
+            });
+        }
+        let _ = reply.send(result);
+        self.preparing = false;
+    }
+
+    fn fail(
+        &mut self,
+        declaration: &Declaration,
+        message: String,
+        now: Instant,
+        ttl: std::time::Duration,
+    ) -> Diagnostic {
+        self.failures.insert(
+            declaration.server_id.clone(),
+            Failure {
+                fingerprint: declaration.fingerprint,
+                message: message.clone(),
+                until: now + ttl,
+            },
+        );
+        self.emit(EventKind::ServerFailed {
+            server: declaration.server_id.clone(),
+            path: declaration.path.clone(),
+            message: message.clone(),
+            cached_for_ms: ttl.as_millis() as u64,
+        });
+        Diagnostic {
+            server: declaration.server_id.clone(),
+            path: declaration.path.clone(),
+            message,
+        }
+    }
+
+    fn build_turn(
+        &mut self,
+        core: &AgentCore,
+        turn: u64,
+        kept: &std::collections::HashSet<String>,
+        mut diagnostics: Vec<Diagnostic>,
+        denied: Vec<Denial>,
+    ) -> Result<TurnCatalog, PrepareError> {
+        let mut servers = Vec::new();
+        for decl in core.enabled() {
+            let Some(l) = self.live.get(&decl.server_id) else {
+                continue;
+            };
+            if l.truncated {
+                diagnostics.push(Diagnostic {
+                    server: decl.server_id.clone(),
+                    path: decl.path.clone(),
+                    message: format!(
+                        "the tool list was cut at {} tools",
+                        crate::transport::MAX_TOOLS
+                    ),
+                });
+            }
+            let tools: Vec<&str> = l
+                .tools
+                .iter()
+                .map(|t| t.name.as_ref())
+                .filter(|name| naming::filter_allows(&decl.tools, name))
+                .collect();
+            servers.push(ServerTools {
+                server_id: &decl.server_id,
+                tools,
+                kept: kept.contains(&decl.server_id),
+            });
+        }
+        let names = naming::assign(&servers, &self.names);
+
+        let mut entries = Vec::new();
+        for server in &servers {
+            let l = &self.live[server.server_id];
+            for tool in l
+                .tools
+                .iter()
+                .filter(|t| server.tools.contains(&t.name.as_ref()))
+            {
+                let key = (server.server_id.to_string(), tool.name.to_string());
+                let Some(name) = names.tools.get(&key) else {
+                    continue;
+                };
+                if let Some(host) = self
+                    .shared
+                    .config
+                    .host_tools
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case(name))
+                {
+                    return Err(PrepareError::Collision(format!(
+                        "tool name `{name}` is claimed by {} and mcp:{}:{}/{}; rename one of them or filter the MCP tool out",
+                        host.provenance, l.declaration.path, server.server_id, tool.name
+                    )));
+                }
+                entries.push(ToolEntry {
+                    name: name.clone(),
+                    server: server.server_id.to_string(),
+                    tool: tool.name.to_string(),
+                    description: tool.description.as_deref().unwrap_or_default().to_string(),
+                    input_schema: Arc::clone(&tool.input_schema),
+                    binding: Binding {
+                        session: self.identity.session.clone(),
+                        catalog_id: self.catalog_id,
+                        actor: l.actor.clone(),
+                        declaration: Arc::clone(&l.declaration),
+                        redactor: l.redactor.clone(),
+                    },
+                });
+            }
+        }
+        self.names = names;
+        Ok(TurnCatalog::new(
+            Arc::clone(&self.shared),
+            self.identity.session.clone(),
+            self.catalog_id,
+            turn,
+            self.capabilities.clone(),
+            entries,
+            diagnostics,
+            denied,
+        ))
+    }
+
+    fn connection_ended(&mut self, cell: &ActorCell, reason: &str) {
+        let Some(id) = self
+            .live
+            .iter()
+            .find(|(_, l)| l.actor.get_id() == cell.get_id())
+            .map(|(id, _)| id.clone())
+        else {
+            return;
+        };
+        let Some(l) = self.live.remove(&id) else {
+            return;
+        };
+        if let Some(message) = reason.strip_prefix(FAILED) {
+            let message = l.redactor.text(message, View::Durable);
+            let now = self.shared.now();
+            let ttl = self.shared.config.failure_ttl;
+            self.fail(&l.declaration, message, now, ttl);
+        }
+    }
+
+    async fn close_all(&mut self, reason: &str) -> usize {
+        let live: Vec<(String, Live)> = self.live.drain().collect();
+        let count = live.len();
+        let grace = self.shared.config.close_grace;
+        let waits = live.into_iter().map(|(id, l)| {
+            self.emit(EventKind::ServerClosed {
+                server: id,
+                reason: reason.to_string(),
+            });
+            async move {
+                let _ = l
+                    .actor
+                    .stop_and_wait(Some(format!("closed: {reason}")), Some(grace * 4))
+                    .await;
+            }
+        });
+        let waits: Vec<_> = waits.collect();
+        futures::future::join_all(waits).await;
+        count
+    }
+
+    fn status(&self) -> Vec<ServerStatus> {
+        let now = self.shared.now();
+        let mut out: Vec<ServerStatus> = self
+            .live
+            .iter()
+            .map(|(id, l)| ServerStatus {
+                server: id.clone(),
+                state: ServerState::Connected {
+                    pid: l.pid,
+                    tools: l.tools.len(),
+                },
+            })
+            .collect();
+        out.extend(self.failures.iter().map(|(id, f)| ServerStatus {
+            server: id.clone(),
+            state: ServerState::Failed {
+                message: f.message.clone(),
+                retry_in_ms: f.until.saturating_duration_since(now).as_millis() as u64,
+            },
+        }));
+        out.extend(self.denied.iter().map(|(id, r)| ServerStatus {
+            server: id.clone(),
+            state: ServerState::Denied { reason: r.clone() },
+        }));
+        out.sort_by(|a, b| a.server.cmp(&b.server));
+        out
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.shared.hub.emit(self.session(), kind);
+    }
+
+    fn resolve_context(&self) -> ResolveContext {
+        ResolveContext {
+            shared: Arc::clone(&self.shared),
+            session: self.session().to_string(),
+            capabilities: self.capabilities.clone(),
+            workspace: self.identity.workspace.clone(),
+        }
+    }
+}
+
+/// Closes clients that no catalog will own (eviction raced the preparation).
+async fn close_orphans(ctx: &ResolveContext, outcomes: Vec<Outcome>) {
+    let closes = outcomes.into_iter().filter_map(|o| match o {
+        Outcome::Connected {
+            declaration,
+            client,
+            redactor,
+            ..
+        } => Some(async move {
+            let report = client.close(ctx.shared.config.close_grace).await;
+            if let Some(stderr) = report.stderr {
+                let _ = append_stderr_log(
+                    &ctx.shared.config.home,
+                    &declaration.server_id,
+                    &ctx.session,
+                    &stderr,
+                    &redactor,
+                );
+            }
+        }),
+        _ => None,
+    });
+    futures::future::join_all(closes).await;
+}
+
+/// What the preparation task needs; no actor state.
+struct ResolveContext {
+    shared: Arc<Shared>,
+    session: String,
+    capabilities: CapabilitySet,
+    workspace: PathBuf,
+}
+
+impl ResolveContext {
+    /// Authorizes and connects one server, in the order of decisions.md section 2.
+    async fn resolve(&self, declaration: Arc<Declaration>) -> Outcome {
+        let denied = |reason: String| Outcome::Denied {
+            declaration: Arc::clone(&declaration),
+            reason,
+        };
+        // 1. connect capability.
+        let connect = declaration.connect_capability();
+        if !self.capabilities.allows(&connect) {
+            return denied(format!(
+                "missing capability {connect}; grant it under capabilities.defaults in agent.yaml"
+            ));
+        }
+        // 2. cwd inside the workspace, resolved once.
+        let (command, args, env, cwd) = match &declaration.endpoint {
+            Endpoint::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => (command, args, env, cwd),
+            Endpoint::StreamableHttp { .. } => {
+                return Outcome::Skipped {
+                    declaration: Arc::clone(&declaration),
+                    message: "streamable HTTP servers are not supported by this build yet".into(),
+                };
+            }
+        };
+        let cwd = match resolve_cwd(&self.workspace, cwd.as_deref()) {
+            Ok(p) => p,
+            Err(reason) => return denied(reason),
+        };
+        // 3. connect approval (never weaker than prompt).
+        let policy = self.shared.config.host_policy.connect_policy(&declaration);
+        let preview = ConnectPreview::new(&declaration, policy, Some(&cwd), &[]);
+        let request = ApprovalRequest {
+            session: self.session.clone(),
+            action: Action::Connect,
+            server: declaration.server_id.clone(),
+            tool: None,
+            preview,
+        };
+        let Approval { allowed, .. } = self
+            .shared
+            .broker
+            .decide(request, declaration.fingerprint, policy)
+            .await;
+        if !allowed {
+            return denied("connect approval denied".into());
+        }
+        // 4. interpolation, only now.
+        let mut declared_env = std::collections::BTreeMap::new();
+        for (name, value) in env {
+            match interpolate(value, &self.shared.config.host_env) {
+                Ok(v) => {
+                    declared_env.insert(name.clone(), v);
+                }
+                Err(missing) => {
+                    return Outcome::Skipped {
+                        declaration: Arc::clone(&declaration),
+                        message: missing.to_string(),
+                    };
+                }
+            }
+        }
+        let redactor = connection_redactor(&declared_env, args);
+        let home = self.shared.server_home();
+        if let Err(e) = private_dir(&home) {
+            return Outcome::Failed {
+                declaration: Arc::clone(&declaration),
+                message: format!("cannot prepare the servers' home: {e}"),
+            };
+        }
+        let launch = StdioLaunch {
+            command: command.clone(),
+            args: args.clone(),
+            env: child_environment(&self.shared.config.host_env, &home, &declared_env),
+            cwd,
+        };
+        // 5. spawn, initialize and list under a discovery permit.
+        let Some(_permit) = self.shared.limiter.acquire().await else {
+            return Outcome::Failed {
+                declaration: Arc::clone(&declaration),
+                message: "the runtime is shutting down".into(),
+            };
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        match connect_stdio(
+            &launch,
+            tx,
+            declaration.connect_timeout,
+            self.shared.config.close_grace,
+        )
+        .await
+        {
+            Ok((client, listed)) => Outcome::Connected {
+                declaration,
+                client,
+                listed,
+                redactor,
+                signals: rx,
+            },
+            Err((message, stderr)) => {
+                if let Some(stderr) = stderr {
+                    let _ = append_stderr_log(
+                        &self.shared.config.home,
+                        &declaration.server_id,
+                        &self.session,
+                        &stderr,
+                        &redactor,
+                    );
+                }
+                let message = crate::result::cap(&redactor.text(&message, View::Durable));
+                Outcome::Failed {
+                    declaration,
+                    message,
+                }
+            }
+        }
+    }
+}
+
+/// The secrets a stdio connection knows: its interpolated env values and the values of
+/// secret-bearing options in its args.
+pub(crate) fn connection_redactor(
+    env: &std::collections::BTreeMap<String, String>,
+    args: &[String],
+) -> Redactor {
+    let from_args = crate::authority::preview::secret_arg_values(args);
+    Redactor::new()
+        .with_secrets(env.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .with_secrets(from_args)
+}
+
+/// Resolves a declared cwd (relative to the workspace), following symlinks, and checks
+/// that it stays inside the workspace.
+///
+/// # Errors
+/// A denial reason naming the fix.
+pub(crate) fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> Result<PathBuf, String> {
+    let Some(cwd) = cwd else {
+        return Ok(workspace.to_path_buf());
+    };
+    let joined = workspace.join(cwd);
+    let real = joined.canonicalize().map_err(|e| {
+        format!(
+            "cwd `{cwd}` does not resolve ({e}); create it inside the workspace or fix the path"
+        )
+    })?;
+    if !real.starts_with(workspace) {
+        return Err(format!(
+            "cwd `{cwd}` resolves outside the workspace; use a directory inside {}",
+            workspace.display()
+        ));
+    }
+    if !real.is_dir() {
+        return Err(format!("cwd `{cwd}` is not a directory"));
+    }
+    Ok(real)
+}

@@ -1,0 +1,218 @@
+//! One actor per live server connection, spawned linked to its catalog.
+//!
+//! It owns the [`McpClient`] (and so the child process group). Calls run on spawned
+//! tasks so the mailbox stays free; `supports_parallel_tool_calls: false` serializes
+//! them through a one-permit semaphore. When the child exits or the transport breaks,
+//! the actor stops at once with a `failed:` reason, which its catalog (the supervisor)
+//! turns into a diagnostic and a failure-cache entry. Closing happens in `post_stop`,
+//! so every way the actor ends (eviction, failure, runtime shutdown) closes the group
+//! and writes the stderr log.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use rmcp::model::JsonObject;
+use tokio::sync::Semaphore;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::core::Declaration;
+use crate::events::{EventHub, EventKind};
+use crate::process::append_stderr_log;
+use crate::redact::Redactor;
+use crate::transport::{CallFailure, McpClient, ServerSignal};
+
+/// Prefix of a stop reason that means "this connection failed" (vs. closed on purpose).
+pub(crate) const FAILED: &str = "failed: ";
+
+/// Messages of a connection actor.
+pub enum ConnectionMsg {
+    /// Call a tool (raw name) with a timeout.
+    Call {
+        /// Raw tool name on the server.
+        tool: String,
+        /// Arguments object.
+        arguments: Option<JsonObject>,
+        /// The catalog this call's entry was bound by; a mismatch is refused.
+        catalog_id: u64,
+        /// The result as `CallToolResult` JSON, or why there is none (unredacted).
+        reply: RpcReplyPort<Result<serde_json::Value, CallFailure>>,
+    },
+    /// The child process exited.
+    ProcessExited(String),
+    /// The server sent a notification.
+    Signal(ServerSignal),
+    /// Whether the tool list changed since it was last read, and clears the flag.
+    TakeToolsChanged(RpcReplyPort<bool>),
+}
+
+pub(crate) struct ConnectionArgs {
+    pub client: McpClient,
+    pub declaration: Arc<Declaration>,
+    pub catalog_id: u64,
+    pub session: String,
+    pub redactor: Redactor,
+    pub hub: Arc<EventHub>,
+    pub home: PathBuf,
+    pub grace: Duration,
+    pub signals: UnboundedReceiver<ServerSignal>,
+}
+
+pub(crate) struct Connection;
+
+pub(crate) struct ConnectionState {
+    client: Option<McpClient>,
+    declaration: Arc<Declaration>,
+    catalog_id: u64,
+    session: String,
+    redactor: Redactor,
+    hub: Arc<EventHub>,
+    home: PathBuf,
+    grace: Duration,
+    /// One permit when calls must not overlap; `None` when they may.
+    serial: Option<Arc<Semaphore>>,
+    tools_changed: bool,
+    watchers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Actor for Connection {
+    type Msg = ConnectionMsg;
+    type State = ConnectionState;
+    type Arguments = ConnectionArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        args: ConnectionArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let ConnectionArgs {
+            client,
+            declaration,
+            catalog_id,
+            session,
+            redactor,
+            hub,
+            home,
+            grace,
+            mut signals,
+        } = args;
+        let mut watchers = Vec::new();
+        if let Some(mut exit) = client.exit_watch() {
+            let me = myself.clone();
+            watchers.push(tokio::spawn(async move {
+                if let Ok(status) = exit.wait_for(Option::is_some).await {
+                    let status = status.clone().unwrap_or_default();
+                    let _ = me.cast(ConnectionMsg::ProcessExited(status));
+                }
+            }));
+        }
+        let me = myself.clone();
+        watchers.push(tokio::spawn(async move {
+            while let Some(signal) = signals.recv().await {
+                if me.cast(ConnectionMsg::Signal(signal)).is_err() {
+                    break;
+                }
+            }
+        }));
+        let serial =
+            (!declaration.supports_parallel_tool_calls).then(|| Arc::new(Semaphore::new(1)));
+        Ok(ConnectionState {
+            client: Some(client),
+            declaration,
+            catalog_id,
+            session,
+            redactor,
+            hub,
+            home,
+            grace,
+            serial,
+            tools_changed: false,
+            watchers,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ConnectionMsg::Call {
+                tool,
+                arguments,
+                catalog_id,
+                reply,
+            } => {
+                if catalog_id != state.catalog_id {
+                    let _ = reply.send(Err(CallFailure::Closed(
+                        "the catalog entry belongs to another catalog".into(),
+                    )));
+                    return Ok(());
+                }
+                let Some(client) = &state.client else {
+                    let _ = reply.send(Err(CallFailure::Closed("connection closed".into())));
+                    return Ok(());
+                };
+                let peer = client.peer();
+                let timeout = state.declaration.call_timeout;
+                let serial = state.serial.clone();
+                tokio::spawn(async move {
+                    let _turn = match &serial {
+                        Some(s) => Some(s.clone().acquire_owned().await),
+                        None => None,
+                    };
+                    let outcome =
+                        crate::transport::call_tool(&peer, &tool, arguments, timeout).await;
+                    let _ = reply.send(outcome);
+                });
+            }
+            ConnectionMsg::ProcessExited(status) => {
+                myself.stop(Some(format!(
+                    "{FAILED}the server process exited ({status})"
+                )));
+            }
+            ConnectionMsg::Signal(ServerSignal::ToolsChanged) => {
+                if !state.tools_changed {
+                    state.tools_changed = true;
+                    state.hub.emit(
+                        &state.session,
+                        EventKind::ToolsChanged {
+                            server: state.declaration.server_id.clone(),
+                        },
+                    );
+                }
+            }
+            ConnectionMsg::TakeToolsChanged(reply) => {
+                let _ = reply.send(std::mem::take(&mut state.tools_changed));
+            }
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        for w in state.watchers.drain(..) {
+            w.abort();
+        }
+        if let Some(client) = state.client.take() {
+            let report = client.close(state.grace).await;
+            if let Some(stderr) = report.stderr
+                && let Err(e) = append_stderr_log(
+                    &state.home,
+                    &state.declaration.server_id,
+                    &state.session,
+                    &stderr,
+                    &state.redactor,
+                )
+            {
+                tracing::warn!("cannot write the MCP stderr log: {e}");
+            }
+        }
+        Ok(())
+    }
+}

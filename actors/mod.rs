@@ -1,0 +1,34 @@
+//! The actor system: a runtime root supervising sessions, a catalog actor per
+//! session/revision supervising one connection actor per server, the runtime-wide
+//! discovery limiter and the approval broker. Hosts use only the handles re-exported
+//! here; messages and actors stay private.
+//!
+//! ```text
+//!  host ──start/resume/evict──▶ RuntimeActor ──spawn_linked──▶ SessionActor (per session)
+//!                                                                 │ PrepareTurn
+//!                                                                 ▼
+//!  ApprovalBroker ◀──decide── prep task ◀──spawn── CatalogActor (per session/identity)
+//!  Limiter ◀──acquire──┘          │ Resolved                    │ spawn_linked
+//!                                 └──────────────▶ CatalogActor ▼
+//!  TurnCatalog::call ──Call──▶ ConnectionActor (per server) ──▶ rmcp client ──▶ child
+//! ```
+
+mod approval;
+mod catalog;
+mod config;
+mod connection;
+mod limiter;
+mod runtime;
+mod session;
+mod turn;
+
+pub use approval::Approval;
+pub use catalog::{ServerState, ServerStatus};
+pub use config::{
+    Action, ApprovalAnswer, ApprovalRequest, Approver, Clock, FixedApprover, HostTool, ManualClock,
+    RuntimeConfig, SystemClock,
+};
+pub use limiter::{LimiterStats, Permit};
+pub use runtime::{ChildSession, Eviction, Runtime, RuntimeError, Session};
+pub use session::{EvictionReport, SessionSpec};
+pub use turn::{CallError, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};

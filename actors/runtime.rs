@@ -1,0 +1,671 @@
+//! The runtime root actor: it supervises sessions, tracks one current session per lane
+//! and schedules the tracked eviction of the previous one when another starts or
+//! resumes. [`Runtime`] and [`Session`] are the host's handles.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use tokio::sync::oneshot;
+
+use super::approval::{Broker, BrokerArgs, BrokerHandle};
+use super::catalog::ServerStatus;
+use super::config::{RuntimeConfig, Shared};
+use super::limiter::{Limiter, LimiterHandle, LimiterStats};
+use super::session::{EvictionReport, SessionActor, SessionArgs, SessionMsg, SessionSpec};
+use super::turn::{PrepareError, TurnCatalog};
+use crate::authority::CapabilitySet;
+use crate::events::{EventHub, EventKind};
+
+/// Why a runtime request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuntimeError {
+    /// No session with that id was ever started in this runtime.
+    #[error("unknown session `{0}`; start a session first")]
+    UnknownSession(String),
+    /// A session with that id is already live.
+    #[error("session `{0}` is already live")]
+    AlreadyLive(String),
+    /// The workspace does not exist.
+    #[error("workspace {0} does not exist; create it or pass another --workspace")]
+    Workspace(String),
+    /// The runtime is not running.
+    #[error("the runtime is not running: {0}")]
+    Unavailable(String),
+}
+
+/// A scheduled eviction the host can await.
+#[derive(Debug)]
+pub struct Eviction {
+    /// The session being evicted.
+    pub session: String,
+    rx: oneshot::Receiver<EvictionReport>,
+}
+
+impl Eviction {
+    /// Waits for the eviction to complete.
+    ///
+    /// # Errors
+    /// When the session actor vanished without reporting.
+    pub async fn wait(self) -> Result<EvictionReport, RuntimeError> {
+        self.rx.await.map_err(|_| {
+            RuntimeError::Unavailable(format!("the eviction of {} did not report", self.session))
+        })
+    }
+}
+
+/// What starting or resuming a session answers.
+pub struct Opened {
+    id: String,
+    actor: ActorRef<SessionMsg>,
+    core_root: PathBuf,
+    scope: Option<CapabilitySet>,
+    spec: SessionSpec,
+    eviction: Option<Eviction>,
+}
+
+type OpenReply = RpcReplyPort<Result<Opened, RuntimeError>>;
+
+struct Record {
+    spec: SessionSpec,
+    workspace: PathBuf,
+    scope: Option<CapabilitySet>,
+    actor: Option<ActorRef<SessionMsg>>,
+}
+
+/// Messages of the runtime actor.
+pub enum RuntimeMsg {
+    /// Start a session.
+    Start {
+        /// The spec.
+        spec: SessionSpec,
+        /// Delegated child scope (children take no lane).
+        scope: Option<CapabilitySet>,
+        /// The session and the eviction of the lane's previous session.
+        reply: OpenReply,
+    },
+    /// Resume a known session.
+    Resume {
+        /// Session id.
+        id: String,
+        /// As for `Start`.
+        reply: OpenReply,
+    },
+    /// Evict one session.
+    Evict {
+        /// Session id.
+        id: String,
+        /// Why.
+        reason: String,
+        /// The eviction, or `None` when the session is not live.
+        reply: RpcReplyPort<Option<Eviction>>,
+    },
+    /// Evict everything and stop.
+    Shutdown(RpcReplyPort<Vec<Eviction>>),
+}
+
+pub(crate) struct RuntimeActor;
+
+pub(crate) struct RuntimeState {
+    shared: Arc<Shared>,
+    sessions: HashMap<String, Record>,
+    lanes: HashMap<String, String>,
+}
+
+impl Actor for RuntimeActor {
+    type Msg = RuntimeMsg;
+    type State = RuntimeState;
+    type Arguments = Arc<Shared>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        shared: Arc<Shared>,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(RuntimeState {
+            shared,
+            sessions: HashMap::new(),
+            lanes: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RuntimeMsg::Start { spec, scope, reply } => {
+                let result = state.start(&myself, spec, scope).await;
+                let _ = reply.send(result);
+            }
+            RuntimeMsg::Resume { id, reply } => {
+                let result = state.resume(&myself, &id).await;
+                let _ = reply.send(result);
+            }
+            RuntimeMsg::Evict { id, reason, reply } => {
+                let _ = reply.send(state.evict(&id, &reason));
+            }
+            RuntimeMsg::Shutdown(reply) => {
+                let ids: Vec<String> = state.sessions.keys().cloned().collect();
+                let evictions = ids
+                    .iter()
+                    .filter_map(|id| state.evict(id, "shutdown"))
+                    .collect();
+                let _ = reply.send(evictions);
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorTerminated(cell, ..)
+        | SupervisionEvent::ActorFailed(cell, _) = event
+        {
+            for record in state.sessions.values_mut() {
+                if record
+                    .actor
+                    .as_ref()
+                    .is_some_and(|a| a.get_id() == cell.get_id())
+                {
+                    record.actor = None;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RuntimeState {
+    async fn start(
+        &mut self,
+        myself: &ActorRef<RuntimeMsg>,
+        spec: SessionSpec,
+        scope: Option<CapabilitySet>,
+    ) -> Result<Opened, RuntimeError> {
+        let id = spec
+            .id
+            .clone()
+            .unwrap_or_else(|| new_session_id(self.shared.next_id()));
+        if self.sessions.get(&id).is_some_and(|r| r.actor.is_some()) {
+            return Err(RuntimeError::AlreadyLive(id));
+        }
+        let workspace_dir = spec
+            .workspace
+            .clone()
+            .unwrap_or_else(|| spec.core_root.clone());
+        let workspace = workspace_dir
+            .canonicalize()
+            .map_err(|_| RuntimeError::Workspace(workspace_dir.display().to_string()))?;
+        self.sessions.insert(
+            id.clone(),
+            Record {
+                spec,
+                workspace,
+                scope,
+                actor: None,
+            },
+        );
+        self.activate(myself, &id, "start").await
+    }
+
+    async fn resume(
+        &mut self,
+        myself: &ActorRef<RuntimeMsg>,
+        id: &str,
+    ) -> Result<Opened, RuntimeError> {
+        let record = self
+            .sessions
+            .get(id)
+            .ok_or_else(|| RuntimeError::UnknownSession(id.to_string()))?;
+        if let Some(actor) = &record.actor {
+            let mut opened = opened(id, actor.clone(), record);
+            if record.scope.is_none() {
+                let lane = record.spec.lane.clone();
+                opened.eviction = self.replace_in_lane(&lane, id);
+            }
+            return Ok(opened);
+        }
+        self.activate(myself, id, "resume").await
+    }
+
+    /// Spawns the session actor of a known record and makes it its lane's current one.
+    async fn activate(
+        &mut self,
+        myself: &ActorRef<RuntimeMsg>,
+        id: &str,
+        how: &'static str,
+    ) -> Result<Opened, RuntimeError> {
+        let record = self
+            .sessions
+            .get(id)
+            .ok_or_else(|| RuntimeError::UnknownSession(id.to_string()))?;
+        let args = SessionArgs {
+            shared: Arc::clone(&self.shared),
+            id: id.to_string(),
+            spec: record.spec.clone(),
+            workspace: record.workspace.clone(),
+            scope: record.scope.clone(),
+        };
+        let is_child = record.scope.is_some();
+        let lane = record.spec.lane.clone();
+        let principal = record.spec.principal.clone();
+        let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
+            .await
+            .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
+        let Some(record) = self.sessions.get_mut(id) else {
+            return Err(RuntimeError::UnknownSession(id.to_string()));
+        };
+        record.actor = Some(actor.clone());
+        let mut opened = opened(id, actor, record);
+        self.shared
+            .hub
+            .emit(id, EventKind::SessionStarted { how, principal });
+        if !is_child {
+            opened.eviction = self.replace_in_lane(&lane, id);
+        }
+        Ok(opened)
+    }
+
+    /// Makes `id` the lane's current session, scheduling the eviction of the previous.
+    fn replace_in_lane(&mut self, lane: &str, id: &str) -> Option<Eviction> {
+        let previous = self.lanes.insert(lane.to_string(), id.to_string())?;
+        if previous == id {
+            return None;
+        }
+        self.evict(&previous, "replaced")
+    }
+
+    fn evict(&mut self, id: &str, reason: &str) -> Option<Eviction> {
+        let actor = self.sessions.get_mut(id)?.actor.take()?;
+        self.lanes.retain(|_, current| current != id);
+        let (tx, rx) = oneshot::channel();
+        let reason = reason.to_string();
+        let grace = self.shared.config.close_grace;
+        tokio::spawn(async move {
+            let outcome = actor
+                .call(
+                    |reply| SessionMsg::Evict { reason, reply },
+                    Some(grace * 8 + Duration::from_secs(10)),
+                )
+                .await;
+            if let Ok(ractor::rpc::CallResult::Success(report)) = outcome {
+                let _ = tx.send(report);
+            } else {
+                actor.stop(Some("eviction timed out".into()));
+            }
+        });
+        Some(Eviction {
+            session: id.to_string(),
+            rx,
+        })
+    }
+}
+
+fn opened(id: &str, actor: ActorRef<SessionMsg>, record: &Record) -> Opened {
+    Opened {
+        id: id.to_string(),
+        actor,
+        core_root: record.spec.core_root.clone(),
+        scope: record.scope.clone(),
+        spec: record.spec.clone(),
+        eviction: None,
+    }
+}
+
+fn new_session_id(n: u64) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let digest = crate::hex(&<sha2::Sha256 as sha2::Digest>::digest(
+        format!("{nanos}-{n}-{}", std::process::id()).as_bytes(),
+    ));
+    format!("s-{}", &digest[..12])
+}
+
+/// The host's handle on a running runtime.
+#[derive(Clone)]
+pub struct Runtime {
+    actor: ActorRef<RuntimeMsg>,
+    shared: Arc<Shared>,
+    helpers: Arc<Vec<ractor::ActorCell>>,
+}
+
+impl Runtime {
+    /// Starts the actor system: the root, the discovery limiter and the approval broker.
+    ///
+    /// # Errors
+    /// When an actor cannot start.
+    pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let unavailable = |e: ractor::SpawnErr| RuntimeError::Unavailable(e.to_string());
+        let log_dir = config.home.join("runtime").join("session-events");
+        let hub = Arc::new(EventHub::new(Arc::clone(&config.events), Some(log_dir)));
+        let (limiter, _) = Actor::spawn(None, Limiter, config.discovery_limit)
+            .await
+            .map_err(unavailable)?;
+        let broker_args = BrokerArgs {
+            approver: Arc::clone(&config.approver),
+            clock: Arc::clone(&config.clock),
+            ttl: config.approval_session_ttl,
+            hub: Arc::clone(&hub),
+        };
+        let (broker, _) = Actor::spawn(None, Broker, broker_args)
+            .await
+            .map_err(unavailable)?;
+        let helpers = Arc::new(vec![limiter.get_cell(), broker.get_cell()]);
+        let shared = Arc::new(Shared::new(
+            config,
+            hub,
+            LimiterHandle::new(limiter),
+            BrokerHandle::new(broker),
+        ));
+        let (actor, _) = Actor::spawn(None, RuntimeActor, Arc::clone(&shared))
+            .await
+            .map_err(unavailable)?;
+        Ok(Runtime {
+            actor,
+            shared,
+            helpers,
+        })
+    }
+
+    /// Starts a session; the previous session of its lane is evicted (tracked).
+    ///
+    /// # Errors
+    /// [`RuntimeError`].
+    pub async fn start_session(
+        &self,
+        spec: SessionSpec,
+    ) -> Result<(Session, Option<Eviction>), RuntimeError> {
+        self.open(|reply| RuntimeMsg::Start {
+            spec,
+            scope: None,
+            reply,
+        })
+        .await
+    }
+
+    /// Resumes a session started earlier in this runtime (evicted or not); the lane's
+    /// other session is evicted (tracked).
+    ///
+    /// # Errors
+    /// [`RuntimeError::UnknownSession`].
+    pub async fn resume_session(
+        &self,
+        id: &str,
+    ) -> Result<(Session, Option<Eviction>), RuntimeError> {
+        let id = id.to_string();
+        self.open(|reply| RuntimeMsg::Resume { id, reply }).await
+    }
+
+    async fn open(
+        &self,
+        msg: impl FnOnce(OpenReply) -> RuntimeMsg,
+    ) -> Result<(Session, Option<Eviction>), RuntimeError> {
+        match self.actor.call(msg, None).await {
+            Ok(ractor::rpc::CallResult::Success(Ok(opened))) => {
+                let Opened {
+                    id,
+                    actor,
+                    core_root,
+                    scope,
+                    spec,
+                    eviction,
+                } = opened;
+                let session = Session {
+                    id,
+                    actor,
+                    core_root,
+                    scope,
+                    spec: Arc::new(spec),
+                    runtime: self.clone(),
+                };
+                Ok((session, eviction))
+            }
+            Ok(ractor::rpc::CallResult::Success(Err(e))) => Err(e),
+            _ => Err(RuntimeError::Unavailable(
+                "the runtime actor is gone".into(),
+            )),
+        }
+    }
+
+    /// Evicts one session: closes only its connections.
+    ///
+    /// # Errors
+    /// [`RuntimeError::UnknownSession`] when it is not live.
+    pub async fn evict_session(&self, id: &str) -> Result<EvictionReport, RuntimeError> {
+        let (id, reason) = (id.to_string(), "explicit".to_string());
+        let eviction = match self
+            .actor
+            .call(
+                |reply| RuntimeMsg::Evict {
+                    id: id.clone(),
+                    reason,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(e)) => e,
+            _ => {
+                return Err(RuntimeError::Unavailable(
+                    "the runtime actor is gone".into(),
+                ));
+            }
+        };
+        eviction
+            .ok_or(RuntimeError::UnknownSession(id))?
+            .wait()
+            .await
+    }
+
+    /// Discovery limiter counters.
+    pub async fn limiter_stats(&self) -> LimiterStats {
+        self.shared.limiter.stats().await
+    }
+
+    /// The runtime home.
+    pub fn home(&self) -> &std::path::Path {
+        &self.shared.config.home
+    }
+
+    /// The JSONL event log of a session.
+    pub fn event_log_path(&self, session: &str) -> Option<PathBuf> {
+        self.shared.hub.log_path(session)
+    }
+
+    /// Evicts every session (closing every connection and child process), then stops
+    /// the actors. Bounded: a session that does not close in time is stopped, and its
+    /// process groups are killed as their guards drop.
+    pub async fn shutdown(&self) {
+        let evictions = match self
+            .actor
+            .call(RuntimeMsg::Shutdown, Some(Duration::from_secs(10)))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(e)) => e,
+            _ => Vec::new(),
+        };
+        let bound = self.shared.config.close_grace * 10 + Duration::from_secs(10);
+        let _ = tokio::time::timeout(
+            bound,
+            futures::future::join_all(evictions.into_iter().map(Eviction::wait)),
+        )
+        .await;
+        let _ = self
+            .actor
+            .stop_and_wait(Some("shutdown".into()), Some(bound))
+            .await;
+        for helper in self.helpers.iter() {
+            helper.stop(Some("shutdown".into()));
+        }
+    }
+}
+
+/// The host's handle on one session.
+#[derive(Clone)]
+pub struct Session {
+    id: String,
+    actor: ActorRef<SessionMsg>,
+    /// Where each turn loads the core from (read on the caller's task, not an actor's).
+    core_root: PathBuf,
+    /// The delegated scope of a child session.
+    scope: Option<CapabilitySet>,
+    /// The spec, for children to inherit.
+    spec: Arc<SessionSpec>,
+    runtime: Runtime,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("id", &self.id).finish()
+    }
+}
+
+impl Session {
+    /// Session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Loads the core (off the actors, on a blocking thread) and resolves the turn's
+    /// catalog.
+    ///
+    /// # Errors
+    /// [`PrepareError`]: load errors, eviction, collisions.
+    pub async fn prepare_turn(&self) -> Result<TurnCatalog, PrepareError> {
+        let root = self.core_root.clone();
+        let core = tokio::task::spawn_blocking(move || crate::core::load(&root))
+            .await
+            .map_err(|e| PrepareError::Unavailable(e.to_string()))??;
+        match self
+            .actor
+            .call(
+                |reply| SessionMsg::PrepareTurn {
+                    core: Arc::new(core),
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            _ => Err(PrepareError::Evicted),
+        }
+    }
+
+    /// Per-server state of the current catalog.
+    pub async fn servers(&self) -> Vec<ServerStatus> {
+        match self
+            .actor
+            .call(SessionMsg::Status, Some(Duration::from_secs(10)))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(s)) => s,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Starts a delegated child session under `scope` (it can only narrow this
+    /// session's capabilities). Its connections are released by
+    /// [`ChildSession::finish`], or when the handle is dropped.
+    ///
+    /// # Errors
+    /// [`RuntimeError`].
+    pub async fn spawn_child(&self, scope: CapabilitySet) -> Result<ChildSession, RuntimeError> {
+        let scope = match &self.scope {
+            Some(parent) => parent.narrowed_by(&scope),
+            None => scope,
+        };
+        let mut spec = (*self.spec).clone();
+        spec.id = None;
+        spec.lane = format!("child-of:{}", self.id);
+        let (session, _) = self
+            .runtime
+            .open(|reply| RuntimeMsg::Start {
+                spec,
+                scope: Some(scope),
+                reply,
+            })
+            .await?;
+        Ok(ChildSession {
+            session,
+            finished: false,
+        })
+    }
+
+    /// Evicts this session.
+    ///
+    /// # Errors
+    /// See [`Runtime::evict_session`].
+    pub async fn evict(&self) -> Result<EvictionReport, RuntimeError> {
+        self.runtime.evict_session(&self.id).await
+    }
+}
+
+/// A delegated child session; dropping it releases its connections.
+pub struct ChildSession {
+    session: Session,
+    finished: bool,
+}
+
+impl ChildSession {
+    /// The child session.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Ends the child run and releases its connections.
+    ///
+    /// # Errors
+    /// See [`Runtime::evict_session`].
+    pub async fn finish(mut self) -> Result<EvictionReport, RuntimeError> {
+        self.finished = true;
+        let id = self.session.id.clone();
+        let reason = "child_finished".to_string();
+        match self
+            .session
+            .runtime
+            .actor
+            .call(
+                |reply| RuntimeMsg::Evict {
+                    id: id.clone(),
+                    reason,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(Some(e))) => e.wait().await,
+            _ => Err(RuntimeError::UnknownSession(id)),
+        }
+    }
+}
+
+impl Drop for ChildSession {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.session.runtime.actor.cast(RuntimeMsg::Evict {
+                id: self.session.id.clone(),
+                reason: "child_dropped".into(),
+                reply: dummy_port(),
+            });
+        }
+    }
+}
+
+fn dummy_port<T>() -> RpcReplyPort<T> {
+    let (tx, _rx) = ractor::concurrency::oneshot();
+    tx.into()
+}

@@ -1,0 +1,308 @@
+//! One session actor per live session, supervised by the runtime. It computes the
+//! catalog identity of each turn, replaces a stale catalog (closing every connection of
+//! the old identity) and forwards the turn to the current catalog. It never waits on a
+//! catalog: closing and preparing run in the catalog and connection actors.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use serde::Serialize;
+
+use super::catalog::{Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, ServerStatus};
+use super::config::Shared;
+use super::turn::{PrepareError, TurnCatalog};
+use crate::authority::CapabilitySet;
+use crate::core::AgentCore;
+use crate::events::EventKind;
+
+/// What a host says about a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionSpec {
+    /// Session id; generated when `None`.
+    pub id: Option<String>,
+    /// Who the session acts for.
+    pub principal: String,
+    /// The Agent Core directory.
+    pub core_root: PathBuf,
+    /// The core revision (the live git commit, or any host label).
+    pub core_revision: String,
+    /// The host workspace; the core root when `None`.
+    pub workspace: Option<PathBuf>,
+    /// The capability snapshot; the core's `capabilities.defaults` (read each turn)
+    /// when `None`.
+    pub capabilities: Option<CapabilitySet>,
+    /// Starting or resuming a session evicts the previous session of the same lane.
+    pub lane: String,
+}
+
+impl SessionSpec {
+    /// A spec for `core_root` with defaults: principal `local`, revision `working-tree`,
+    /// lane `main`, capabilities from the core.
+    pub fn new(core_root: impl Into<PathBuf>) -> Self {
+        SessionSpec {
+            id: None,
+            principal: "local".into(),
+            core_root: core_root.into(),
+            core_revision: "working-tree".into(),
+            workspace: None,
+            capabilities: None,
+            lane: "main".into(),
+        }
+    }
+}
+
+/// What an eviction closed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EvictionReport {
+    /// Session id.
+    pub session: String,
+    /// Why.
+    pub reason: String,
+    /// Connections closed.
+    pub connections_closed: usize,
+}
+
+/// Messages of a session actor.
+pub enum SessionMsg {
+    /// Resolve the next turn against this core snapshot.
+    PrepareTurn {
+        /// The core as loaded for this turn.
+        core: Arc<AgentCore>,
+        /// The answer.
+        reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    },
+    /// Close everything and stop.
+    Evict {
+        /// Why.
+        reason: String,
+        /// The report.
+        reply: RpcReplyPort<EvictionReport>,
+    },
+    /// Per-server state of the current catalog.
+    Status(RpcReplyPort<Vec<ServerStatus>>),
+}
+
+pub(crate) struct SessionArgs {
+    pub shared: Arc<Shared>,
+    pub id: String,
+    pub spec: SessionSpec,
+    pub workspace: PathBuf,
+    /// A delegated child's host-issued scope: it can only narrow.
+    pub scope: Option<CapabilitySet>,
+}
+
+pub(crate) struct SessionActor;
+
+pub(crate) struct SessionState {
+    args: SessionArgs,
+    current: Option<(CatalogIdentity, ActorRef<CatalogMsg>)>,
+    turn: u64,
+    evicted: bool,
+}
+
+impl Actor for SessionActor {
+    type Msg = SessionMsg;
+    type State = SessionState;
+    type Arguments = SessionArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        args: SessionArgs,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SessionState {
+            args,
+            current: None,
+            turn: 0,
+            evicted: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            SessionMsg::PrepareTurn { core, reply } => {
+                if state.evicted {
+                    let _ = reply.send(Err(PrepareError::Evicted));
+                    return Ok(());
+                }
+                state.turn += 1;
+                match state.catalog_for(&myself, &core).await {
+                    Ok(catalog) => {
+                        let turn = state.turn;
+                        if let Err(ractor::MessagingErr::SendErr(CatalogMsg::PrepareTurn {
+                            reply,
+                            ..
+                        })) = catalog.cast(CatalogMsg::PrepareTurn { core, turn, reply })
+                        {
+                            let _ = reply.send(Err(PrepareError::Evicted));
+                        }
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            SessionMsg::Evict { reason, reply } => {
+                state.evicted = true;
+                let catalog = state.current.take().map(|(_, c)| c);
+                let shared = Arc::clone(&state.args.shared);
+                let session = state.args.id.clone();
+                let me = myself.clone();
+                tokio::spawn(async move {
+                    let closed = match catalog {
+                        Some(c) => close_catalog(&c, &reason, shared.config.close_grace).await,
+                        None => 0,
+                    };
+                    shared.broker.forget_session(&session);
+                    shared.hub.emit(
+                        &session,
+                        EventKind::SessionEvicted {
+                            reason: reason.clone(),
+                            connections_closed: closed,
+                        },
+                    );
+                    shared.hub.close_session(&session);
+                    let _ = reply.send(EvictionReport {
+                        session,
+                        reason,
+                        connections_closed: closed,
+                    });
+                    me.stop(Some("evicted".into()));
+                });
+            }
+            SessionMsg::Status(reply) => match &state.current {
+                Some((_, c)) => {
+                    let c = c.clone();
+                    tokio::spawn(async move {
+                        let status = match c
+                            .call(CatalogMsg::Status, Some(Duration::from_secs(5)))
+                            .await
+                        {
+                            Ok(ractor::rpc::CallResult::Success(s)) => s,
+                            _ => Vec::new(),
+                        };
+                        let _ = reply.send(status);
+                    });
+                }
+                None => {
+                    let _ = reply.send(Vec::new());
+                }
+            },
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // A catalog that dies is replaced at the next turn; the session lives on.
+        if let SupervisionEvent::ActorTerminated(cell, ..) | SupervisionEvent::ActorFailed(cell, _) =
+            event
+            && state
+                .current
+                .as_ref()
+                .is_some_and(|(_, c)| c.get_id() == cell.get_id())
+        {
+            state.current = None;
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let Some((_, c)) = state.current.take() {
+            close_catalog(&c, "session stopped", state.args.shared.config.close_grace).await;
+        }
+        Ok(())
+    }
+}
+
+impl SessionState {
+    /// The catalog of this turn's identity: the current one, or a new one after closing
+    /// the stale one (no peer is reused across identities).
+    async fn catalog_for(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        core: &AgentCore,
+    ) -> Result<ActorRef<CatalogMsg>, PrepareError> {
+        let base = self
+            .args
+            .spec
+            .capabilities
+            .clone()
+            .unwrap_or_else(|| core.grants.clone());
+        let capabilities = match &self.args.scope {
+            Some(scope) => base.narrowed_by(scope),
+            None => base,
+        };
+        let identity = CatalogIdentity {
+            session: self.args.id.clone(),
+            principal: self.args.spec.principal.clone(),
+            capabilities: capabilities.fingerprint(),
+            core_root: core.root.clone(),
+            core_revision: self.args.spec.core_revision.clone(),
+            workspace: self.args.workspace.clone(),
+            policy: self.args.shared.config.host_policy,
+        };
+        if let Some((current, catalog)) = &self.current {
+            if *current == identity {
+                return Ok(catalog.clone());
+            }
+            let stale = catalog.clone();
+            let grace = self.args.shared.config.close_grace;
+            tokio::spawn(async move {
+                close_catalog(&stale, "catalog identity changed", grace).await;
+            });
+            self.current = None;
+        }
+        let args = CatalogArgs {
+            shared: Arc::clone(&self.args.shared),
+            identity: identity.clone(),
+            capabilities,
+            catalog_id: self.args.shared.next_id(),
+        };
+        let (catalog, _) = Actor::spawn_linked(None, Catalog, args, myself.get_cell())
+            .await
+            .map_err(|e| PrepareError::Unavailable(e.to_string()))?;
+        self.current = Some((identity, catalog.clone()));
+        Ok(catalog)
+    }
+}
+
+/// Asks a catalog to close its connections and stop; returns how many it closed.
+pub(crate) async fn close_catalog(
+    catalog: &ActorRef<CatalogMsg>,
+    reason: &str,
+    grace: Duration,
+) -> usize {
+    let reason = reason.to_string();
+    match catalog
+        .call(
+            |reply| CatalogMsg::Close { reason, reply },
+            Some(grace * 6 + Duration::from_secs(5)),
+        )
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(n)) => n,
+        _ => {
+            // Unresponsive: stopping it still closes its connections in post_stop.
+            let _ = catalog
+                .stop_and_wait(Some("forced".into()), Some(grace * 6))
+                .await;
+            0
+        }
+    }
+}

@@ -1,0 +1,308 @@
+//! The connect approval preview: what a human sees before a server may start.
+//!
+//! It shows the shape of a declaration, never its secrets: env and header *names*,
+//! a credential-free URL origin, and arguments summarized (decisions.md section 6).
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::core::{ApprovalPolicy, Declaration, Endpoint};
+
+/// Substrings of an option name that mark its value as a secret.
+pub const SECRET_OPTION_MARKERS: &[&str] = &[
+    "api_key",
+    "apikey",
+    "authorization",
+    "cookie",
+    "credential",
+    "password",
+    "passwd",
+    "private_key",
+    "secret",
+    "token",
+];
+
+/// What the approver is shown before connecting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectPreview {
+    /// Server id (file stem).
+    pub server: String,
+    /// Declaration path relative to the core.
+    pub path: String,
+    /// `stdio` or `streamable_http`.
+    pub transport: &'static str,
+    /// Declared risk.
+    pub risk: &'static str,
+    /// The declaration's own policy.
+    pub declared_policy: &'static str,
+    /// The policy the host applies.
+    pub effective_policy: &'static str,
+    /// `mcp.connect:<id>`.
+    pub connect_capability: String,
+    /// The call capability.
+    pub call_capability: String,
+    /// Stdio: the program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Stdio: the resolved working directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Stdio: arguments with values summarized or redacted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Stdio: declared environment names, sorted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env_names: Vec<String>,
+    /// HTTP: declared header names, sorted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub header_names: Vec<String>,
+    /// HTTP: `scheme://host[:port]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// HTTP: the addresses the URL policy validated.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+}
+
+impl ConnectPreview {
+    /// Builds the preview of `decl` with the host's `effective` policy, the resolved `cwd`
+    /// (stdio) and the validated `addresses` (HTTP).
+    pub fn new(
+        decl: &Declaration,
+        effective: ApprovalPolicy,
+        cwd: Option<&std::path::Path>,
+        addresses: &[String],
+    ) -> Self {
+        let mut preview = ConnectPreview {
+            server: decl.server_id.clone(),
+            path: decl.path.clone(),
+            transport: decl.transport().as_str(),
+            risk: decl.risk.as_str(),
+            declared_policy: decl.approval_policy.as_str(),
+            effective_policy: effective.as_str(),
+            connect_capability: decl.connect_capability(),
+            call_capability: decl.call_capability.clone(),
+            command: None,
+            cwd: None,
+            args: Vec::new(),
+            env_names: Vec::new(),
+            header_names: Vec::new(),
+            origin: None,
+            addresses: Vec::new(),
+        };
+        match &decl.endpoint {
+            Endpoint::Stdio {
+                command, args, env, ..
+            } => {
+                preview.command = Some(command.clone());
+                preview.cwd = cwd.map(|p| p.display().to_string());
+                preview.args = summarize_args(args);
+                preview.env_names = env.keys().cloned().collect();
+            }
+            Endpoint::StreamableHttp { url, headers } => {
+                preview.origin = Some(origin_of(url));
+                preview.addresses = addresses.to_vec();
+                preview.header_names = headers.keys().cloned().collect();
+            }
+        }
+        preview
+    }
+
+    /// Multi-line text for a terminal prompt.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "MCP server `{}` ({}) wants to connect\n  transport: {}\n  risk: {}\n  policy: {} (declared {})\n  capabilities: {}, {}\n",
+            self.server,
+            self.path,
+            self.transport,
+            self.risk,
+            self.effective_policy,
+            self.declared_policy,
+            self.connect_capability,
+            self.call_capability
+        );
+        if let Some(c) = &self.command {
+            out.push_str(&format!("  command: {c}\n"));
+        }
+        if let Some(c) = &self.cwd {
+            out.push_str(&format!("  cwd: {c}\n"));
+        }
+        if !self.args.is_empty() {
+            out.push_str(&format!("  args: {}\n", self.args.join(" ")));
+        }
+        if !self.env_names.is_empty() {
+            out.push_str(&format!("  env: {}\n", self.env_names.join(", ")));
+        }
+        if let Some(o) = &self.origin {
+            out.push_str(&format!("  url: {o}\n"));
+        }
+        if !self.addresses.is_empty() {
+            out.push_str(&format!("  addresses: {}\n", self.addresses.join(", ")));
+        }
+        if !self.header_names.is_empty() {
+            out.push_str(&format!("  headers: {}\n", self.header_names.join(", ")));
+        }
+        out
+    }
+}
+
+/// `scheme://host[:port]` of a URL, or `<invalid url>`: never userinfo, path, query or
+/// fragment.
+pub fn origin_of(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(u) => {
+            let host = u.host_str().unwrap_or("");
+            match u.port() {
+                Some(p) => format!("{}://{host}:{p}", u.scheme()),
+                None => format!("{}://{host}", u.scheme()),
+            }
+        }
+        Err(_) => "<invalid url>".into(),
+    }
+}
+
+/// `<value sha256:H12 length:N>`.
+pub fn value_summary(value: &str) -> String {
+    let digest = crate::hex(&Sha256::digest(value.as_bytes()));
+    format!(
+        "<value sha256:{} length:{}>",
+        &digest[..12],
+        value.chars().count()
+    )
+}
+
+/// The normalized name of an option item (`--API-Key=x` is `api_key`), or `None` for a
+/// positional.
+pub fn option_name(item: &str) -> Option<String> {
+    if !item.starts_with('-') || item == "-" {
+        return None;
+    }
+    let name = item.split('=').next().unwrap_or(item);
+    Some(
+        name.trim_start_matches('-')
+            .to_lowercase()
+            .replace('-', "_"),
+    )
+}
+
+/// Whether an option of this normalized name carries a secret.
+pub fn is_secret_option(name: &str) -> bool {
+    SECRET_OPTION_MARKERS.iter().any(|m| name.contains(m))
+}
+
+/// Arguments as shown to approvers (decisions.md section 6).
+pub fn summarize_args(args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.iter().peekable();
+    while let Some(item) = iter.next() {
+        match option_name(item) {
+            None => out.push(value_summary(item)),
+            Some(name) => {
+                let flag = item.split('=').next().unwrap_or(item);
+                let value = item.split_once('=').map(|(_, v)| v);
+                if is_secret_option(&name) {
+                    if value.is_none() {
+                        // The secret is the next item; consume it so it is never summarized.
+                        iter.next();
+                    }
+                    out.push(format!("{flag}=<redacted>"));
+                } else if let Some(v) = value {
+                    out.push(format!("{flag}={}", value_summary(v)));
+                } else {
+                    out.push(flag.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Values of secret-bearing options in `args`, with their option names: secrets the
+/// redactor must know.
+pub fn secret_arg_values(args: &[String]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut iter = args.iter();
+    while let Some(item) = iter.next() {
+        if let Some(name) = option_name(item)
+            && is_secret_option(&name)
+        {
+            match item.split_once('=') {
+                Some((_, v)) => out.push((name, v.to_string())),
+                None => {
+                    if let Some(v) = iter.next() {
+                        out.push((name, v.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn option_names_are_normalized() {
+        assert_eq!(option_name("--API-Key=x").as_deref(), Some("api_key"));
+        assert_eq!(option_name("-v").as_deref(), Some("v"));
+        assert_eq!(option_name("value"), None);
+    }
+
+    #[test]
+    fn args_are_summarized_and_secrets_redacted() {
+        let out = summarize_args(&s(&[
+            "-y",
+            "pkg",
+            "--token",
+            "abc",
+            "--api-key=xyz",
+            "--mode=fast",
+        ]));
+        assert_eq!(out[0], "-y");
+        assert_eq!(out[1], value_summary("pkg"));
+        assert!(out[1].starts_with("<value sha256:") && out[1].ends_with("length:3>"));
+        assert_eq!(out[2], "--token=<redacted>");
+        assert_eq!(out[3], "--api-key=<redacted>");
+        assert_eq!(out[4], format!("--mode={}", value_summary("fast")));
+        assert_eq!(out.len(), 5);
+        let joined = out.join(" ");
+        assert!(!joined.contains("abc") && !joined.contains("xyz") && !joined.contains("fast"));
+    }
+
+    #[test]
+    fn secret_values_are_collected() {
+        let v = secret_arg_values(&s(&[
+            "--Password",
+            "hunter2",
+            "--x=1",
+            "--client-secret=s3",
+        ]));
+        assert_eq!(
+            v,
+            vec![
+                ("password".into(), "hunter2".into()),
+                ("client_secret".into(), "s3".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn origin_drops_credentials_path_query() {
+        assert_eq!(
+            origin_of("https://u:p@example.test:8443/mcp?key=1#f"),
+            "https://example.test:8443"
+        );
+        assert_eq!(origin_of("http://example.test/x"), "http://example.test");
+    }
+
+    #[test]
+    fn summary_counts_chars_not_bytes() {
+        assert!(value_summary("é").ends_with("length:1>"));
+    }
+}

@@ -1,0 +1,148 @@
+//! `demiurge demo`: the main job, with no set-up and no network. A temporary core
+//! declares the built-in server twice (once filtered, once without its call grant), a
+//! session discovers and calls tools, one call is denied, and the event log is printed.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use demiurge_mcp::events::MemorySink;
+use demiurge_mcp::{Runtime, SessionSpec};
+use serde_json::json;
+
+use super::Cli;
+use super::approver::TerminalApprover;
+use super::call::print_result;
+use super::tools::print_catalog;
+
+/// A value the demo declares as a secret env entry, to show that it never leaves in clear.
+const DEMO_SECRET: &str = "demo-secret-7f3a9c";
+
+pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
+    let scratch = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let core = scratch.path().join("core");
+    let home = cli
+        .home
+        .clone()
+        .unwrap_or_else(|| scratch.path().join("home"));
+    let exe = std::env::current_exe().context("cannot find the demiurge executable")?;
+    write_core(&core, &exe.display().to_string())?;
+
+    println!("== Agent Core: {}", core.display());
+    println!("   agent/mcp/demo.yaml      the built-in demo server (all tools)");
+    println!("   agent/mcp/filtered.yaml  the same server, include [echo, add], no call grant\n");
+
+    let sink = MemorySink::new();
+    let mut config = cli.config(Arc::new(sink.clone()));
+    config.home = home.clone();
+    config.approver = Arc::new(TerminalApprover::new(true));
+    let runtime = Runtime::start(config).await?;
+    let result = drive(&runtime, &core).await;
+    runtime.shutdown().await;
+    let session = result?;
+
+    println!(
+        "\n== Event log ({})",
+        runtime
+            .event_log_path(&session)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    );
+    if let Some(path) = runtime.event_log_path(&session) {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for line in text.lines() {
+            let mut event: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+            if let Some(map) = event.as_object_mut() {
+                map.remove("at_ms");
+                map.remove("session");
+                if let Some(preview) = map.get_mut("preview") {
+                    *preview = json!("<connect preview, see above>");
+                }
+            }
+            println!("   {event}");
+        }
+    }
+    let leaked = sink.events().iter().any(|e| {
+        serde_json::to_string(e)
+            .unwrap_or_default()
+            .contains(DEMO_SECRET)
+    });
+    println!(
+        "\n== Secret `DEMO_SECRET` appears in events: {}",
+        if leaked { "YES (bug)" } else { "no" }
+    );
+    Ok(if leaked { 1 } else { 0 })
+}
+
+async fn drive(runtime: &Runtime, core: &std::path::Path) -> anyhow::Result<String> {
+    let (session, _) = runtime.start_session(SessionSpec::new(core)).await?;
+    println!(
+        "== Session {}: preparing turn 1 (connect approvals are printed to stderr)",
+        session.id()
+    );
+    let catalog = session.prepare_turn().await?;
+    print_catalog(&catalog);
+
+    let calls = [
+        ("demo__echo", json!({"message": "hello from the demo"})),
+        ("demo__add", json!({"a": 2, "b": 40})),
+        ("demo__whoami", json!({})),
+        ("demo__fail", json!({"message": "this tool always fails"})),
+        (
+            "demo__echo",
+            json!({"message": format!("the secret is {DEMO_SECRET}")}),
+        ),
+        ("filtered__echo", json!({"message": "not allowed"})),
+    ];
+    for (tool, args) in calls {
+        println!("\n> call {tool} {args}");
+        match catalog.call(tool, args).await {
+            Ok(result) => print_result(&result, false),
+            Err(refused) => println!("refused: {refused}"),
+        }
+    }
+
+    println!("\n== Turn 2: unchanged declarations keep their connections");
+    let again = session.prepare_turn().await?;
+    println!(
+        "{} tools, same connections: {}",
+        again.tools().len(),
+        same_pid(&catalog, &again).await
+    );
+    Ok(session.id().to_string())
+}
+
+async fn same_pid(a: &demiurge_mcp::TurnCatalog, b: &demiurge_mcp::TurnCatalog) -> bool {
+    let pid = |c: &demiurge_mcp::TurnCatalog| {
+        let c = c.clone();
+        async move {
+            c.call("demo__whoami", json!({}))
+                .await
+                .ok()
+                .map(|r| r.views.operator.data.clone())
+        }
+    };
+    pid(a).await == pid(b).await
+}
+
+fn write_core(core: &std::path::Path, exe: &str) -> anyhow::Result<()> {
+    let mcp = core.join("agent/mcp");
+    std::fs::create_dir_all(&mcp)?;
+    std::fs::write(
+        core.join("agent.yaml"),
+        "name: demo\ncapabilities:\n  defaults:\n    mcp.connect:demo: {scope: core}\n    mcp.call:demo: {scope: core}\n    mcp.connect:filtered: {scope: core}\n",
+    )?;
+    let quoted = serde_json::to_string(exe)?;
+    std::fs::write(
+        mcp.join("demo.yaml"),
+        format!(
+            "transport: stdio\ncommand: {quoted}\nargs: [demo-server]\nenv:\n  DEMO_SECRET: \"{DEMO_SECRET}\"\nrisk: low\napproval_policy: auto\ntimeout_seconds: 10\n"
+        ),
+    )?;
+    std::fs::write(
+        mcp.join("filtered.yaml"),
+        format!(
+            "transport: stdio\ncommand: {quoted}\nargs: [demo-server]\ntools:\n  include: [echo, add]\nrisk: low\n"
+        ),
+    )?;
+    Ok(())
+}

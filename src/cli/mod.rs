@@ -1,0 +1,236 @@
+//! The `demiurge` command line: argument parsing and dispatch; one file per subcommand.
+
+mod approver;
+mod call;
+mod check;
+mod demo;
+mod shell;
+mod tools;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use demiurge_mcp::events::{Event, EventKind, EventSink};
+use demiurge_mcp::process::HostEnv;
+use demiurge_mcp::{Runtime, RuntimeConfig, SessionSpec};
+
+/// Exit code of a usage error.
+const USAGE: u8 = 2;
+
+#[derive(Debug, Parser)]
+#[command(name = "demiurge", version, about = "The Demiurge MCP runtime")]
+pub(crate) struct Cli {
+    /// The Agent Core directory.
+    #[arg(long, global = true, value_name = "DIR")]
+    core: Option<PathBuf>,
+    /// The host workspace (default: the core directory).
+    #[arg(long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Runtime home (default: $DEMIURGE_HOME, else ~/.demiurge).
+    #[arg(long, global = true, value_name = "DIR")]
+    home: Option<PathBuf>,
+    /// Approve every connect/call prompt of this run (previews still go to stderr).
+    #[arg(long, global = true)]
+    yes: bool,
+    /// A trusted network for the URL policy (repeatable).
+    #[arg(long = "trust-network", global = true, value_name = "CIDR")]
+    trust_network: Vec<ipnet::IpNet>,
+    /// The model provider of the interactive shell (`fake` only).
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load agent.yaml and every declaration and report problems.
+    Init {
+        /// Check only (the only mode).
+        #[arg(long)]
+        check: bool,
+    },
+    /// Prepare one turn and list its tools, diagnostics and denials.
+    Tools {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prepare one turn and call a tool by its exposed name.
+    Call {
+        /// Exposed tool name (`server__tool`).
+        tool: String,
+        /// Arguments as a JSON object.
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        args: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run the demo: a temporary core with the built-in server, discovery, calls, events.
+    Demo,
+    /// Serve the built-in demo MCP server on stdio.
+    DemoServer {
+        /// Generated extra tools (for pagination and scale tests).
+        #[arg(long, default_value_t = 0)]
+        extra_tools: usize,
+        /// Tools per tools/list page (0: one page).
+        #[arg(long, default_value_t = 0)]
+        page_size: usize,
+    },
+}
+
+/// Parses arguments and runs; exit codes as in the interfaces document.
+pub(crate) fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { USAGE } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = runtime.block_on(run(cli));
+    // Tasks still closing children get a moment; guards kill what is left.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    ExitCode::from(code)
+}
+
+async fn run(cli: Cli) -> u8 {
+    let result = match &cli.command {
+        Some(Command::DemoServer {
+            extra_tools,
+            page_size,
+        }) => {
+            let options = demiurge_mcp::demo_server::DemoOptions {
+                extra_tools: *extra_tools,
+                page_size: *page_size,
+            };
+            return match demiurge_mcp::demo_server::serve_stdio(options).await {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    1
+                }
+            };
+        }
+        Some(Command::Init { check }) => {
+            if !check {
+                eprintln!("error: `init` only checks for now: run `demiurge init --check`");
+                return USAGE;
+            }
+            Ok(check::run(&cli))
+        }
+        Some(Command::Tools { json }) => tools::run(&cli, *json).await,
+        Some(Command::Call { tool, args, json }) => call::run(&cli, tool, args, *json).await,
+        Some(Command::Demo) => demo::run(&cli).await,
+        None => match cli.provider.as_deref() {
+            Some("fake") => shell::run(&cli).await,
+            Some(other) => {
+                eprintln!("error: unknown provider `{other}`; the only provider is `fake`");
+                return USAGE;
+            }
+            None => {
+                eprintln!("error: no command given; see `demiurge --help`");
+                return USAGE;
+            }
+        },
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            1
+        }
+    }
+}
+
+impl Cli {
+    pub(crate) fn core_dir(&self) -> PathBuf {
+        self.core.clone().unwrap_or_else(|| PathBuf::from("."))
+    }
+
+    pub(crate) fn home_dir(&self, env: &HostEnv) -> PathBuf {
+        self.home
+            .clone()
+            .unwrap_or_else(|| RuntimeConfig::default_home(env))
+    }
+
+    /// The runtime configuration of this invocation.
+    pub(crate) fn config(&self, events: Arc<dyn EventSink>) -> RuntimeConfig {
+        let env = HostEnv::from_process();
+        let mut config = RuntimeConfig::new(self.home_dir(&env)).with_host_env(env);
+        config.approver = Arc::new(approver::TerminalApprover::new(self.yes));
+        config.events = events;
+        config
+    }
+
+    pub(crate) fn session_spec(&self) -> SessionSpec {
+        let mut spec = SessionSpec::new(self.core_dir());
+        spec.workspace = self.workspace.clone();
+        spec
+    }
+}
+
+/// Starts a runtime with the CLI's approver and a progress sink.
+pub(crate) async fn start_runtime(cli: &Cli) -> anyhow::Result<Runtime> {
+    Ok(Runtime::start(cli.config(Arc::new(Progress::new()))).await?)
+}
+
+/// Shows discovery progress on a terminal; silent when stderr is piped.
+pub(crate) struct Progress {
+    terminal: bool,
+}
+
+impl Progress {
+    pub(crate) fn new() -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            terminal: std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+impl EventSink for Progress {
+    fn emit(&self, event: &Event) {
+        if !self.terminal {
+            return;
+        }
+        let line = match &event.kind {
+            EventKind::ServerConnected {
+                server,
+                pid,
+                tools_listed,
+                ..
+            } => {
+                format!(
+                    "  \u{2713} {server} connected (pid {}, {tools_listed} tools)",
+                    pid.map_or("-".into(), |p| p.to_string())
+                )
+            }
+            EventKind::ServerFailed {
+                server, message, ..
+            } => format!("  \u{2717} {server} failed: {message}"),
+            EventKind::ServerDenied { server, reason, .. } => {
+                format!("  - {server} denied: {reason}")
+            }
+            EventKind::ServerSkipped {
+                server, message, ..
+            } => format!("  - {server} skipped: {message}"),
+            _ => return,
+        };
+        eprintln!("{line}");
+    }
+}

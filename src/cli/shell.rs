@@ -1,0 +1,160 @@
+//! `demiurge --provider fake`: the interactive shell. Works with piped input too, one
+//! command per line, so it can be scripted. Each line is a turn: declaration changes
+//! between two lines are picked up.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use demiurge_mcp::actors::ServerState;
+use demiurge_mcp::{Session, TurnCatalog};
+
+use super::call::print_result;
+use super::tools::print_catalog;
+use super::{Cli, start_runtime};
+
+pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
+    let runtime = start_runtime(cli).await?;
+    let (mut session, _) = runtime.start_session(cli.session_spec()).await?;
+    let interactive = std::io::stdin().is_terminal();
+    println!(
+        "session {} (fake provider); /tools /servers /call NAME JSON /events /new /resume ID /quit",
+        session.id()
+    );
+    loop {
+        if interactive {
+            print!("> ");
+            let _ = std::io::stdout().flush();
+        }
+        let Some(line) = read_line().await else { break };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (command, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let rest = rest.trim();
+        match command {
+            "/quit" | "/exit" => break,
+            "/tools" => {
+                if let Some(catalog) = turn(&session).await {
+                    print_catalog(&catalog);
+                }
+            }
+            "/servers" => servers(&session, cli).await,
+            "/call" => {
+                let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
+                let args = match serde_json::from_str::<serde_json::Value>(args.trim()) {
+                    Ok(v) if v.is_object() => v,
+                    _ => {
+                        println!("usage: /call NAME {{json object}}");
+                        continue;
+                    }
+                };
+                if let Some(catalog) = turn(&session).await {
+                    match catalog.call(name, args).await {
+                        Ok(result) => print_result(&result, false),
+                        Err(refused) => println!("refused: {refused}"),
+                    }
+                }
+            }
+            "/events" => {
+                let path = runtime.event_log_path(session.id());
+                let text = path
+                    .and_then(|p| std::fs::read_to_string(p).ok())
+                    .unwrap_or_default();
+                print!("{text}");
+            }
+            "/new" => {
+                let (next, eviction) = runtime.start_session(cli.session_spec()).await?;
+                session = next;
+                println!("session {}", session.id());
+                report(eviction).await;
+            }
+            "/resume" => match runtime.resume_session(rest).await {
+                Ok((next, eviction)) => {
+                    session = next;
+                    println!("session {} resumed", session.id());
+                    report(eviction).await;
+                }
+                Err(e) => println!("error: {e}"),
+            },
+            other if other.starts_with('/') => println!(
+                "unknown command {other}; try /tools /servers /call /events /new /resume /quit"
+            ),
+            _ => {
+                if let Some(catalog) = turn(&session).await {
+                    println!(
+                        "fake: I read {} characters and can use {} tools; ask me with /call NAME JSON",
+                        line.chars().count(),
+                        catalog.tools().len()
+                    );
+                }
+            }
+        }
+    }
+    runtime.shutdown().await;
+    Ok(0)
+}
+
+async fn read_line() -> Option<String> {
+    tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        match std::io::stdin().lock().read_line(&mut line) {
+            Ok(0) | Err(_) => None,
+            Ok(_) => Some(line),
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+async fn turn(session: &Session) -> Option<TurnCatalog> {
+    match session.prepare_turn().await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            println!("error: {e}");
+            None
+        }
+    }
+}
+
+async fn report(eviction: Option<demiurge_mcp::Eviction>) {
+    if let Some(e) = eviction {
+        match e.wait().await {
+            Ok(r) => println!(
+                "previous session {} evicted ({} connections closed)",
+                r.session, r.connections_closed
+            ),
+            Err(e) => println!("eviction failed: {e}"),
+        }
+    }
+}
+
+async fn servers(session: &Session, cli: &Cli) {
+    let states = session.servers().await;
+    let report = demiurge_mcp::core::load_report(&cli.core_dir());
+    for d in &report.core.declarations {
+        let line = match states
+            .iter()
+            .find(|s| s.server == d.server_id)
+            .map(|s| &s.state)
+        {
+            _ if !d.enabled => "disabled".to_string(),
+            Some(ServerState::Connected { pid, tools }) => {
+                format!(
+                    "connected (pid {}, {tools} tools)",
+                    pid.map_or("-".into(), |p| p.to_string())
+                )
+            }
+            Some(ServerState::Failed {
+                message,
+                retry_in_ms,
+            }) => format!(
+                "failed, cached for {:.1}s more: {message}",
+                *retry_in_ms as f64 / 1000.0
+            ),
+            Some(ServerState::Denied { reason }) => format!("denied: {reason}"),
+            None => "not connected yet (run /tools)".to_string(),
+        };
+        println!("{:<24} {line}", d.server_id);
+    }
+}

@@ -1,0 +1,468 @@
+//! MCP server declarations (`agent/mcp/*.yaml`): the raw serde shape and the validated
+//! [`Declaration`] the rest of the runtime uses.
+//!
+//! Validation happens once, in [`Declaration::from_raw`], which destructures every raw
+//! field so a new field cannot be added without deciding how it is checked.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::LoadError;
+
+/// How the host reaches the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// A child process speaking MCP over stdin/stdout.
+    #[default]
+    Stdio,
+    /// An MCP server over the streamable HTTP transport.
+    StreamableHttp,
+}
+
+impl TransportKind {
+    /// The spelling used in declarations and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Stdio => "stdio",
+            TransportKind::StreamableHttp => "streamable_http",
+        }
+    }
+}
+
+/// The declared risk of a server, shown in approval previews.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// Read-only, local, harmless.
+    Low,
+    /// The default.
+    Medium,
+    /// Writes, network, money.
+    High,
+    /// Irreversible or privileged.
+    Critical,
+}
+
+impl Risk {
+    /// The spelling used in declarations and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::Medium => "medium",
+            Risk::High => "high",
+            Risk::Critical => "critical",
+        }
+    }
+}
+
+/// How an action is approved. Ordered from weakest to strictest, so `max` tightens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalPolicy {
+    /// No prompt.
+    Auto,
+    /// Ask the approver.
+    Prompt,
+    /// Always refuse.
+    Deny,
+}
+
+impl ApprovalPolicy {
+    /// The spelling used in declarations and output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalPolicy::Auto => "auto",
+            ApprovalPolicy::Prompt => "prompt",
+            ApprovalPolicy::Deny => "deny",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawToolFilter {
+    #[serde(default)]
+    include: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+}
+
+/// A declaration file exactly as written; only [`Declaration::from_raw`] reads it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDeclaration {
+    enabled: Option<bool>,
+    transport: Option<TransportKind>,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    cwd: Option<String>,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    tools: Option<RawToolFilter>,
+    risk: Option<Risk>,
+    approval_policy: Option<ApprovalPolicy>,
+    capability: Option<String>,
+    connect_timeout_seconds: Option<f64>,
+    timeout_seconds: Option<f64>,
+    supports_parallel_tool_calls: Option<bool>,
+}
+
+/// Include/exclude globs over raw tool names (`*` is the only wildcard).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFilter {
+    /// Empty means every tool.
+    pub include: Vec<String>,
+    /// Applied after `include`.
+    pub exclude: Vec<String>,
+}
+
+/// What the host needs to start or reach the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A child process.
+    Stdio {
+        /// Program to run (looked up on the allowlisted `PATH` when not a path).
+        command: String,
+        /// Arguments, passed as is.
+        args: Vec<String>,
+        /// Declared environment entries, values still uninterpolated (`${NAME}`).
+        env: BTreeMap<String, String>,
+        /// Declared working directory, unresolved; `None` means the workspace root.
+        cwd: Option<String>,
+    },
+    /// A streamable HTTP endpoint.
+    StreamableHttp {
+        /// The declared URL (may carry secrets in userinfo or query: never print it).
+        url: String,
+        /// Declared headers, values still uninterpolated.
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// A validated server declaration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Declaration {
+    /// The file stem: the identity of the server within its core.
+    pub server_id: String,
+    /// Path relative to the core root, with `/` separators (stable across machines).
+    pub path: String,
+    /// Absolute path of the file, for error messages.
+    pub file: PathBuf,
+    /// Disabled declarations are validated but never connected.
+    pub enabled: bool,
+    /// Transport and its parameters.
+    pub endpoint: Endpoint,
+    /// Which raw tool names become visible.
+    pub tools: ToolFilter,
+    /// Declared risk.
+    pub risk: Risk,
+    /// Declared approval policy (the host never applies anything weaker than `prompt`
+    /// to connecting).
+    pub approval_policy: ApprovalPolicy,
+    /// The capability that calling this server's tools requires.
+    pub call_capability: String,
+    /// Bound on spawn/connect, initialize and listing tools.
+    pub connect_timeout: Duration,
+    /// Bound on one tool call.
+    pub call_timeout: Duration,
+    /// Whether calls to this server may overlap.
+    pub supports_parallel_tool_calls: bool,
+    /// sha256 over (server id, path, canonical declaration): changes when anything
+    /// that could change behaviour changes.
+    pub fingerprint: Fingerprint,
+}
+
+/// A sha256 digest, shown as 64 lowercase hex characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fingerprint(pub [u8; 32]);
+
+impl Fingerprint {
+    /// Digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Fingerprint(Sha256::digest(bytes).into())
+    }
+
+    /// Lowercase hex.
+    pub fn hex(&self) -> String {
+        crate::hex(&self.0)
+    }
+
+    /// The first 12 hex characters, for display.
+    pub fn short(&self) -> String {
+        self.hex()[..12].to_string()
+    }
+}
+
+impl std::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+/// Defaults of decisions.md section 12.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound on one call.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Environment names a declaration may not set: the runtime's promises about the child.
+const RESERVED_ENV: &[&str] = &["HOME"];
+
+impl Declaration {
+    /// Validates a parsed declaration. `canonical` is the document as JSON (sorted keys),
+    /// the input of the fingerprint.
+    pub(crate) fn from_raw(
+        raw: RawDeclaration,
+        server_id: String,
+        path: String,
+        file: PathBuf,
+        canonical: &serde_json::Value,
+    ) -> Result<Self, Vec<LoadError>> {
+        let RawDeclaration {
+            enabled,
+            transport,
+            command,
+            args,
+            env,
+            cwd,
+            url,
+            headers,
+            tools,
+            risk,
+            approval_policy,
+            capability,
+            connect_timeout_seconds,
+            timeout_seconds,
+            supports_parallel_tool_calls,
+        } = raw;
+        let mut errors = Vec::new();
+        let err = |field: &str, message: String| LoadError::new(&file, Some(field), None, message);
+        let transport = transport.unwrap_or_default();
+
+        let endpoint = match transport {
+            TransportKind::Stdio => {
+                for (field, present) in [("url", url.is_some()), ("headers", headers.is_some())] {
+                    if present {
+                        errors.push(err(
+                            field,
+                            format!("`{field}` is only for `transport: streamable_http`; remove it or change the transport"),
+                        ));
+                    }
+                }
+                let command = match command {
+                    Some(c) if !c.trim().is_empty() => c,
+                    Some(_) => {
+                        errors.push(err(
+                            "command",
+                            "`command` is empty; name the program that starts the server".into(),
+                        ));
+                        String::new()
+                    }
+                    None => {
+                        errors.push(err("command", "`transport: stdio` requires `command`; add the program that starts the server".into()));
+                        String::new()
+                    }
+                };
+                let env = env.unwrap_or_default();
+                for name in env.keys() {
+                    if let Some(problem) = env_name_problem(name) {
+                        errors.push(err(&format!("env.{name}"), problem));
+                    }
+                }
+                if let Some(dir) = &cwd
+                    && dir.trim().is_empty()
+                {
+                    errors.push(err(
+                        "cwd",
+                        "`cwd` is empty; remove it to use the workspace root".into(),
+                    ));
+                }
+                Endpoint::Stdio {
+                    command,
+                    args: args.unwrap_or_default(),
+                    env,
+                    cwd,
+                }
+            }
+            TransportKind::StreamableHttp => {
+                for (field, present) in [
+                    ("command", command.is_some()),
+                    ("args", args.is_some()),
+                    ("env", env.is_some()),
+                    ("cwd", cwd.is_some()),
+                ] {
+                    if present {
+                        errors.push(err(
+                            field,
+                            format!("`{field}` is only for `transport: stdio`; remove it or change the transport"),
+                        ));
+                    }
+                }
+                let url = match url {
+                    Some(u) => {
+                        if let Some(problem) = url_problem(&u) {
+                            errors.push(err("url", problem));
+                        }
+                        u
+                    }
+                    None => {
+                        errors.push(err("url", "`transport: streamable_http` requires `url` with an http:// or https:// URL".into()));
+                        String::new()
+                    }
+                };
+                let headers = headers.unwrap_or_default();
+                for name in headers.keys() {
+                    if !is_header_name(name) {
+                        errors.push(err(
+                            &format!("headers.{name}"),
+                            "not a valid HTTP header name; use letters, digits and `-`".into(),
+                        ));
+                    }
+                }
+                Endpoint::StreamableHttp { url, headers }
+            }
+        };
+
+        let tools = tools.unwrap_or_default();
+        for (list, globs) in [("include", &tools.include), ("exclude", &tools.exclude)] {
+            for (i, glob) in globs.iter().enumerate() {
+                if glob.is_empty() {
+                    errors.push(err(
+                        &format!("tools.{list}[{i}]"),
+                        "empty pattern; remove it or write `*`".into(),
+                    ));
+                }
+            }
+        }
+
+        let call_capability = match capability {
+            Some(c) if c.trim().is_empty() || c.contains(char::is_whitespace) => {
+                errors.push(err("capability", "capability names contain no spaces; omit the field to use `mcp.call:<server_id>`".into()));
+                String::new()
+            }
+            Some(c) => c,
+            None => format!("mcp.call:{server_id}"),
+        };
+        let connect_timeout = seconds(
+            connect_timeout_seconds,
+            DEFAULT_CONNECT_TIMEOUT,
+            "connect_timeout_seconds",
+            &mut errors,
+            &file,
+        );
+        let call_timeout = seconds(
+            timeout_seconds,
+            DEFAULT_CALL_TIMEOUT,
+            "timeout_seconds",
+            &mut errors,
+            &file,
+        );
+
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        let fingerprint = fingerprint(&server_id, &path, canonical);
+        Ok(Declaration {
+            server_id,
+            path,
+            file,
+            enabled: enabled.unwrap_or(true),
+            endpoint,
+            tools: ToolFilter {
+                include: tools.include,
+                exclude: tools.exclude,
+            },
+            risk: risk.unwrap_or(Risk::Medium),
+            approval_policy: approval_policy.unwrap_or(ApprovalPolicy::Prompt),
+            call_capability,
+            connect_timeout,
+            call_timeout,
+            supports_parallel_tool_calls: supports_parallel_tool_calls.unwrap_or(false),
+            fingerprint,
+        })
+    }
+
+    /// The transport kind.
+    pub fn transport(&self) -> TransportKind {
+        match self.endpoint {
+            Endpoint::Stdio { .. } => TransportKind::Stdio,
+            Endpoint::StreamableHttp { .. } => TransportKind::StreamableHttp,
+        }
+    }
+
+    /// `mcp.connect:<server_id>`: required to spawn, connect and list tools.
+    pub fn connect_capability(&self) -> String {
+        format!("mcp.connect:{}", self.server_id)
+    }
+
+    /// The declaration shared cheaply between actors.
+    pub fn shared(self) -> Arc<Self> {
+        Arc::new(self)
+    }
+}
+
+/// sha256 over a canonical JSON form of (server id, relative path, declaration).
+/// Comments and formatting do not change it; any value does.
+pub fn fingerprint(server_id: &str, path: &str, canonical: &serde_json::Value) -> Fingerprint {
+    let form = serde_json::json!(["demiurge-mcp-server/v1", server_id, path, canonical]);
+    Fingerprint::of(form.to_string().as_bytes())
+}
+
+fn seconds(
+    value: Option<f64>,
+    default: Duration,
+    field: &str,
+    errors: &mut Vec<LoadError>,
+    file: &std::path::Path,
+) -> Duration {
+    match value {
+        None => default,
+        Some(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Duration::from_secs_f64(v),
+        Some(v) => {
+            errors.push(LoadError::new(
+                file,
+                Some(field),
+                None,
+                format!("must be a number of seconds above 0 and at most 86400, got {v}"),
+            ));
+            default
+        }
+    }
+}
+
+fn env_name_problem(name: &str) -> Option<String> {
+    if RESERVED_ENV.contains(&name) {
+        return Some(format!(
+            "`{name}` is set by the runtime (a dedicated home for MCP servers); remove it"
+        ));
+    }
+    let valid = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    (!valid).then(|| {
+        "environment names use letters, digits and `_` and do not start with a digit".into()
+    })
+}
+
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn url_problem(raw: &str) -> Option<String> {
+    match url::Url::parse(raw) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => None,
+        Ok(_) => Some("`url` must be an http:// or https:// URL with a host".into()),
+        Err(e) => Some(format!(
+            "`url` is not a valid URL ({e}); write an http:// or https:// URL"
+        )),
+    }
+}

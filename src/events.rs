@@ -1,0 +1,325 @@
+//! Typed runtime events, the host's [`EventSink`], and the per-session JSONL log.
+//!
+//! Events are built already redacted (event view); the JSONL log under
+//! `<home>/runtime/session-events/<session>.jsonl` stores the same, durable, view.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type")]
+#[non_exhaustive]
+pub enum EventKind {
+    /// A session started or was resumed.
+    #[serde(rename = "mcp.session_started")]
+    SessionStarted {
+        /// `start` or `resume`.
+        how: &'static str,
+        /// Principal of the session.
+        principal: String,
+    },
+    /// A session's connections were closed.
+    #[serde(rename = "mcp.session_evicted")]
+    SessionEvicted {
+        /// Why (`replaced`, `explicit`, `shutdown`, `child_finished`, ...).
+        reason: String,
+        /// How many connections were closed.
+        connections_closed: usize,
+    },
+    /// A turn's catalog was resolved.
+    #[serde(rename = "mcp.turn_prepared")]
+    TurnPrepared {
+        /// Turn number within the session.
+        turn: u64,
+        /// Visible tools.
+        tools: usize,
+        /// Servers with a diagnostic.
+        failed: usize,
+        /// Servers denied.
+        denied: usize,
+    },
+    /// A server was skipped by authority (not cached: asked again next turn).
+    #[serde(rename = "mcp.server_denied")]
+    ServerDenied {
+        /// Server id.
+        server: String,
+        /// Declaration path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// A server connected and listed its tools.
+    #[serde(rename = "mcp.server_connected")]
+    ServerConnected {
+        /// Server id.
+        server: String,
+        /// Declaration path.
+        path: String,
+        /// Child process id (stdio).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pid: Option<u32>,
+        /// Tools listed by the server (before filtering).
+        tools_listed: usize,
+    },
+    /// A server failed to start, list, or died; its diagnostic is cached.
+    #[serde(rename = "mcp.server_failed")]
+    ServerFailed {
+        /// Server id.
+        server: String,
+        /// Declaration path.
+        path: String,
+        /// Redacted diagnostic.
+        message: String,
+        /// How long the failure is cached, in milliseconds.
+        cached_for_ms: u64,
+    },
+    /// A server was skipped for this turn without a failure cache (missing variable).
+    #[serde(rename = "mcp.server_skipped")]
+    ServerSkipped {
+        /// Server id.
+        server: String,
+        /// Declaration path.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// A connection was closed.
+    #[serde(rename = "mcp.server_closed")]
+    ServerClosed {
+        /// Server id.
+        server: String,
+        /// Why.
+        reason: String,
+    },
+    /// A server's tool list changed; applied at the next turn boundary.
+    #[serde(rename = "mcp.tools_changed")]
+    ToolsChanged {
+        /// Server id.
+        server: String,
+    },
+    /// An approval was requested.
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested {
+        /// `connect` or `call`.
+        action: &'static str,
+        /// Server id.
+        server: String,
+        /// Exposed tool name for calls.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
+        /// The secret-free preview.
+        preview: Value,
+    },
+    /// An approval was decided.
+    #[serde(rename = "approval.decided")]
+    ApprovalDecided {
+        /// `connect` or `call`.
+        action: &'static str,
+        /// Server id.
+        server: String,
+        /// `allow_once`, `allow_session`, `deny`.
+        decision: &'static str,
+        /// Whether the answer came from the allow-for-session cache or the policy.
+        source: &'static str,
+    },
+    /// A tool was called.
+    #[serde(rename = "mcp.tool_called")]
+    ToolCalled {
+        /// Server id.
+        server: String,
+        /// Exposed name.
+        tool: String,
+        /// Whether the result was an error.
+        is_error: bool,
+        /// Wall time of the call.
+        duration_ms: u64,
+        /// Content, event view.
+        content: String,
+    },
+    /// A URL policy decision for one HTTP request.
+    #[serde(rename = "mcp.url_decision")]
+    UrlDecision {
+        /// `connect` (before approval) or `request`.
+        phase: &'static str,
+        /// Server id.
+        server: String,
+        /// The safe audit view.
+        decision: Value,
+    },
+}
+
+/// One event of one session.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Session id.
+    pub session: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+impl Event {
+    /// An event stamped now.
+    pub fn new(session: impl Into<String>, kind: EventKind) -> Self {
+        Event {
+            at_ms: now_ms(),
+            session: session.into(),
+            kind,
+        }
+    }
+
+    /// The `type` string (`mcp.server_denied`, ...).
+    pub fn type_name(&self) -> String {
+        serde_json::to_value(&self.kind)
+            .ok()
+            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_default()
+    }
+}
+
+/// Where the host receives events. Called on runtime tasks: keep it quick.
+pub trait EventSink: Send + Sync + 'static {
+    /// One event, already in its event view.
+    fn emit(&self, event: &Event);
+}
+
+/// A sink that keeps every event in memory: for tests and simple hosts.
+#[derive(Debug, Clone, Default)]
+pub struct MemorySink {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl MemorySink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A copy of everything received so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.events.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    /// Events of one type.
+    pub fn of_type(&self, type_name: &str) -> Vec<Event> {
+        self.events()
+            .into_iter()
+            .filter(|e| e.type_name() == type_name)
+            .collect()
+    }
+}
+
+impl EventSink for MemorySink {
+    fn emit(&self, event: &Event) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(event.clone());
+        }
+    }
+}
+
+/// A sink that drops everything.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NullSink;
+
+impl EventSink for NullSink {
+    fn emit(&self, _event: &Event) {}
+}
+
+/// Fans events out to the host sink and the JSONL log of their session.
+pub struct EventHub {
+    sink: Arc<dyn EventSink>,
+    log_dir: Option<PathBuf>,
+    files: Mutex<HashMap<String, File>>,
+}
+
+impl std::fmt::Debug for EventHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHub")
+            .field("log_dir", &self.log_dir)
+            .finish()
+    }
+}
+
+impl EventHub {
+    /// A hub writing JSONL under `log_dir` (created 0700) when given.
+    pub fn new(sink: Arc<dyn EventSink>, log_dir: Option<PathBuf>) -> Self {
+        EventHub {
+            sink,
+            log_dir,
+            files: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Path of a session's JSONL log.
+    pub fn log_path(&self, session: &str) -> Option<PathBuf> {
+        self.log_dir
+            .as_ref()
+            .map(|d| d.join(format!("{}.jsonl", safe_file_name(session))))
+    }
+
+    /// Delivers one event. Log write failures are reported through `tracing`, never
+    /// raised: an event log must not take a turn down.
+    pub fn emit(&self, session: &str, kind: EventKind) {
+        let event = Event::new(session, kind);
+        self.sink.emit(&event);
+        let Some(path) = self.log_path(session) else {
+            return;
+        };
+        let Ok(mut files) = self.files.lock() else {
+            return;
+        };
+        if !files.contains_key(session) {
+            match crate::process::open_private_append(&path) {
+                Ok(file) => {
+                    files.insert(session.to_string(), file);
+                }
+                Err(e) => {
+                    tracing::warn!("cannot open event log {}: {e}", path.display());
+                    return;
+                }
+            }
+        }
+        if let (Some(file), Ok(mut line)) = (files.get_mut(session), serde_json::to_vec(&event)) {
+            line.push(b'\n');
+            if let Err(e) = file.write_all(&line) {
+                tracing::warn!("cannot write event log {}: {e}", path.display());
+            }
+        }
+    }
+
+    /// Closes a session's log file handle (the file stays).
+    pub fn close_session(&self, session: &str) {
+        if let Ok(mut files) = self.files.lock() {
+            files.remove(session);
+        }
+    }
+}
+
+fn safe_file_name(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,274 @@
+//! Exposed tool names: filters over raw names, normalization, server prefixes and
+//! deterministic, stable collision handling (decisions.md section 3).
+//!
+//! Pure. The catalog actor keeps the previous turn's [`Names`] so that peers kept across
+//! turns keep their names.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::core::ToolFilter;
+
+/// Longest server prefix.
+pub const MAX_PREFIX: usize = 30;
+/// Longest exposed name (`prefix__tool`).
+pub const MAX_NAME: usize = 64;
+const SEPARATOR: &str = "__";
+
+/// Whether `name` matches the glob `pattern` (`*` only, anchored, case-sensitive).
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    // Classic two-pointer match with backtracking to the last star: linear for
+    // practical patterns, no recursion.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == n[ni] {
+            pi += 1;
+            ni += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Whether the filter lets the raw tool name through.
+pub fn filter_allows(filter: &ToolFilter, raw: &str) -> bool {
+    let included = filter.include.is_empty() || filter.include.iter().any(|g| glob_match(g, raw));
+    included && !filter.exclude.iter().any(|g| glob_match(g, raw))
+}
+
+/// A host-safe name fragment: `[A-Za-z][A-Za-z0-9_-]*`.
+pub fn normalize_fragment(raw: &str, fallback: &str) -> String {
+    let mapped: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if mapped.is_empty() {
+        fallback.to_string()
+    } else if !mapped.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        format!("{fallback}-{mapped}")
+    } else {
+        mapped
+    }
+}
+
+/// Names assigned in one turn, kept by the catalog for the next.
+#[derive(Debug, Clone, Default)]
+pub struct Names {
+    /// Server id to prefix.
+    pub prefixes: HashMap<String, String>,
+    /// (server id, raw tool name) to exposed name.
+    pub tools: HashMap<(String, String), String>,
+}
+
+/// The input of one naming pass: a server, in file order, with its filtered tools in
+/// listing order, and whether it is a peer kept from the previous turn.
+pub struct ServerTools<'a> {
+    /// Server id.
+    pub server_id: &'a str,
+    /// Raw tool names after filtering, in listing order.
+    pub tools: Vec<&'a str>,
+    /// Kept peers reuse their previous names.
+    pub kept: bool,
+}
+
+/// Assigns prefixes and exposed names. Kept peers claim their previous names first; the
+/// rest are assigned in file order, tools in listing order; collisions compare
+/// case-insensitively and get `-2`, `-3`, ...
+pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
+    let mut taken_prefixes: HashSet<String> = HashSet::new();
+    let mut taken_names: HashSet<String> = HashSet::new();
+    let mut out = Names::default();
+
+    for server in servers.iter().filter(|s| s.kept) {
+        if let Some(prefix) = previous.prefixes.get(server.server_id)
+            && taken_prefixes.insert(prefix.to_lowercase())
+        {
+            out.prefixes
+                .insert(server.server_id.to_string(), prefix.clone());
+            for tool in &server.tools {
+                let key = (server.server_id.to_string(), tool.to_string());
+                if let Some(name) = previous.tools.get(&key)
+                    && taken_names.insert(name.to_lowercase())
+                {
+                    out.tools.insert(key, name.clone());
+                }
+            }
+        }
+    }
+
+    for server in servers {
+        let prefix = match out.prefixes.get(server.server_id) {
+            Some(p) => p.clone(),
+            None => {
+                let base = cut(&normalize_fragment(server.server_id, "mcp"), MAX_PREFIX);
+                let p = unique(&base, MAX_PREFIX, &mut taken_prefixes);
+                out.prefixes.insert(server.server_id.to_string(), p.clone());
+                p
+            }
+        };
+        for tool in &server.tools {
+            let key = (server.server_id.to_string(), tool.to_string());
+            if out.tools.contains_key(&key) {
+                continue;
+            }
+            let room = MAX_NAME - prefix.len() - SEPARATOR.len();
+            let tool_part = cut(&normalize_fragment(tool, "tool"), room);
+            let name = unique_name(&prefix, &tool_part, room, &mut taken_names);
+            out.tools.insert(key, name);
+        }
+    }
+    out
+}
+
+fn cut(s: &str, max: usize) -> String {
+    // Fragments are ASCII after normalization, so bytes are chars.
+    s[..s.len().min(max)].to_string()
+}
+
+fn unique(base: &str, max: usize, taken: &mut HashSet<String>) -> String {
+    if taken.insert(base.to_lowercase()) {
+        return base.to_string();
+    }
+    (2..)
+        .map(|n| {
+            let suffix = format!("-{n}");
+            format!("{}{suffix}", cut(base, max - suffix.len()))
+        })
+        .find(|candidate| taken.insert(candidate.to_lowercase()))
+        .expect("an unbounded counter always finds a free name")
+}
+
+fn unique_name(prefix: &str, tool: &str, room: usize, taken: &mut HashSet<String>) -> String {
+    let first = format!("{prefix}{SEPARATOR}{tool}");
+    if taken.insert(first.to_lowercase()) {
+        return first;
+    }
+    (2..)
+        .map(|n| {
+            let suffix = format!("-{n}");
+            format!(
+                "{prefix}{SEPARATOR}{}{suffix}",
+                cut(tool, room - suffix.len())
+            )
+        })
+        .find(|candidate| taken.insert(candidate.to_lowercase()))
+        .expect("an unbounded counter always finds a free name")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_are_anchored_and_case_sensitive() {
+        assert!(glob_match("search*", "search_docs"));
+        assert!(!glob_match("search*", "my_search"));
+        assert!(glob_match("*docs", "search_docs"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
+        assert!(!glob_match("Search*", "search"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+    }
+
+    #[test]
+    fn filters_apply_include_then_exclude() {
+        let f = ToolFilter {
+            include: vec!["fetch*".into(), "search_docs".into()],
+            exclude: vec!["fetch_private".into()],
+        };
+        assert!(filter_allows(&f, "fetch_page"));
+        assert!(!filter_allows(&f, "fetch_private"));
+        assert!(filter_allows(&f, "search_docs"));
+        assert!(!filter_allows(&f, "delete"));
+        assert!(filter_allows(&ToolFilter::default(), "anything"));
+    }
+
+    #[test]
+    fn fragments_are_normalized() {
+        assert_eq!(normalize_fragment(" my tool! ", "tool"), "my-tool-");
+        assert_eq!(normalize_fragment("", "tool"), "tool");
+        assert_eq!(normalize_fragment("9lives", "tool"), "tool-9lives");
+        assert_eq!(normalize_fragment("_x", "mcp"), "mcp-_x");
+        assert_eq!(normalize_fragment("é", "tool"), "tool--");
+    }
+
+    fn st<'a>(id: &'a str, tools: &[&'a str], kept: bool) -> ServerTools<'a> {
+        ServerTools {
+            server_id: id,
+            tools: tools.to_vec(),
+            kept,
+        }
+    }
+
+    #[test]
+    fn names_are_prefixed_capped_and_deduplicated() {
+        let long = "x".repeat(100);
+        let names = assign(
+            &[
+                st("docs", &["search", "Search", "search"], false),
+                st(&long, &[&long], false),
+            ],
+            &Names::default(),
+        );
+        assert_eq!(
+            names.tools[&("docs".into(), "search".into())],
+            "docs__search"
+        );
+        assert_eq!(
+            names.tools[&("docs".into(), "Search".into())],
+            "docs__Search-2"
+        );
+        let p = &names.prefixes[&long];
+        assert_eq!(p.len(), MAX_PREFIX);
+        let t = &names.tools[&(long.clone(), long.clone())];
+        assert_eq!(t.len(), MAX_NAME);
+    }
+
+    #[test]
+    fn prefix_collisions_are_case_insensitive() {
+        let names = assign(
+            &[st("Docs", &["a"], false), st("docs", &["a"], false)],
+            &Names::default(),
+        );
+        assert_eq!(names.prefixes["Docs"], "Docs");
+        assert_eq!(names.prefixes["docs"], "docs-2");
+    }
+
+    #[test]
+    fn kept_peers_keep_their_names() {
+        let first = assign(&[st("b", &["t"], false)], &Names::default());
+        // A new server `B` appears earlier in file order; `b` is kept and keeps `b`.
+        let second = assign(&[st("B", &["t"], false), st("b", &["t"], true)], &first);
+        assert_eq!(second.prefixes["b"], "b");
+        assert_eq!(second.prefixes["B"], "B-2");
+    }
+
+    #[test]
+    fn separator_inside_names_cannot_collide() {
+        let names = assign(
+            &[st("a__b", &["c"], false), st("a", &["b__c"], false)],
+            &Names::default(),
+        );
+        assert_eq!(names.tools[&("a__b".into(), "c".into())], "a__b__c");
+        assert_eq!(names.tools[&("a".into(), "b__c".into())], "a__b__c-2");
+    }
+}

@@ -1,0 +1,204 @@
+//! Child process hygiene: the allowlisted environment, `${NAME}` interpolation, private
+//! files and directories, and stderr capture into a bounded anonymous file.
+
+mod stderr;
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+pub use stderr::{
+    CapturedStderr, STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS, StderrCapture, append_stderr_log,
+};
+
+/// Host variables a child may inherit (when set): nothing else of the host leaks.
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TERM",
+    "COLORTERM",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "TZ",
+];
+
+/// A snapshot of the host environment. Passed explicitly so tests never mutate the
+/// process environment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostEnv(pub BTreeMap<String, String>);
+
+impl HostEnv {
+    /// The current process environment (non-UTF-8 entries skipped).
+    pub fn from_process() -> Self {
+        HostEnv(
+            std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+        )
+    }
+
+    /// One variable.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+/// A `${NAME}` reference to a variable the host does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("missing environment variable: {0}")]
+pub struct MissingVariable(pub String);
+
+/// Replaces every `${NAME}` in `value` from `env`. No defaults, no escapes; a `$` not
+/// followed by `{NAME}` stays as it is.
+///
+/// # Errors
+/// [`MissingVariable`] naming the first variable the host does not have.
+pub fn interpolate(value: &str, env: &HostEnv) -> Result<String, MissingVariable> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find('}') {
+            Some(end) if is_var_name(&after[..end]) => {
+                let name = &after[..end];
+                out.push_str(
+                    env.get(name)
+                        .ok_or_else(|| MissingVariable(name.to_string()))?,
+                );
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push_str("${");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+fn is_var_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The complete environment of a stdio child: the allowlist, the dedicated `HOME`,
+/// then the declared (already interpolated) entries.
+pub fn child_environment(
+    host: &HostEnv,
+    home: &Path,
+    declared: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = ENV_ALLOWLIST
+        .iter()
+        .filter_map(|k| host.get(k).map(|v| (k.to_string(), v.to_string())))
+        .collect();
+    env.insert("HOME".into(), home.display().to_string());
+    env.extend(declared.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// Creates `dir` (and parents) and makes it 0700 whatever the umask. A symlink at `dir`
+/// is refused.
+///
+/// # Errors
+/// IO errors, or `InvalidInput` for a symlink.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    if let Ok(meta) = std::fs::symlink_metadata(dir)
+        && meta.file_type().is_symlink()
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is a symlink; refusing to use it", dir.display()),
+        ));
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// Opens `path` for appending, 0600 whatever the umask, its directory 0700; a symlink
+/// at `path` is refused, not followed.
+///
+/// # Errors
+/// IO errors (a symlink gives `ELOOP`).
+pub fn open_private_append(path: &Path) -> io::Result<File> {
+    if let Some(parent) = path.parent() {
+        private_dir(parent)?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HostEnv {
+        HostEnv(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn interpolation_replaces_and_reports_missing() {
+        let e = env(&[("TOKEN", "t0k")]);
+        assert_eq!(interpolate("Bearer ${TOKEN}!", &e).unwrap(), "Bearer t0k!");
+        assert_eq!(
+            interpolate("$TOKEN ${ not} ${", &e).unwrap(),
+            "$TOKEN ${ not} ${"
+        );
+        assert_eq!(
+            interpolate("${NOPE}", &e).unwrap_err(),
+            MissingVariable("NOPE".into())
+        );
+    }
+
+    #[test]
+    fn child_environment_is_allowlist_home_and_declared() {
+        let host = env(&[
+            ("PATH", "/bin"),
+            ("USER", "root"),
+            ("HTTP_PROXY", "x"),
+            ("LANG", "C"),
+        ]);
+        let declared = BTreeMap::from([("API".to_string(), "v".to_string())]);
+        let out = child_environment(&host, Path::new("/h/mcp-home"), &declared);
+        let names: Vec<&str> = out.keys().map(String::as_str).collect();
+        assert_eq!(names, ["API", "HOME", "LANG", "PATH"]);
+        assert_eq!(out["HOME"], "/h/mcp-home");
+    }
+
+    #[test]
+    fn private_files_ignore_umask_and_refuse_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs/x.log");
+        open_private_append(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let dmode = std::fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(dmode, 0o700);
+        let link = dir.path().join("logs/link.log");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(open_private_append(&link).is_err());
+    }
+}

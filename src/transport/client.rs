@@ -1,0 +1,243 @@
+//! A connected MCP client, whatever its transport.
+
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientRequest, Implementation,
+    InitializeRequestParams, JsonObject, PaginatedRequestParams, ProtocolVersion, Request,
+    ServerResult, Tool,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::{Peer, RoleClient, ServiceError};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::stdio::ChildProcess;
+use crate::process::CapturedStderr;
+
+/// Most pages of `tools/list` followed for one server.
+pub const MAX_TOOL_PAGES: usize = 100;
+/// Most tools kept for one server; the rest are dropped with a diagnostic.
+pub const MAX_TOOLS: usize = 5_000;
+
+/// Something a server told us outside a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerSignal {
+    /// `notifications/tools/list_changed`.
+    ToolsChanged,
+}
+
+/// Our rmcp client handler: identifies the runtime and forwards notifications.
+#[derive(Clone)]
+pub struct ClientHandler {
+    signals: UnboundedSender<ServerSignal>,
+}
+
+impl ClientHandler {
+    /// A handler forwarding server notifications to `signals`.
+    pub fn new(signals: UnboundedSender<ServerSignal>) -> Self {
+        ClientHandler { signals }
+    }
+}
+
+impl rmcp::ClientHandler for ClientHandler {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        let _ = self.signals.send(ServerSignal::ToolsChanged);
+    }
+
+    fn get_info(&self) -> InitializeRequestParams {
+        // 2025-11-25 is what strict third-party servers and checkers expect; newer
+        // servers accept it too.
+        InitializeRequestParams::new(
+            ClientCapabilities::default(),
+            Implementation::new("demiurge-mcp", env!("CARGO_PKG_VERSION")),
+        )
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+}
+
+/// The tools a server listed, capped.
+#[derive(Debug, Clone)]
+pub struct ListedTools {
+    /// Tools in listing order.
+    pub tools: Vec<Tool>,
+    /// Whether the list was cut at [`MAX_TOOLS`] or [`MAX_TOOL_PAGES`].
+    pub truncated: bool,
+}
+
+/// Why a call did not produce a result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallFailure {
+    /// `timeout_seconds` passed; the request was cancelled on the server.
+    Timeout(Duration),
+    /// The connection is gone (process exited, transport closed).
+    Closed(String),
+    /// The server answered with a protocol error.
+    Protocol(String),
+}
+
+impl std::fmt::Display for CallFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallFailure::Timeout(d) => write!(
+                f,
+                "the call timed out after {:.1}s and was cancelled on the server",
+                d.as_secs_f64()
+            ),
+            CallFailure::Closed(m) => write!(f, "the server connection is closed: {m}"),
+            CallFailure::Protocol(m) => write!(f, "the server returned an error: {m}"),
+        }
+    }
+}
+
+/// What closing a connection observed.
+#[derive(Debug, Clone)]
+pub struct CloseReport {
+    /// Exit status of the child (stdio), when it could be observed.
+    pub exit: Option<String>,
+    /// The captured stderr window (stdio).
+    pub stderr: Option<CapturedStderr>,
+}
+
+/// A live MCP client.
+pub struct McpClient {
+    service: Option<RunningService<RoleClient, ClientHandler>>,
+    peer: Peer<RoleClient>,
+    pub(crate) process: Option<ChildProcess>,
+}
+
+impl std::fmt::Debug for McpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpClient")
+            .field("pid", &self.pid())
+            .finish()
+    }
+}
+
+impl McpClient {
+    pub(crate) fn new(
+        service: RunningService<RoleClient, ClientHandler>,
+        process: Option<ChildProcess>,
+    ) -> Self {
+        let peer = service.peer().clone();
+        McpClient {
+            service: Some(service),
+            peer,
+            process,
+        }
+    }
+
+    /// The child process id (stdio).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(ChildProcess::pid)
+    }
+
+    /// A cheap handle for issuing requests from other tasks.
+    pub fn peer(&self) -> Peer<RoleClient> {
+        self.peer.clone()
+    }
+
+    /// A receiver that yields once the child process has exited (stdio).
+    pub fn exit_watch(&self) -> Option<tokio::sync::watch::Receiver<Option<String>>> {
+        self.process.as_ref().map(ChildProcess::exit_watch)
+    }
+
+    /// Lists every page of tools, capped.
+    ///
+    /// # Errors
+    /// The server's or transport's error, unredacted: the caller redacts.
+    pub async fn list_tools(&self) -> Result<ListedTools, String> {
+        list_tools(&self.peer).await
+    }
+
+    /// Closes the connection: transport first, then the process group (grace period,
+    /// SIGTERM, SIGKILL), then reads the stderr window.
+    pub async fn close(mut self, grace: Duration) -> CloseReport {
+        if let Some(service) = self.service.take() {
+            let _ = tokio::time::timeout(grace, service.cancel()).await;
+        }
+        match self.process.take() {
+            Some(process) => process.close(grace).await,
+            None => CloseReport {
+                exit: None,
+                stderr: None,
+            },
+        }
+    }
+}
+
+/// Lists every page of tools from `peer`, capped.
+///
+/// # Errors
+/// The server's or transport's error, unredacted.
+pub async fn list_tools(peer: &Peer<RoleClient>) -> Result<ListedTools, String> {
+    let mut tools = Vec::new();
+    let mut cursor = None;
+    let mut truncated = false;
+    for page in 0.. {
+        if page == MAX_TOOL_PAGES {
+            truncated = true;
+            break;
+        }
+        let result = peer
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .map_err(|e| service_error(&e))?;
+        tools.extend(result.tools);
+        if tools.len() > MAX_TOOLS {
+            tools.truncate(MAX_TOOLS);
+            truncated = true;
+            break;
+        }
+        match result.next_cursor {
+            Some(next) if !next.is_empty() => cursor = Some(next),
+            _ => break,
+        }
+    }
+    Ok(ListedTools { tools, truncated })
+}
+
+/// Calls a tool with a timeout; on timeout rmcp sends `notifications/cancelled`.
+///
+/// # Errors
+/// [`CallFailure`], unredacted.
+pub async fn call_tool(
+    peer: &Peer<RoleClient>,
+    tool: &str,
+    arguments: Option<JsonObject>,
+    timeout: Duration,
+) -> Result<serde_json::Value, CallFailure> {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    params.arguments = arguments;
+    let request = ClientRequest::CallToolRequest(Request::new(params));
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+        .await
+        .map_err(|e| classify(&e, timeout))?;
+    match handle.await_response().await {
+        Ok(ServerResult::CallToolResult(result)) => {
+            serde_json::to_value(result).map_err(|e| CallFailure::Protocol(e.to_string()))
+        }
+        Ok(_) => Err(CallFailure::Protocol(
+            "unexpected response to tools/call".into(),
+        )),
+        Err(e) => Err(classify(&e, timeout)),
+    }
+}
+
+fn classify(e: &ServiceError, timeout: Duration) -> CallFailure {
+    match e {
+        ServiceError::Timeout { .. } => CallFailure::Timeout(timeout),
+        ServiceError::McpError(data) => CallFailure::Protocol(data.message.to_string()),
+        ServiceError::TransportClosed
+        | ServiceError::TransportSend(_)
+        | ServiceError::Cancelled { .. } => CallFailure::Closed(e.to_string()),
+        other => CallFailure::Protocol(other.to_string()),
+    }
+}
+
+pub(crate) fn service_error(e: &ServiceError) -> String {
+    match e {
+        ServiceError::McpError(data) => data.message.to_string(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,14 @@
+//! MCP client connections: starting or reaching a server, listing its tools, calling
+//! them, and closing without leaving anything behind.
+//!
+//! Used only by the connection actor and the catalog's preparation task; nothing here
+//! knows about sessions or authority.
+
+mod client;
+mod stdio;
+
+pub use client::{
+    CallFailure, ClientHandler, CloseReport, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient,
+    ServerSignal, call_tool, list_tools,
+};
+pub use stdio::{StdioLaunch, connect_stdio};

@@ -1,0 +1,197 @@
+//! stdio servers: a child process in its own process group, with a cleared environment,
+//! stdin/stdout carrying MCP, stderr captured.
+//!
+//! The [`ChildProcess`] guard kills the whole group when dropped, so a cancelled connect
+//! (timeout, eviction) can never leave a process behind.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use rmcp::ServiceExt;
+use tokio::process::Command;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
+
+use super::client::{ClientHandler, CloseReport, ListedTools, McpClient, ServerSignal};
+use crate::process::{CapturedStderr, StderrCapture};
+
+/// Everything needed to start one stdio server, already authorized and interpolated.
+#[derive(Clone)]
+pub struct StdioLaunch {
+    /// Program.
+    pub command: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// The complete environment (allowlist, HOME, declared entries).
+    pub env: BTreeMap<String, String>,
+    /// The checked working directory (resolved once, used as is).
+    pub cwd: PathBuf,
+}
+
+impl std::fmt::Debug for StdioLaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Values of env and args may be secrets: show names and counts only.
+        f.debug_struct("StdioLaunch")
+            .field("command", &self.command)
+            .field("args", &self.args.len())
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .finish()
+    }
+}
+
+/// A running child and its process group.
+pub(crate) struct ChildProcess {
+    pid: u32,
+    exit: watch::Receiver<Option<String>>,
+    stderr: Option<StderrCapture>,
+    /// Set once the group was killed on purpose; Drop then has nothing to do.
+    closed: bool,
+}
+
+impl ChildProcess {
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub(crate) fn exit_watch(&self) -> watch::Receiver<Option<String>> {
+        self.exit.clone()
+    }
+
+    fn signal_group(&self, signal: Signal) {
+        // ESRCH (group already gone) is the expected outcome after a clean exit.
+        let _ = killpg(Pid::from_raw(self.pid as i32), signal);
+    }
+
+    async fn wait_exit(&mut self, wait: Duration) -> bool {
+        let mut rx = self.exit.clone();
+        tokio::time::timeout(wait, rx.wait_for(Option::is_some))
+            .await
+            .is_ok()
+    }
+
+    /// Stops the group: wait for a voluntary exit (stdin is already closed), SIGTERM,
+    /// SIGKILL; then kills whatever else is left in the group (grandchildren).
+    pub(crate) async fn close(mut self, grace: Duration) -> CloseReport {
+        if !self.wait_exit(grace).await {
+            self.signal_group(Signal::SIGTERM);
+            if !self.wait_exit(grace).await {
+                self.signal_group(Signal::SIGKILL);
+                self.wait_exit(grace).await;
+            }
+        }
+        self.signal_group(Signal::SIGKILL);
+        self.closed = true;
+        let exit = self.exit.borrow().clone();
+        let stderr = match self.stderr.take() {
+            Some(capture) => Some(capture.finish(grace).await),
+            None => None,
+        };
+        CloseReport { exit, stderr }
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        if !self.closed {
+            self.signal_group(Signal::SIGKILL);
+        }
+    }
+}
+
+/// Starts the server, initializes MCP and lists its tools, all within `timeout`.
+///
+/// On failure the process group is killed and the stderr captured so far is returned
+/// with the (unredacted) message, so the caller can log it.
+///
+/// # Errors
+/// The message and the stderr window.
+pub async fn connect_stdio(
+    launch: &StdioLaunch,
+    signals: UnboundedSender<ServerSignal>,
+    timeout: Duration,
+    grace: Duration,
+) -> Result<(McpClient, ListedTools), (String, Option<CapturedStderr>)> {
+    let mut command = Command::new(&launch.command);
+    command
+        .args(&launch.args)
+        .env_clear()
+        .envs(&launch.env)
+        .current_dir(&launch.cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .map_err(|e| (format!("cannot start `{}`: {e}", launch.command), None))?;
+    let pid = child.id().unwrap_or_default();
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let (exit_tx, exit_rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let status = match child.wait().await {
+            Ok(s) => s.to_string(),
+            Err(e) => format!("unknown ({e})"),
+        };
+        let _ = exit_tx.send(Some(status));
+    });
+    let process = ChildProcess {
+        pid,
+        exit: exit_rx,
+        stderr: stderr.and_then(|s| StderrCapture::start(s).ok()),
+        closed: false,
+    };
+    let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
+        let report = process.close(grace).await;
+        return Err((
+            "the child's stdio pipes were not available".into(),
+            report.stderr,
+        ));
+    };
+
+    let started = tokio::time::timeout(timeout, async {
+        let service = ClientHandler::new(signals)
+            .serve((stdout, stdin))
+            .await
+            .map_err(|e| format!("initialize failed: {e}"))?;
+        let listed = super::client::list_tools(service.peer())
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        Ok::<_, String>((service, listed))
+    })
+    .await;
+
+    match started {
+        Ok(Ok((service, listed))) => Ok((McpClient::new(service, Some(process)), listed)),
+        Ok(Err(message)) => {
+            let exited = process.exit.borrow().clone();
+            let report = close_failed(process, grace).await;
+            let message = match exited.or(report.exit) {
+                Some(status) => format!("{message} (process exited: {status})"),
+                None => message,
+            };
+            Err((message, report.stderr))
+        }
+        Err(_) => {
+            let report = close_failed(process, grace).await;
+            Err((
+                format!(
+                    "no answer within the connect timeout of {:.1}s (start, initialize and tools/list)",
+                    timeout.as_secs_f64()
+                ),
+                report.stderr,
+            ))
+        }
+    }
+}
+
+async fn close_failed(process: ChildProcess, grace: Duration) -> CloseReport {
+    // A server that failed to start gets no grace for a voluntary exit.
+    process.signal_group(Signal::SIGKILL);
+    process.close(grace).await
+}
