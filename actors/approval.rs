@@ -45,8 +45,8 @@ struct Pending {
 pub enum BrokerMsg {
     /// Decide one request under `policy`.
     Request {
-        /// The question.
-        request: ApprovalRequest,
+        /// The question (boxed: it carries the whole preview).
+        request: Box<ApprovalRequest>,
         /// Fingerprint of the server's declaration (cache key).
         fingerprint: Fingerprint,
         /// The effective policy.
@@ -166,6 +166,7 @@ impl Actor for Broker {
                 policy,
                 reply,
             } => {
+                let request = *request;
                 let key = CacheKey {
                     session: request.session.clone(),
                     action: request.action,
@@ -257,7 +258,7 @@ impl BrokerHandle {
             .actor
             .call(
                 |reply| BrokerMsg::Request {
-                    request,
+                    request: Box::new(request),
                     fingerprint,
                     policy,
                     reply,

@@ -113,6 +113,9 @@ pub(crate) struct Resolution {
     cached_failures: Vec<(Arc<Declaration>, String)>,
 }
 
+// Outcomes are built once per server per turn and moved, never stored: boxing the
+// connected variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Outcome {
     Connected {
         declaration: Arc<Declaration>,
@@ -156,6 +159,13 @@ struct Failure {
     until: Instant,
 }
 
+/// A turn waiting for the one in progress: core snapshot, turn number, reply.
+type PendingTurn = (
+    Arc<AgentCore>,
+    u64,
+    RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+);
+
 pub(crate) struct CatalogArgs {
     pub shared: Arc<Shared>,
     pub identity: CatalogIdentity,
@@ -175,11 +185,7 @@ pub(crate) struct CatalogState {
     denied: HashMap<String, String>,
     names: Names,
     preparing: bool,
-    queue: VecDeque<(
-        Arc<AgentCore>,
-        u64,
-        RpcReplyPort<Result<TurnCatalog, PrepareError>>,
-    )>,
+    queue: VecDeque<PendingTurn>,
     closing: bool,
 }
 
@@ -851,6 +857,13 @@ impl ResolveContext {
                 message: "the runtime is shutting down".into(),
             };
         };
+        self.shared.hub.emit(
+            &self.session,
+            EventKind::ServerConnecting {
+                server: declaration.server_id.clone(),
+                path: declaration.path.clone(),
+            },
+        );
         let (tx, rx) = mpsc::unbounded_channel();
         match connect_stdio(
             &launch,

@@ -220,6 +220,21 @@ impl TurnCatalog {
         entry: &ToolEntry,
         arguments: Value,
     ) -> Result<ToolResult, CallError> {
+        let outcome = self.dispatch(entry, arguments).await;
+        if let Err(refused) = &outcome {
+            self.shared.hub.emit(
+                &self.session,
+                EventKind::CallDenied {
+                    server: entry.server.clone(),
+                    tool: entry.name.clone(),
+                    reason: refused.to_string(),
+                },
+            );
+        }
+        outcome
+    }
+
+    async fn dispatch(&self, entry: &ToolEntry, arguments: Value) -> Result<ToolResult, CallError> {
         let binding = &entry.binding;
         if binding.session != self.session || binding.catalog_id != self.catalog_id {
             return Err(CallError::Invalid(format!(

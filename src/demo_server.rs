@@ -1,8 +1,8 @@
 //! The built-in demo MCP server (`demiurge demo-server`), written with rmcp.
 //!
 //! Small and obviously correct: it is the real server behind `demo`, the integration
-//! tests and the benches. Tools: `echo`, `add`, `sleep`, `fail`, `whoami`, `env_names`,
-//! `cwd`, `stderr`, plus `--extra-tools N` generated tools served `--page-size` per page
+//! tests and the benches. Tools: `echo`, `add`, `sleep`, `in_flight`, `fail`, `whoami`,
+//! `env_names`, `cwd`, `stderr`, plus `--extra-tools N` generated tools served `--page-size` per page
 //! (to exercise pagination).
 
 use std::sync::Arc;
@@ -81,15 +81,28 @@ impl DemoServer {
     }
 
     #[tool(description = "Sleep for ms milliseconds; reports the most sleep calls seen at once")]
-    async fn sleep(&self, Parameters(SleepArgs { ms }): Parameters<SleepArgs>) -> CallToolResult {
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.max_in_flight.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    async fn sleep(
+        &self,
+        Parameters(SleepArgs { ms }): Parameters<SleepArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        let _guard = InFlight::enter(&self.in_flight, &self.max_in_flight);
+        // A cancelled request (notifications/cancelled) stops sleeping at once.
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(ms)) => {}
+            () = context.ct.cancelled() => {
+                return CallToolResult::error(vec![ContentBlock::text("cancelled")]);
+            }
+        }
         CallToolResult::structured(json!({
             "slept_ms": ms,
             "max_concurrent": self.max_in_flight.load(Ordering::SeqCst),
         }))
+    }
+
+    #[tool(description = "Report how many sleep calls are running now (cancelled ones are not)")]
+    async fn in_flight(&self) -> CallToolResult {
+        CallToolResult::structured(json!({ "sleeping": self.in_flight.load(Ordering::SeqCst) }))
     }
 
     #[tool(description = "Return an error result carrying the message")]
@@ -122,6 +135,23 @@ impl DemoServer {
     async fn stderr(&self, Parameters(TextArgs { text }): Parameters<TextArgs>) -> String {
         eprintln!("{text}");
         format!("wrote {} characters to stderr", text.chars().count())
+    }
+}
+
+/// Counts a running `sleep` call; dropping it (completion or cancellation) uncounts it.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn enter(now: &Arc<AtomicUsize>, max: &AtomicUsize) -> Self {
+        let current = now.fetch_add(1, Ordering::SeqCst) + 1;
+        max.fetch_max(current, Ordering::SeqCst);
+        InFlight(Arc::clone(now))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

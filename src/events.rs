@@ -63,6 +63,14 @@ pub enum EventKind {
         /// Why.
         reason: String,
     },
+    /// A server was authorized and is being started or reached.
+    #[serde(rename = "mcp.server_connecting")]
+    ServerConnecting {
+        /// Server id.
+        server: String,
+        /// Declaration path.
+        path: String,
+    },
     /// A server connected and listed its tools.
     #[serde(rename = "mcp.server_connected")]
     ServerConnected {
@@ -150,6 +158,16 @@ pub enum EventKind {
         duration_ms: u64,
         /// Content, event view.
         content: String,
+    },
+    /// A call was refused before reaching its server.
+    #[serde(rename = "mcp.call_denied")]
+    CallDenied {
+        /// Server id.
+        server: String,
+        /// Exposed name.
+        tool: String,
+        /// Why.
+        reason: String,
     },
     /// A URL policy decision for one HTTP request.
     #[serde(rename = "mcp.url_decision")]

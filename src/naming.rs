@@ -15,6 +15,12 @@ pub const MAX_NAME: usize = 64;
 const SEPARATOR: &str = "__";
 
 /// Whether `name` matches the glob `pattern` (`*` only, anchored, case-sensitive).
+///
+/// ```
+/// use demiurge_mcp::naming::glob_match;
+/// assert!(glob_match("search*", "search_docs"));
+/// assert!(!glob_match("search*", "my_search"));
+/// ```
 pub fn glob_match(pattern: &str, name: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
     let n: Vec<char> = name.chars().collect();

@@ -92,6 +92,7 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -106,6 +107,18 @@ pub(crate) fn main() -> ExitCode {
     // Tasks still closing children get a moment; guards kill what is left.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     ExitCode::from(code)
+}
+
+/// Diagnostics of the runtime itself go to stderr, `warn` by default
+/// (`DEMIURGE_LOG` overrides). rmcp's own logs stay off unless asked for: at debug level
+/// they print protocol messages, which may carry tool arguments.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DEMIURGE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("demiurge_mcp=warn,rmcp=off"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn run(cli: Cli) -> u8 {
@@ -209,6 +222,7 @@ impl EventSink for Progress {
             return;
         }
         let line = match &event.kind {
+            EventKind::ServerConnecting { server, .. } => format!("  \u{2026} {server} connecting"),
             EventKind::ServerConnected {
                 server,
                 pid,

@@ -54,11 +54,19 @@ impl LoadError {
     }
 
     fn from_yaml(file: &Path, err: YamlError) -> Self {
+        // serde names our private raw types; say what the user must write instead.
+        let message = match err.message.find("expected struct ") {
+            Some(at) => format!(
+                "{}expected a mapping of fields such as `command:` or `url:`",
+                &err.message[..at]
+            ),
+            None => err.message,
+        };
         LoadError {
             file: file.to_path_buf(),
             field: err.field,
             line: err.line,
-            message: err.message,
+            message,
         }
     }
 }

@@ -110,8 +110,12 @@ static SENSITIVE_ASSIGNMENT: LazyLock<Regex> = LazyLock::new(|| {
     .expect("valid regex")
 });
 static AUTHORIZATION_LINE: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\b((?:proxy-)?authorization|x-api-key|cookie|set-cookie)(\s*:\s*)([^\r\n]+)")
-        .expect("valid regex")
+    // `Authorization: Bearer xyz` keeps the scheme and hides the credential; cookie
+    // headers hide the rest of the line (their values are `;`-separated).
+    Regex::new(
+        r"(?i)\b((?:proxy-)?authorization|x-api-key)(\s*:\s*(?:(?:bearer|basic|token|digest)\s+)?)(\S+)|\b(cookie|set-cookie)(\s*:\s*)([^\r\n]+)",
+    )
+    .expect("valid regex")
 });
 static JSON_FIELD: LazyLock<Regex> = LazyLock::new(|| {
     let markers = sensitive_alternation();
@@ -214,15 +218,15 @@ impl Redactor {
             format!("{}{}@", &c[1], marker(view, "url_credentials", creds))
         });
         let out = AUTHORIZATION_LINE.replace_all(&out, |c: &Captures| {
-            if c[3].starts_with("<redacted") {
+            let (name, sep, value) = match (c.get(1), c.get(4)) {
+                (Some(name), _) => (name.as_str(), &c[2], &c[3]),
+                (None, Some(name)) => (name.as_str(), &c[5], &c[6]),
+                _ => return c[0].to_string(),
+            };
+            if value.starts_with("<redacted") {
                 return c[0].to_string();
             }
-            format!(
-                "{}{}{}",
-                &c[1],
-                &c[2],
-                marker(view, &c[1].to_lowercase(), &c[3])
-            )
+            format!("{name}{sep}{}", marker(view, &name.to_lowercase(), value))
         });
         let out = JSON_FIELD.replace_all(&out, |c: &Captures| {
             if c[3].starts_with("<redacted") {

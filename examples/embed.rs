@@ -1,0 +1,70 @@
+//! A minimal host embedding the runtime: start it, start a session, prepare a turn, call
+//! a tool, evict, shut down.
+//!
+//! `cargo run --example embed` builds a temporary Agent Core whose server is this very
+//! example run as `embed demo-server` (the built-in demo MCP server), so it needs
+//! nothing else. Pass a core directory to use your own: `cargo run --example embed -- DIR`.
+
+use demiurge_mcp::events::MemorySink;
+use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig, SessionSpec};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let arg = std::env::args().nth(1);
+    if arg.as_deref() == Some("demo-server") {
+        return demiurge_mcp::demo_server::serve_stdio(Default::default()).await;
+    }
+    let scratch = tempfile::tempdir()?;
+    let core = match arg {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => write_core(scratch.path())?,
+    };
+
+    // A host decides approvals; this one allows everything for the session.
+    let events = MemorySink::new();
+    let config = RuntimeConfig::new(scratch.path().join("home"))
+        .with_approver(FixedApprover(ApprovalAnswer::AllowSession))
+        .with_events(events.clone());
+    let runtime = Runtime::start(config).await?;
+
+    let (session, _previous) = runtime.start_session(SessionSpec::new(&core)).await?;
+    let turn = session.prepare_turn().await?;
+    println!("turn {} of session {}:", turn.turn(), session.id());
+    for tool in turn.tools() {
+        println!("  {}  ({}/{})", tool.name, tool.server, tool.tool);
+    }
+    for d in turn.diagnostics() {
+        println!("  diagnostic {}: {}", d.server, d.message);
+    }
+    if turn.get("demo__echo").is_some() {
+        let result = turn
+            .call("demo__echo", serde_json::json!({"message": "hello, host"}))
+            .await?;
+        // The model view is what a host hands to its model.
+        println!("model sees: {}", result.views.model.content);
+    }
+
+    let report = runtime.evict_session(session.id()).await?;
+    println!(
+        "evicted {} ({} connections closed)",
+        report.session, report.connections_closed
+    );
+    runtime.shutdown().await;
+    println!("{} events", events.events().len());
+    Ok(())
+}
+
+fn write_core(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    let core = dir.join("core");
+    std::fs::create_dir_all(core.join("agent/mcp"))?;
+    std::fs::write(
+        core.join("agent.yaml"),
+        "capabilities:\n  defaults:\n    mcp.connect:demo: {scope: core}\n    mcp.call:demo: {scope: core}\n",
+    )?;
+    let exe = serde_json::to_string(&std::env::current_exe()?)?;
+    std::fs::write(
+        core.join("agent/mcp/demo.yaml"),
+        format!("command: {exe}\nargs: [demo-server]\napproval_policy: auto\n"),
+    )?;
+    Ok(core)
+}

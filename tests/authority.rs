@@ -1,0 +1,206 @@
+//! Connect authority in the order of decisions.md section 2: capability, cwd, approval;
+//! denials never spawn and are asked again next turn.
+
+mod common;
+
+use common::{Core, Recorder, count, demo, demo_counting, harness, names};
+use demiurge_mcp::ApprovalAnswer;
+use demiurge_mcp::actors::Action;
+
+#[tokio::test]
+async fn missing_connect_capability_prevents_spawn_and_approval() {
+    let marker = tempfile::tempdir().unwrap();
+    let started = marker.path().join("started");
+    let core = Core::new()
+        .grant(&["mcp.call:docs"])
+        .server("docs", &demo_counting(&started, ""));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(catalog.tools().is_empty());
+    assert_eq!(catalog.denied()[0].server, "docs");
+    assert!(
+        catalog.denied()[0].reason.contains("mcp.connect:docs"),
+        "{:?}",
+        catalog.denied()
+    );
+    assert_eq!(count(&started), 0, "a denied server must never start");
+    assert!(
+        h.approver.requests().is_empty(),
+        "capability denial comes before approval"
+    );
+    assert_eq!(h.sink.of_type("mcp.server_denied").len(), 1);
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn denied_approval_prevents_spawn_and_is_asked_again_next_turn() {
+    let marker = tempfile::tempdir().unwrap();
+    let started = marker.path().join("started");
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &demo_counting(&started, ""));
+    let h = harness(Recorder::new(|_| ApprovalAnswer::Deny)).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    for turn in 1..=2 {
+        let catalog = session.prepare_turn().await.unwrap();
+        assert!(catalog.tools().is_empty());
+        assert_eq!(catalog.denied().len(), 1);
+        assert_eq!(h.approver.asked_for("docs"), turn, "denials are not cached");
+    }
+    assert_eq!(count(&started), 0);
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_grant_added_between_turns_is_picked_up_and_reauthorizes_everything() {
+    let marker = tempfile::tempdir().unwrap();
+    let started = marker.path().join("started");
+    let mut core = Core::new()
+        .grant_servers(&["ok"])
+        .server("ok", &demo_counting(&started, ""))
+        .server("late", &demo(""));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let first = session.prepare_turn().await.unwrap();
+    assert_eq!(first.denied()[0].server, "late");
+    let before = common::pid_of(&first, "ok__whoami").await;
+
+    // The session reads grants from the core each turn: a new snapshot is a new catalog
+    // identity, so everything is reauthorized; here we only check the denial is gone.
+    core.set_grants(&[
+        "mcp.connect:ok",
+        "mcp.call:ok",
+        "mcp.connect:late",
+        "mcp.call:late",
+    ]);
+    let second = session.prepare_turn().await.unwrap();
+    assert!(second.denied().is_empty(), "{:?}", second.denied());
+    assert!(names(&second).contains(&"late__echo".to_string()));
+    let after = common::pid_of(&second, "ok__whoami").await;
+    assert_ne!(before, after, "a capability change must not reuse peers");
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn cwd_outside_the_workspace_is_denied_before_approval() {
+    let marker = tempfile::tempdir().unwrap();
+    let started = marker.path().join("started");
+    let outside = tempfile::tempdir().unwrap();
+    let core = Core::new().grant_servers(&["esc", "link"]);
+    core.write("esc", &demo_counting(&started, "cwd: ../../..\n"));
+    std::os::unix::fs::symlink(outside.path(), core.root().join("sneaky")).unwrap();
+    core.write("link", &demo_counting(&started, "cwd: sneaky\n"));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert_eq!(catalog.denied().len(), 2, "{:?}", catalog.denied());
+    assert!(
+        catalog
+            .denied()
+            .iter()
+            .all(|d| d.reason.contains("outside the workspace"))
+    );
+    assert!(h.approver.requests().is_empty());
+    assert_eq!(count(&started), 0);
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn cwd_inside_the_workspace_is_where_the_server_runs() {
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &demo("cwd: sub/dir\n"));
+    std::fs::create_dir_all(core.root().join("sub/dir")).unwrap();
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let result = catalog
+        .call("docs__cwd", serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(
+        result.views.operator.content,
+        core.root().join("sub/dir").display().to_string()
+    );
+    let preview = &h.approver.requests()[0].preview;
+    assert_eq!(
+        preview.cwd.as_deref(),
+        Some(core.root().join("sub/dir").display().to_string().as_str())
+    );
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn connect_is_never_weaker_than_prompt_and_deny_always_denies() {
+    let core = Core::new()
+        .grant_servers(&["auto", "never"])
+        .server("auto", &demo("approval_policy: auto\n"))
+        .server("never", &demo("approval_policy: deny\n"));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let asked = h.approver.requests();
+    assert_eq!(
+        asked.len(),
+        1,
+        "auto still prompts for connect; deny never asks"
+    );
+    assert_eq!(asked[0].server, "auto");
+    assert_eq!(asked[0].action, Action::Connect);
+    assert_eq!(asked[0].preview.effective_policy, "prompt");
+    assert_eq!(asked[0].preview.declared_policy, "auto");
+    assert_eq!(catalog.denied().len(), 1);
+    assert_eq!(catalog.denied()[0].server, "never");
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn allow_for_session_is_cached_until_the_declaration_changes() {
+    let core = Core::new().grant_servers(&["a"]).server("a", &demo(""));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    session.prepare_turn().await.unwrap();
+    session.prepare_turn().await.unwrap();
+    assert_eq!(h.approver.asked_for("a"), 1);
+    core.write("a", &demo("risk: high\n"));
+    session.prepare_turn().await.unwrap();
+    assert_eq!(
+        h.approver.asked_for("a"),
+        2,
+        "a changed declaration asks again"
+    );
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_missing_variable_skips_the_server_without_caching_the_failure() {
+    let marker = tempfile::tempdir().unwrap();
+    let started = marker.path().join("started");
+    let core = Core::new()
+        .grant_servers(&["needs", "fine"])
+        .server(
+            "needs",
+            &demo_counting(&started, "env:\n  TOKEN: \"${NOT_SET_ANYWHERE}\"\n"),
+        )
+        .server("fine", &demo(""));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    for _ in 0..2 {
+        let catalog = session.prepare_turn().await.unwrap();
+        let d = catalog
+            .diagnostics()
+            .iter()
+            .find(|d| d.server == "needs")
+            .unwrap();
+        assert_eq!(d.message, "missing environment variable: NOT_SET_ANYWHERE");
+        assert!(names(&catalog).contains(&"fine__echo".to_string()));
+    }
+    assert_eq!(count(&started), 0);
+    assert!(
+        h.sink.of_type("mcp.server_failed").is_empty(),
+        "a missing variable is not a cached failure"
+    );
+    assert_eq!(h.sink.of_type("mcp.server_skipped").len(), 2);
+    h.runtime.shutdown().await;
+}

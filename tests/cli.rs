@@ -1,0 +1,231 @@
+//! The `demiurge` command line as users and scripts drive it.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use common::{Core, demo, exe};
+use serde_json::Value;
+
+fn run(core: &Core, home: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn core() -> Core {
+    Core::new()
+        .grant_servers(&["docs"])
+        .grant(&["mcp.connect:limited"])
+        .server("docs", &demo("tools:\n  include: [echo, fail]\n"))
+        .server("limited", &demo("tools:\n  include: [add]\n"))
+}
+
+#[test]
+fn tools_json_has_the_stable_shape() {
+    let (core, home) = (core(), tempfile::tempdir().unwrap());
+    let out = run(&core, home.path(), &["--yes", "tools", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["session"].as_str().unwrap().starts_with("s-"));
+    let tools: Vec<&str> = v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(tools, ["docs__echo", "docs__fail", "limited__add"]);
+    let echo = &v["tools"][0];
+    assert_eq!(echo["server"], "docs");
+    assert_eq!(echo["tool"], "echo");
+    assert_eq!(echo["input_schema"]["type"], "object");
+    assert_eq!(v["diagnostics"], serde_json::json!([]));
+    assert_eq!(v["denied"], serde_json::json!([]));
+    // The preview went to stderr, with the --yes note.
+    assert!(
+        text(&out.stderr).contains("approved by --yes"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn without_a_terminal_or_yes_prompts_are_denied_with_a_hint() {
+    let (core, home) = (core(), tempfile::tempdir().unwrap());
+    let out = run(&core, home.path(), &["tools", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tools"], serde_json::json!([]));
+    assert_eq!(v["denied"].as_array().unwrap().len(), 2);
+    assert_eq!(v["denied"][0]["reason"], "connect approval denied");
+    assert!(
+        text(&out.stderr).contains("re-run with --yes"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn call_exit_codes_follow_the_outcome() {
+    let (core, home) = (core(), tempfile::tempdir().unwrap());
+    let ok = run(
+        &core,
+        home.path(),
+        &[
+            "--yes",
+            "call",
+            "docs__echo",
+            "--args",
+            r#"{"message":"hello"}"#,
+            "--json",
+        ],
+    );
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+    let v: Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(v["tool"], "docs__echo");
+    assert_eq!(v["is_error"], false);
+    assert_eq!(v["content"], "hello");
+
+    let err = run(
+        &core,
+        home.path(),
+        &[
+            "--yes",
+            "call",
+            "docs__fail",
+            "--args",
+            r#"{"message":"bad"}"#,
+        ],
+    );
+    assert_eq!(err.status.code(), Some(1));
+    assert!(text(&err.stdout).contains("bad"));
+
+    let denied = run(
+        &core,
+        home.path(),
+        &[
+            "--yes",
+            "call",
+            "limited__add",
+            "--args",
+            r#"{"a":1,"b":2}"#,
+        ],
+    );
+    assert_eq!(denied.status.code(), Some(1));
+    assert!(
+        text(&denied.stderr).contains("mcp.call:limited"),
+        "{}",
+        text(&denied.stderr)
+    );
+
+    let unknown = run(&core, home.path(), &["--yes", "call", "nope__x"]);
+    assert_eq!(unknown.status.code(), Some(1));
+
+    let usage = run(&core, home.path(), &["call", "docs__echo", "--args", "[1]"]);
+    assert_eq!(usage.status.code(), Some(2));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = Command::new(exe()).arg("--no-such-flag").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(exe()).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn tools_exits_1_when_the_core_does_not_load() {
+    let core = Core::new().server("bad", "command: x\nnope: 1\n");
+    let home = tempfile::tempdir().unwrap();
+    let out = run(&core, home.path(), &["tools"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("bad.yaml"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_shell_can_be_scripted_through_a_pipe() {
+    let (core, home) = (core(), tempfile::tempdir().unwrap());
+    let mut child = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--yes", "--provider", "fake"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let script = "/tools\n/call docs__echo {\"message\": \"piped\"}\nhello there\n/servers\n/new\n/tools\n/bogus\n/quit\n";
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("docs__echo"), "{stdout}");
+    assert!(stdout.contains("\npiped\n"), "{stdout}");
+    assert!(
+        stdout.contains("fake: I read 11 characters and can use 3 tools"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("connected (pid"), "{stdout}");
+    assert!(
+        stdout.contains("evicted (2 connections closed)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("unknown command /bogus"), "{stdout}");
+    assert!(!stdout.contains("> "), "no prompt when piped: {stdout}");
+}
+
+#[test]
+fn demo_runs_with_no_set_up() {
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(exe())
+        .arg("demo")
+        .arg("--home")
+        .arg(home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("demo__echo") && stdout.contains("filtered__add"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("filtered__whoami"),
+        "the include filter applies: {stdout}"
+    );
+    assert!(
+        stdout.contains("refused: call denied: missing capability mcp.call:filtered"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("<redacted:DEMO_SECRET>"), "{stdout}");
+    assert!(stdout.contains("mcp.session_evicted"), "{stdout}");
+    assert!(stdout.contains("same connections: true"), "{stdout}");
+}

@@ -1,0 +1,255 @@
+//! Helpers shared by the integration tests: temporary Agent Cores declaring the real
+//! demo server, runtimes with recording approvers and sinks, process checks.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use demiurge_mcp::events::MemorySink;
+use demiurge_mcp::process::HostEnv;
+use demiurge_mcp::{
+    ApprovalAnswer, ApprovalRequest, Approver, Runtime, RuntimeConfig, SessionSpec,
+};
+use futures::future::BoxFuture;
+
+/// Tools of the built-in demo server.
+pub const DEMO_TOOLS: usize = 9;
+
+/// The `demiurge` binary built for these tests.
+pub fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_demiurge")
+}
+
+/// A declaration of the built-in demo server plus `extra` YAML lines.
+pub fn demo(extra: &str) -> String {
+    format!(
+        "command: {}\nargs: [demo-server]\n{extra}",
+        serde_json::to_string(exe()).unwrap()
+    )
+}
+
+/// A declaration that records each start in `marker` (one line per spawn), then runs
+/// the demo server.
+pub fn demo_counting(marker: &Path, extra: &str) -> String {
+    let script = format!(
+        "echo started >> '{}'; exec '{}' demo-server",
+        marker.display(),
+        exe()
+    );
+    format!(
+        "command: sh\nargs: [-c, {}]\n{extra}",
+        serde_json::to_string(&script).unwrap()
+    )
+}
+
+/// Lines in a marker file (0 when absent).
+pub fn count(marker: &Path) -> usize {
+    std::fs::read_to_string(marker)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+/// A temporary Agent Core.
+pub struct Core {
+    pub dir: tempfile::TempDir,
+    grants: Vec<String>,
+}
+
+impl Core {
+    pub fn new() -> Self {
+        let core = Core {
+            dir: tempfile::tempdir().unwrap(),
+            grants: Vec::new(),
+        };
+        std::fs::create_dir_all(core.mcp_dir()).unwrap();
+        core.write_manifest();
+        core
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    pub fn mcp_dir(&self) -> PathBuf {
+        self.dir.path().join("agent/mcp")
+    }
+
+    /// Grants `caps` (rewrites agent.yaml).
+    pub fn grant(mut self, caps: &[&str]) -> Self {
+        self.grants.extend(caps.iter().map(|c| c.to_string()));
+        self.write_manifest();
+        self
+    }
+
+    /// Grants connect and call for each server id.
+    pub fn grant_servers(self, ids: &[&str]) -> Self {
+        let caps: Vec<String> = ids
+            .iter()
+            .flat_map(|id| [format!("mcp.connect:{id}"), format!("mcp.call:{id}")])
+            .collect();
+        let refs: Vec<&str> = caps.iter().map(String::as_str).collect();
+        self.grant(&refs)
+    }
+
+    pub fn set_grants(&mut self, caps: &[&str]) {
+        self.grants = caps.iter().map(|c| c.to_string()).collect();
+        self.write_manifest();
+    }
+
+    fn write_manifest(&self) {
+        let mut text = String::from("name: test\ncapabilities:\n  defaults:\n");
+        for g in &self.grants {
+            text.push_str(&format!("    {g:?}: {{scope: core}}\n"));
+        }
+        if self.grants.is_empty() {
+            text = "name: test\n".into();
+        }
+        std::fs::write(self.dir.path().join("agent.yaml"), text).unwrap();
+    }
+
+    /// Writes `agent/mcp/<id>.yaml`.
+    pub fn server(self, id: &str, yaml: &str) -> Self {
+        self.write(id, yaml);
+        self
+    }
+
+    pub fn write(&self, id: &str, yaml: &str) {
+        std::fs::write(self.mcp_dir().join(format!("{id}.yaml")), yaml).unwrap();
+    }
+
+    pub fn remove(&self, id: &str) {
+        std::fs::remove_file(self.mcp_dir().join(format!("{id}.yaml"))).unwrap();
+    }
+
+    pub fn spec(&self) -> SessionSpec {
+        SessionSpec::new(self.root())
+    }
+}
+
+/// An approver that records every request and answers with `answer(request)`.
+#[derive(Clone)]
+pub struct Recorder {
+    pub asked: Arc<Mutex<Vec<ApprovalRequest>>>,
+    answer: Arc<dyn Fn(&ApprovalRequest) -> ApprovalAnswer + Send + Sync>,
+}
+
+impl Recorder {
+    pub fn new(
+        answer: impl Fn(&ApprovalRequest) -> ApprovalAnswer + Send + Sync + 'static,
+    ) -> Self {
+        Recorder {
+            asked: Arc::default(),
+            answer: Arc::new(answer),
+        }
+    }
+
+    pub fn allow() -> Self {
+        Self::new(|_| ApprovalAnswer::AllowSession)
+    }
+
+    pub fn requests(&self) -> Vec<ApprovalRequest> {
+        self.asked.lock().unwrap().clone()
+    }
+
+    pub fn asked_for(&self, server: &str) -> usize {
+        self.requests()
+            .iter()
+            .filter(|r| r.server == server)
+            .count()
+    }
+}
+
+impl Approver for Recorder {
+    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
+        let answer = (self.answer)(&request);
+        self.asked.lock().unwrap().push(request);
+        Box::pin(async move { answer })
+    }
+}
+
+/// A host environment with PATH only (tests never touch the process environment).
+pub fn host_env(extra: &[(&str, &str)]) -> HostEnv {
+    let mut map = BTreeMap::new();
+    map.insert(
+        "PATH".to_string(),
+        std::env::var("PATH").unwrap_or_else(|_| "/usr/bin:/bin".into()),
+    );
+    for (k, v) in extra {
+        map.insert(k.to_string(), v.to_string());
+    }
+    HostEnv(map)
+}
+
+/// A runtime harness: home, approver, sink.
+pub struct Harness {
+    pub home: tempfile::TempDir,
+    pub runtime: Runtime,
+    pub approver: Recorder,
+    pub sink: MemorySink,
+}
+
+pub async fn harness(approver: Recorder) -> Harness {
+    harness_with(approver, |c| c).await
+}
+
+pub async fn harness_with(
+    approver: Recorder,
+    tweak: impl FnOnce(RuntimeConfig) -> RuntimeConfig,
+) -> Harness {
+    let home = tempfile::tempdir().unwrap();
+    let sink = MemorySink::new();
+    let mut config = RuntimeConfig::new(home.path())
+        .with_approver(approver.clone())
+        .with_events(sink.clone())
+        .with_host_env(host_env(&[]));
+    config.close_grace = Duration::from_millis(500);
+    let runtime = Runtime::start(tweak(config)).await.unwrap();
+    Harness {
+        home,
+        runtime,
+        approver,
+        sink,
+    }
+}
+
+/// Whether a process is alive (a zombie counts as dead).
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat
+                .rsplit(')')
+                .next()
+                .and_then(|rest| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X"))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Polls `f` until it holds or `within` passes.
+pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if f() {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The pid a demo-server tool reports through `whoami`.
+pub async fn pid_of(catalog: &demiurge_mcp::TurnCatalog, whoami: &str) -> u32 {
+    let result = catalog.call(whoami, serde_json::json!({})).await.unwrap();
+    assert!(!result.is_error, "{:?}", result.views.operator);
+    result.views.operator.data["pid"].as_u64().unwrap() as u32
+}
+
+/// Tool names of a catalog.
+pub fn names(catalog: &demiurge_mcp::TurnCatalog) -> Vec<String> {
+    catalog.tools().iter().map(|t| t.name.clone()).collect()
+}

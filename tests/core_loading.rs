@@ -1,0 +1,181 @@
+//! Loading and validating Agent Cores (decisions.md section 1) and `init --check`.
+
+mod common;
+
+use std::process::Command;
+
+use common::{Core, demo, exe};
+use demiurge_mcp::core::{self, Endpoint, Risk, TransportKind};
+
+fn check(core: &Core) -> (i32, String) {
+    let out = Command::new(exe())
+        .args(["init", "--check", "--core"])
+        .arg(core.root())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn defaults_and_fields_are_read() {
+    let core = Core::new().server(
+        "docs",
+        &demo("env:\n  API_TOKEN: \"${DOCS_TOKEN}\"\ntools:\n  include: [search*]\n"),
+    );
+    let loaded = core::load(&core.root()).unwrap();
+    let d = &loaded.declarations[0];
+    assert_eq!(d.server_id, "docs");
+    assert_eq!(d.path, "agent/mcp/docs.yaml");
+    assert!(d.enabled);
+    assert_eq!(d.transport(), TransportKind::Stdio);
+    assert_eq!(d.risk, Risk::Medium);
+    assert_eq!(d.call_capability, "mcp.call:docs");
+    assert_eq!(d.connect_timeout.as_secs(), 30);
+    assert_eq!(d.call_timeout.as_secs(), 60);
+    assert!(!d.supports_parallel_tool_calls);
+    assert_eq!(d.tools.include, vec!["search*"]);
+    match &d.endpoint {
+        Endpoint::Stdio { env, .. } => assert_eq!(env["API_TOKEN"], "${DOCS_TOKEN}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn files_load_sorted_by_name_with_yml_too() {
+    let core = Core::new().server("b", &demo("")).server("a", &demo(""));
+    std::fs::write(core.mcp_dir().join("c.yml"), demo("")).unwrap();
+    std::fs::write(core.mcp_dir().join("notes.txt"), "ignored").unwrap();
+    let ids: Vec<String> = core::load(&core.root())
+        .unwrap()
+        .declarations
+        .iter()
+        .map(|d| d.server_id.clone())
+        .collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+}
+
+#[test]
+fn init_check_accepts_a_valid_core_and_reports_grants() {
+    let core = Core::new()
+        .grant(&["mcp.connect:docs"])
+        .server("docs", &demo(""));
+    let (code, out) = check(&core);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("docs  stdio  enabled  mcp.connect:docs granted  mcp.call:docs missing"),
+        "{out}"
+    );
+}
+
+#[test]
+fn init_check_names_file_field_and_line_of_every_error() {
+    let core = Core::new()
+        .server("typo", "command: x\nenabeld: true\n")
+        .server("badtype", "command: x\nenabled: maybe\n")
+        .server("nocmd", "transport: stdio\nargs: [a]\n")
+        .server("nourl", "transport: streamable_http\n")
+        .server(
+            "ftp",
+            "transport: streamable_http\nurl: ftp://example.test/x\n",
+        )
+        .server("home", "command: x\nenv:\n  HOME: /tmp\n")
+        .server("zero", "command: x\nconnect_timeout_seconds: 0\n");
+    let (code, out) = check(&core);
+    assert_eq!(code, 1, "{out}");
+    let line_of = |file: &str| {
+        out.lines()
+            .find(|l| l.contains(file))
+            .unwrap_or_else(|| panic!("{file} missing in {out}"))
+            .to_string()
+    };
+    assert!(
+        line_of("typo.yaml").contains(":2: field `enabeld`"),
+        "{out}"
+    );
+    assert!(
+        line_of("badtype.yaml").contains(":2: field `enabled`"),
+        "{out}"
+    );
+    assert!(
+        line_of("nocmd.yaml").contains("field `command`")
+            && line_of("nocmd.yaml").contains("requires `command`"),
+        "{out}"
+    );
+    assert!(line_of("nourl.yaml").contains("field `url`"), "{out}");
+    assert!(line_of("ftp.yaml").contains("http:// or https://"), "{out}");
+    assert!(line_of("home.yaml").contains("field `env.HOME`"), "{out}");
+    assert!(
+        line_of("zero.yaml").contains("field `connect_timeout_seconds`"),
+        "{out}"
+    );
+    assert!(out.contains("invalid: 7 error(s)"), "{out}");
+}
+
+#[test]
+fn disabled_declarations_are_still_validated() {
+    let core = Core::new().server("off", "enabled: false\ntransport: stdio\n");
+    let (code, out) = check(&core);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("off.yaml") && out.contains("command"), "{out}");
+}
+
+#[test]
+fn duplicate_server_ids_name_both_files() {
+    let core = Core::new().server("dup", &demo(""));
+    std::fs::write(core.mcp_dir().join("dup.yml"), demo("")).unwrap();
+    let err = core::load(&core.root()).unwrap_err().to_string();
+    assert!(
+        err.contains("dup.yaml") && err.contains("dup.yml") && err.contains("declared twice"),
+        "{err}"
+    );
+}
+
+#[test]
+fn slots_mcp_moves_the_root_but_not_outside_the_core() {
+    let core = Core::new();
+    std::fs::create_dir_all(core.root().join("servers")).unwrap();
+    std::fs::write(core.root().join("servers/x.yaml"), demo("")).unwrap();
+    std::fs::write(core.root().join("agent.yaml"), "slots:\n  mcp: servers\n").unwrap();
+    let loaded = core::load(&core.root()).unwrap();
+    assert_eq!(loaded.declarations[0].path, "servers/x.yaml");
+
+    std::fs::write(
+        core.root().join("agent.yaml"),
+        "slots:\n  mcp: ../elsewhere\n",
+    )
+    .unwrap();
+    let err = core::load(&core.root()).unwrap_err().to_string();
+    assert!(
+        err.contains("slots.mcp") && err.contains("leaves the agent core"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_agent_yaml_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = core::load(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.contains("agent.yaml") && err.contains("--core"),
+        "{err}"
+    );
+}
+
+#[test]
+fn fingerprints_ignore_formatting_but_not_values() {
+    let core = Core::new().server("a", &demo("risk: low\n"));
+    let first = core::load(&core.root()).unwrap().declarations[0].fingerprint;
+    core.write("a", &format!("# a comment\n{}", demo("risk:   low\n")));
+    assert_eq!(
+        core::load(&core.root()).unwrap().declarations[0].fingerprint,
+        first
+    );
+    core.write("a", &demo("risk: high\n"));
+    assert_ne!(
+        core::load(&core.root()).unwrap().declarations[0].fingerprint,
+        first
+    );
+}

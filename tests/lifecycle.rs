@@ -1,0 +1,177 @@
+//! Lifecycle: eviction, session replacement and shutdown leave no process behind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Core, Recorder, alive, demo, eventually, harness, pid_of};
+
+#[tokio::test]
+async fn evicting_a_session_kills_its_servers_only() {
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    let mut a = core.spec();
+    a.lane = "a".into();
+    let mut b = core.spec();
+    b.lane = "b".into();
+    let (sa, _) = h.runtime.start_session(a).await.unwrap();
+    let (sb, _) = h.runtime.start_session(b).await.unwrap();
+    let pa = pid_of(&sa.prepare_turn().await.unwrap(), "d__whoami").await;
+    let cb = sb.prepare_turn().await.unwrap();
+    let pb = pid_of(&cb, "d__whoami").await;
+    let report = h.runtime.evict_session(sa.id()).await.unwrap();
+    assert_eq!(report.connections_closed, 1);
+    assert!(!alive(pa), "the evicted session's server must be gone");
+    assert!(alive(pb), "other sessions keep their servers");
+    assert_eq!(pid_of(&cb, "d__whoami").await, pb);
+    assert!(
+        sa.prepare_turn().await.is_err(),
+        "an evicted session prepares no more turns"
+    );
+    h.runtime.shutdown().await;
+    assert!(eventually(Duration::from_secs(5), || !alive(pb)).await);
+}
+
+#[tokio::test]
+async fn starting_another_session_evicts_the_previous_one_with_a_tracked_handle() {
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    let (first, none) = h.runtime.start_session(core.spec()).await.unwrap();
+    assert!(none.is_none());
+    let p1 = pid_of(&first.prepare_turn().await.unwrap(), "d__whoami").await;
+    let (second, eviction) = h.runtime.start_session(core.spec()).await.unwrap();
+    let report = eviction
+        .expect("the previous session is evicted")
+        .wait()
+        .await
+        .unwrap();
+    assert_eq!(report.session, first.id());
+    assert_eq!(report.connections_closed, 1);
+    assert!(!alive(p1));
+    let evicted = h.sink.of_type("mcp.session_evicted");
+    assert_eq!(evicted.len(), 1);
+    assert_eq!(evicted[0].session, first.id());
+
+    // Resuming the first evicts the second, and gets fresh connections.
+    let p2 = pid_of(&second.prepare_turn().await.unwrap(), "d__whoami").await;
+    let (resumed, eviction) = h.runtime.resume_session(first.id()).await.unwrap();
+    assert_eq!(eviction.unwrap().wait().await.unwrap().session, second.id());
+    assert!(!alive(p2));
+    let p3 = pid_of(&resumed.prepare_turn().await.unwrap(), "d__whoami").await;
+    assert!(alive(p3) && p3 != p1);
+    h.runtime.shutdown().await;
+    assert!(!alive(p3));
+}
+
+#[tokio::test]
+async fn shutdown_closes_every_server_of_every_session() {
+    let core = Core::new()
+        .grant_servers(&["x", "y"])
+        .server("x", &demo("approval_policy: auto\n"))
+        .server("y", &demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    let mut pids = Vec::new();
+    for lane in ["a", "b", "c"] {
+        let mut spec = core.spec();
+        spec.lane = lane.into();
+        let (s, _) = h.runtime.start_session(spec).await.unwrap();
+        let c = s.prepare_turn().await.unwrap();
+        pids.push(pid_of(&c, "x__whoami").await);
+        pids.push(pid_of(&c, "y__whoami").await);
+    }
+    assert!(pids.iter().all(|&p| alive(p)));
+    h.runtime.shutdown().await;
+    let leaked: Vec<u32> = pids.into_iter().filter(|&p| alive(p)).collect();
+    assert!(
+        leaked.is_empty(),
+        "servers outlived the runtime: {leaked:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_forks_leaves_no_grandchild_after_close() {
+    let marker = tempfile::tempdir().unwrap();
+    let pidfile = marker.path().join("grandchild");
+    let script = format!(
+        "sleep 300 & echo $! > '{}'; exec '{}' demo-server",
+        pidfile.display(),
+        common::exe()
+    );
+    let core = Core::new().grant_servers(&["forks"]).server(
+        "forks",
+        &format!(
+            "command: sh\nargs: [-c, {}]\napproval_policy: auto\n",
+            serde_json::to_string(&script).unwrap()
+        ),
+    );
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    session.prepare_turn().await.unwrap();
+    let grandchild: u32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(grandchild));
+    h.runtime.evict_session(session.id()).await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || !alive(grandchild)).await,
+        "the process group must be killed"
+    );
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn removing_every_declaration_closes_the_sessions_connections() {
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let pid = pid_of(&session.prepare_turn().await.unwrap(), "d__whoami").await;
+    core.remove("d");
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(catalog.tools().is_empty());
+    assert!(eventually(Duration::from_secs(5), || !alive(pid)).await);
+    h.runtime.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_dead_server_is_noticed_by_its_supervisor_at_once() {
+    let core = Core::new()
+        .grant_servers(&["d", "peer"])
+        .server("d", &demo("approval_policy: auto\n"))
+        .server("peer", &demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let pid = pid_of(&catalog, "d__whoami").await;
+    let peer = pid_of(&catalog, "peer__whoami").await;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // No call, no turn: the supervisor reports the failure by itself.
+    assert!(
+        eventually(Duration::from_secs(5), || !h
+            .sink
+            .of_type("mcp.server_failed")
+            .is_empty())
+        .await
+    );
+    let next = session.prepare_turn().await.unwrap();
+    assert!(
+        next.diagnostics()
+            .iter()
+            .any(|d| d.server == "d" && d.message.contains("exited")),
+        "{:?}",
+        next.diagnostics()
+    );
+    assert_eq!(pid_of(&next, "peer__whoami").await, peer);
+    h.runtime.shutdown().await;
+}
