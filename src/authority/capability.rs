@@ -8,6 +8,13 @@ use crate::core::Fingerprint;
 ///
 /// A grant matches exactly itself, or, when it ends in `:*`, every capability below that
 /// colon boundary (`mcp.call:*` matches `mcp.call:docs`). A bare `*` grants nothing.
+///
+/// ```
+/// use demiurge_mcp::authority::CapabilitySet;
+/// let grants = CapabilitySet::new(["mcp.call:*".to_string()]);
+/// assert!(grants.allows("mcp.call:docs"));
+/// assert!(!grants.allows("mcp.connect:docs"));
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct CapabilitySet {
     grants: BTreeSet<String>,

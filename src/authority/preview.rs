@@ -191,6 +191,12 @@ pub fn is_secret_option(name: &str) -> bool {
 }
 
 /// Arguments as shown to approvers (decisions.md section 6).
+///
+/// ```
+/// use demiurge_mcp::authority::preview::summarize_args;
+/// let shown = summarize_args(&["--token".into(), "s3cret".into(), "-y".into()]);
+/// assert_eq!(shown, ["--token=<redacted>", "-y"]);
+/// ```
 pub fn summarize_args(args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut iter = args.iter().peekable();
