@@ -356,6 +356,7 @@ impl CatalogState {
         }
         let ctx = ResolveContext {
             shared: Arc::clone(&self.shared),
+            policy: self.identity.policy,
             session: self.session().to_string(),
             capabilities: self.capabilities.clone(),
             workspace: self.identity.workspace.clone(),
@@ -648,6 +649,7 @@ impl CatalogState {
             self.catalog_id,
             turn,
             self.capabilities.clone(),
+            self.identity.policy,
             entries,
             diagnostics,
             denied,
@@ -730,6 +732,7 @@ impl CatalogState {
     fn resolve_context(&self) -> ResolveContext {
         ResolveContext {
             shared: Arc::clone(&self.shared),
+            policy: self.identity.policy,
             session: self.session().to_string(),
             capabilities: self.capabilities.clone(),
             workspace: self.identity.workspace.clone(),
@@ -765,6 +768,7 @@ async fn close_orphans(ctx: &ResolveContext, outcomes: Vec<Outcome>) {
 /// What the preparation task needs; no actor state.
 struct ResolveContext {
     shared: Arc<Shared>,
+    policy: crate::authority::HostPolicy,
     session: String,
     capabilities: CapabilitySet,
     workspace: PathBuf,
@@ -804,7 +808,7 @@ impl ResolveContext {
             Err(reason) => return denied(reason),
         };
         // 3. connect approval (never weaker than prompt).
-        let policy = self.shared.config.host_policy.connect_policy(&declaration);
+        let policy = self.policy.connect_policy(&declaration);
         let preview = ConnectPreview::new(&declaration, policy, Some(&cwd), &[]);
         let request = ApprovalRequest {
             session: self.session.clone(),
@@ -880,15 +884,21 @@ impl ResolveContext {
                 redactor,
                 signals: rx,
             },
-            Err((message, stderr)) => {
-                if let Some(stderr) = stderr {
-                    let _ = append_stderr_log(
-                        &self.shared.config.home,
+            Err((mut message, stderr)) => {
+                if let Some(stderr) = stderr.filter(|s| !s.text.is_empty()) {
+                    let home = &self.shared.config.home;
+                    if append_stderr_log(
+                        home,
                         &declaration.server_id,
                         &self.session,
                         &stderr,
                         &redactor,
-                    );
+                    )
+                    .is_ok()
+                    {
+                        let log = home.join("logs").join("mcp-stderr.log");
+                        message = format!("{message}; its stderr is in {}", log.display());
+                    }
                 }
                 let message = crate::result::cap(&redactor.text(&message, View::Durable));
                 Outcome::Failed {

@@ -41,6 +41,8 @@ pub enum ConnectionMsg {
     },
     /// The child process exited.
     ProcessExited(String),
+    /// The server side of the transport ended (EOF, broken pipe).
+    TransportClosed,
     /// The server sent a notification.
     Signal(ServerSignal),
     /// Whether the tool list changed since it was last read, and clears the flag.
@@ -107,6 +109,16 @@ impl Actor for Connection {
                 }
             }));
         }
+        let mut transport = client.transport_watch();
+        let me = myself.clone();
+        watchers.push(tokio::spawn(async move {
+            if transport.wait_for(|closed| *closed).await.is_ok() {
+                // An exiting process also ends its transport; give the exit status a
+                // moment to arrive first, since it says more.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                let _ = me.cast(ConnectionMsg::TransportClosed);
+            }
+        }));
         let me = myself.clone();
         watchers.push(tokio::spawn(async move {
             while let Some(signal) = signals.recv().await {
@@ -171,6 +183,11 @@ impl Actor for Connection {
             ConnectionMsg::ProcessExited(status) => {
                 myself.stop(Some(format!(
                     "{FAILED}the server process exited ({status})"
+                )));
+            }
+            ConnectionMsg::TransportClosed => {
+                myself.stop(Some(format!(
+                    "{FAILED}the server closed its side of the connection"
                 )));
             }
             ConnectionMsg::Signal(ServerSignal::ToolsChanged) => {

@@ -61,9 +61,7 @@ impl Eviction {
 pub struct Opened {
     id: String,
     actor: ActorRef<SessionMsg>,
-    core_root: PathBuf,
     scope: Option<CapabilitySet>,
-    spec: SessionSpec,
     eviction: Option<Eviction>,
 }
 
@@ -291,17 +289,33 @@ impl RuntimeState {
         let (tx, rx) = oneshot::channel();
         let reason = reason.to_string();
         let grace = self.shared.config.close_grace;
+        let shared = Arc::clone(&self.shared);
+        let session = id.to_string();
         tokio::spawn(async move {
             let outcome = actor
                 .call(
-                    |reply| SessionMsg::Evict { reason, reply },
+                    |reply| SessionMsg::Evict {
+                        reason: reason.clone(),
+                        reply,
+                    },
                     Some(grace * 8 + Duration::from_secs(10)),
                 )
                 .await;
             if let Ok(ractor::rpc::CallResult::Success(report)) = outcome {
                 let _ = tx.send(report);
             } else {
-                actor.stop(Some("eviction timed out".into()));
+                // Stopping still closes the catalog in post_stop; the waiter learns
+                // of the failure by the dropped sender, the host by the event.
+                shared.hub.emit(
+                    &session,
+                    EventKind::SessionEvictionFailed {
+                        reason,
+                        message: "the session did not close in time; it was stopped".into(),
+                    },
+                );
+                let _ = actor
+                    .stop_and_wait(Some("eviction timed out".into()), Some(grace * 8))
+                    .await;
             }
         });
         Some(Eviction {
@@ -315,9 +329,7 @@ fn opened(id: &str, actor: ActorRef<SessionMsg>, record: &Record) -> Opened {
     Opened {
         id: id.to_string(),
         actor,
-        core_root: record.spec.core_root.clone(),
         scope: record.scope.clone(),
-        spec: record.spec.clone(),
         eviction: None,
     }
 }
@@ -416,17 +428,13 @@ impl Runtime {
                 let Opened {
                     id,
                     actor,
-                    core_root,
                     scope,
-                    spec,
                     eviction,
                 } = opened;
                 let session = Session {
                     id,
                     actor,
-                    core_root,
                     scope,
-                    spec: Arc::new(spec),
                     runtime: self.clone(),
                 };
                 Ok((session, eviction))
@@ -517,12 +525,8 @@ impl Runtime {
 pub struct Session {
     id: String,
     actor: ActorRef<SessionMsg>,
-    /// Where each turn loads the core from (read on the caller's task, not an actor's).
-    core_root: PathBuf,
-    /// The delegated scope of a child session.
+    /// The delegated scope of a child session (children of children narrow it further).
     scope: Option<CapabilitySet>,
-    /// The spec, for children to inherit.
-    spec: Arc<SessionSpec>,
     runtime: Runtime,
 }
 
@@ -544,7 +548,10 @@ impl Session {
     /// # Errors
     /// [`PrepareError`]: load errors, eviction, collisions.
     pub async fn prepare_turn(&self) -> Result<TurnCatalog, PrepareError> {
-        let root = self.core_root.clone();
+        let root = match self.actor.call(SessionMsg::Spec, None).await {
+            Ok(ractor::rpc::CallResult::Success(spec)) => spec.core_root,
+            _ => return Err(PrepareError::Evicted),
+        };
         let core = tokio::task::spawn_blocking(move || crate::core::load(&root))
             .await
             .map_err(|e| PrepareError::Unavailable(e.to_string()))??;
@@ -561,6 +568,45 @@ impl Session {
         {
             Ok(ractor::rpc::CallResult::Success(result)) => result,
             _ => Err(PrepareError::Evicted),
+        }
+    }
+
+    /// Changes what the session acts with: principal, capabilities, core root and
+    /// revision, workspace, policy (the id and lane stay). A change of anything in the
+    /// catalog identity closes every connection of the old identity at the next turn.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Workspace`] when the workspace does not exist;
+    /// [`RuntimeError::Unavailable`] when the session is gone.
+    pub async fn update(&self, change: impl FnOnce(&mut SessionSpec)) -> Result<(), RuntimeError> {
+        let mut spec = self.spec().await?;
+        change(&mut spec);
+        let dir = spec
+            .workspace
+            .clone()
+            .unwrap_or_else(|| spec.core_root.clone());
+        let workspace = dir
+            .canonicalize()
+            .map_err(|_| RuntimeError::Workspace(dir.display().to_string()))?;
+        self.actor
+            .cast(SessionMsg::Update {
+                spec: Box::new(spec),
+                workspace,
+            })
+            .map_err(|_| RuntimeError::Unavailable(format!("session {} is gone", self.id)))
+    }
+
+    /// The session's current spec.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Unavailable`] when the session is gone.
+    pub async fn spec(&self) -> Result<SessionSpec, RuntimeError> {
+        match self.actor.call(SessionMsg::Spec, None).await {
+            Ok(ractor::rpc::CallResult::Success(spec)) => Ok(spec),
+            _ => Err(RuntimeError::Unavailable(format!(
+                "session {} is gone",
+                self.id
+            ))),
         }
     }
 
@@ -587,7 +633,7 @@ impl Session {
             Some(parent) => parent.narrowed_by(&scope),
             None => scope,
         };
-        let mut spec = (*self.spec).clone();
+        let mut spec = self.spec().await?;
         spec.id = None;
         spec.lane = format!("child-of:{}", self.id);
         let (session, _) = self

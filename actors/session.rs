@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::catalog::{Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, ServerStatus};
 use super::config::Shared;
 use super::turn::{PrepareError, TurnCatalog};
-use crate::authority::CapabilitySet;
+use crate::authority::{CapabilitySet, HostPolicy};
 use crate::core::AgentCore;
 use crate::events::EventKind;
 
@@ -35,6 +35,8 @@ pub struct SessionSpec {
     pub capabilities: Option<CapabilitySet>,
     /// Starting or resuming a session evicts the previous session of the same lane.
     pub lane: String,
+    /// Approval floors of this session; the runtime's when `None`.
+    pub policy: Option<HostPolicy>,
 }
 
 impl SessionSpec {
@@ -49,6 +51,7 @@ impl SessionSpec {
             workspace: None,
             capabilities: None,
             lane: "main".into(),
+            policy: None,
         }
     }
 }
@@ -82,6 +85,16 @@ pub enum SessionMsg {
     },
     /// Per-server state of the current catalog.
     Status(RpcReplyPort<Vec<ServerStatus>>),
+    /// The current spec (its core root is where the next turn loads from).
+    Spec(RpcReplyPort<SessionSpec>),
+    /// Replace the authority of the session (id and lane are kept); the next turn
+    /// sees a new catalog identity if anything that makes one changed.
+    Update {
+        /// The new spec.
+        spec: Box<SessionSpec>,
+        /// The canonical workspace of the new spec.
+        workspace: PathBuf,
+    },
 }
 
 pub(crate) struct SessionArgs {
@@ -177,6 +190,16 @@ impl Actor for SessionActor {
                     me.stop(Some("evicted".into()));
                 });
             }
+            SessionMsg::Spec(reply) => {
+                let _ = reply.send(state.args.spec.clone());
+            }
+            SessionMsg::Update { spec, workspace } => {
+                let (id, lane) = (state.args.spec.id.clone(), state.args.spec.lane.clone());
+                state.args.spec = *spec;
+                state.args.spec.id = id;
+                state.args.spec.lane = lane;
+                state.args.workspace = workspace;
+            }
             SessionMsg::Status(reply) => match &state.current {
                 Some((_, c)) => {
                     let c = c.clone();
@@ -255,7 +278,11 @@ impl SessionState {
             core_root: core.root.clone(),
             core_revision: self.args.spec.core_revision.clone(),
             workspace: self.args.workspace.clone(),
-            policy: self.args.shared.config.host_policy,
+            policy: self
+                .args
+                .spec
+                .policy
+                .unwrap_or(self.args.shared.config.host_policy),
         };
         if let Some((current, catalog)) = &self.current {
             if *current == identity {

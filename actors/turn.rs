@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::config::{Action, ApprovalRequest, Shared};
 use super::connection::ConnectionMsg;
-use crate::authority::{CapabilitySet, ConnectPreview};
+use crate::authority::{CapabilitySet, ConnectPreview, HostPolicy};
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
@@ -122,6 +122,7 @@ pub struct TurnCatalog {
     catalog_id: u64,
     turn: u64,
     capabilities: CapabilitySet,
+    policy: HostPolicy,
     tools: Arc<Vec<ToolEntry>>,
     index: Arc<HashMap<String, usize>>,
     diagnostics: Vec<Diagnostic>,
@@ -146,6 +147,7 @@ impl TurnCatalog {
         catalog_id: u64,
         turn: u64,
         capabilities: CapabilitySet,
+        policy: HostPolicy,
         tools: Vec<ToolEntry>,
         diagnostics: Vec<Diagnostic>,
         denied: Vec<Denial>,
@@ -161,6 +163,7 @@ impl TurnCatalog {
             catalog_id,
             turn,
             capabilities,
+            policy,
             tools: Arc::new(tools),
             index: Arc::new(index),
             diagnostics,
@@ -254,11 +257,11 @@ impl TurnCatalog {
                 "missing capability {capability}; grant it under capabilities.defaults in agent.yaml"
             )));
         }
-        let policy = self.shared.config.host_policy.call_policy(declaration);
+        let policy = self.policy.call_policy(declaration);
         if policy != ApprovalPolicy::Auto {
             let preview = ConnectPreview::new(
                 declaration,
-                self.shared.config.host_policy.connect_policy(declaration),
+                self.policy.connect_policy(declaration),
                 None,
                 &[],
             );

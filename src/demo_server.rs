@@ -1,9 +1,10 @@
 //! The built-in demo MCP server (`demiurge demo-server`), written with rmcp.
 //!
 //! Small and obviously correct: it is the real server behind `demo`, the integration
-//! tests and the benches. Tools: `echo`, `add`, `sleep`, `in_flight`, `fail`, `whoami`,
-//! `env_names`, `cwd`, `stderr`, plus `--extra-tools N` generated tools served `--page-size` per page
-//! (to exercise pagination).
+//! tests and the benches. Tools: `echo`, `add`, `sleep` (cancellable), `in_flight`,
+//! `fail`, `whoami`, `env_names`, `cwd`, `stderr`, `add_tool` (adds a tool and sends
+//! `notifications/tools/list_changed`), plus `--extra-tools N` generated tools served
+//! `--page-size` per page (to exercise pagination).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -52,6 +53,12 @@ struct SleepArgs {
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
+struct NameArgs {
+    /// Name of the tool to add.
+    name: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
 struct TextArgs {
     /// Text to write.
     text: String,
@@ -66,6 +73,8 @@ pub struct DemoServer {
     /// whether the runtime serialized calls without relying on timing.
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
+    /// Tools added at run time by `add_tool`.
+    added: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 #[tool_router]
@@ -131,6 +140,19 @@ impl DemoServer {
             .unwrap_or_default()
     }
 
+    #[tool(description = "Add a tool named `name` and send notifications/tools/list_changed")]
+    async fn add_tool(
+        &self,
+        Parameters(NameArgs { name }): Parameters<NameArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        if let Ok(mut added) = self.added.lock() {
+            added.push(name.clone());
+        }
+        let _ = context.peer.notify_tool_list_changed().await;
+        format!("added {name}")
+    }
+
     #[tool(description = "Write text to this server's stderr")]
     async fn stderr(&self, Parameters(TextArgs { text }): Parameters<TextArgs>) -> String {
         eprintln!("{text}");
@@ -163,6 +185,7 @@ impl DemoServer {
             options,
             in_flight: Arc::default(),
             max_in_flight: Arc::default(),
+            added: Arc::default(),
         }
     }
 
@@ -170,6 +193,12 @@ impl DemoServer {
         let mut tools = self.tool_router.list_all();
         let schema = Arc::new(
             serde_json::from_value(json!({"type": "object", "properties": {}})).unwrap_or_default(),
+        );
+        let added = self.added.lock().map(|a| a.clone()).unwrap_or_default();
+        tools.extend(
+            added
+                .into_iter()
+                .map(|name| Tool::new(name, "Added at run time", Arc::clone(&schema))),
         );
         tools.extend((0..self.options.extra_tools).map(|n| {
             Tool::new(
@@ -232,6 +261,17 @@ impl ServerHandler for DemoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let added = self
+            .added
+            .lock()
+            .is_ok_and(|a| a.iter().any(|t| *t == request.name));
+        if added {
+            let result = CallToolResult::success(vec![ContentBlock::text(format!(
+                "added tool {}",
+                request.name
+            ))]);
+            return Ok(CallToolResponse::Complete(result));
+        }
         if let Some(n) = request.name.strip_prefix("extra_") {
             let result =
                 CallToolResult::success(vec![ContentBlock::text(format!("extra tool {n}"))]);

@@ -41,6 +41,14 @@ pub enum EventKind {
         /// How many connections were closed.
         connections_closed: usize,
     },
+    /// A tracked eviction did not complete normally.
+    #[serde(rename = "mcp.session_eviction_failed")]
+    SessionEvictionFailed {
+        /// Why it was evicted.
+        reason: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A turn's catalog was resolved.
     #[serde(rename = "mcp.turn_prepared")]
     TurnPrepared {

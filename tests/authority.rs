@@ -30,7 +30,7 @@ async fn missing_connect_capability_prevents_spawn_and_approval() {
         "capability denial comes before approval"
     );
     assert_eq!(h.sink.of_type("mcp.server_denied").len(), 1);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -49,7 +49,7 @@ async fn denied_approval_prevents_spawn_and_is_asked_again_next_turn() {
         assert_eq!(h.approver.asked_for("docs"), turn, "denials are not cached");
     }
     assert_eq!(count(&started), 0);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -79,7 +79,7 @@ async fn a_grant_added_between_turns_is_picked_up_and_reauthorizes_everything() 
     assert!(names(&second).contains(&"late__echo".to_string()));
     let after = common::pid_of(&second, "ok__whoami").await;
     assert_ne!(before, after, "a capability change must not reuse peers");
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -103,7 +103,7 @@ async fn cwd_outside_the_workspace_is_denied_before_approval() {
     );
     assert!(h.approver.requests().is_empty());
     assert_eq!(count(&started), 0);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -128,7 +128,7 @@ async fn cwd_inside_the_workspace_is_where_the_server_runs() {
         preview.cwd.as_deref(),
         Some(core.root().join("sub/dir").display().to_string().as_str())
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -152,7 +152,7 @@ async fn connect_is_never_weaker_than_prompt_and_deny_always_denies() {
     assert_eq!(asked[0].preview.declared_policy, "auto");
     assert_eq!(catalog.denied().len(), 1);
     assert_eq!(catalog.denied()[0].server, "never");
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -170,7 +170,7 @@ async fn allow_for_session_is_cached_until_the_declaration_changes() {
         2,
         "a changed declaration asks again"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -202,5 +202,5 @@ async fn a_missing_variable_skips_the_server_without_caching_the_failure() {
         "a missing variable is not a cached failure"
     );
     assert_eq!(h.sink.of_type("mcp.server_skipped").len(), 2);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }

@@ -39,7 +39,7 @@ async fn each_entry_calls_its_own_connection() {
         connected.contains(&("one".into(), p1 as u64))
             && connected.contains(&("two".into(), p2 as u64))
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -74,7 +74,7 @@ async fn results_are_converted() {
         bad.views.operator
     );
     assert_eq!(h.sink.of_type("mcp.tool_called").len(), 4);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -93,7 +93,7 @@ async fn a_call_without_the_call_capability_never_reaches_the_server() {
         matches!(&err, CallError::Denied(m) if m.contains("mcp.call:d")),
         "{err}"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
     let log =
         std::fs::read_to_string(h.home.path().join("logs/mcp-stderr.log")).unwrap_or_default();
     assert!(
@@ -120,7 +120,7 @@ async fn a_custom_call_capability_is_honoured() {
             .await
             .is_ok()
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -158,7 +158,7 @@ async fn call_approval_follows_the_manifest_policy() {
         .collect();
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].tool.as_deref(), Some("ask__echo"));
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -196,7 +196,7 @@ async fn a_call_timeout_ends_the_call_and_keeps_the_server() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(sleeping, 0, "the server still runs the timed-out call");
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -223,7 +223,7 @@ async fn unknown_tools_and_entries_of_other_sessions_are_refused() {
         .await
         .unwrap_err();
     assert!(matches!(err, CallError::Invalid(_)), "{err}");
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -263,5 +263,5 @@ async fn serial_servers_never_overlap_calls_and_parallel_ones_do() {
         burst("parallel__sleep").await > 1,
         "parallel calls must overlap on the server"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }

@@ -31,7 +31,7 @@ async fn tools_are_prefixed_filtered_and_ordered() {
         (entry.server.as_str(), entry.tool.as_str()),
         ("a.search", "whoami")
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -57,7 +57,7 @@ async fn every_page_of_tools_is_listed() {
         .await
         .unwrap();
     assert_eq!(result.views.operator.content, "extra tool 119");
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -84,7 +84,7 @@ async fn a_hung_server_times_out_without_delaying_its_healthy_peer() {
     assert!(d.message.contains("connect timeout"), "{}", d.message);
     let failed = h.sink.of_type("mcp.server_failed");
     assert_eq!(failed.len(), 1);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -119,7 +119,7 @@ async fn a_server_that_cannot_start_is_a_diagnostic() {
         log.contains("mcp server quits") && log.contains("boom"),
         "{log}"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -158,7 +158,7 @@ async fn discovery_never_exceeds_the_runtime_wide_limit_across_sessions() {
         stats.max_in_use, 4,
         "12 slow starts at once must fill, and never exceed, 4 permits"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -183,7 +183,7 @@ async fn the_limit_is_host_configurable() {
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     session.prepare_turn().await.unwrap();
     assert_eq!(h.runtime.limiter_stats().await.max_in_use, 1);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -238,7 +238,7 @@ async fn failures_are_cached_per_server_then_retried_alone() {
         1,
         "the allow-for-session answer still holds"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -256,5 +256,5 @@ async fn disabled_declarations_are_skipped_entirely() {
     assert!(names(&catalog).iter().all(|n| n.starts_with("on__")));
     assert_eq!(count(&started), 0);
     assert_eq!(h.approver.asked_for("off"), 0);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }

@@ -30,7 +30,7 @@ async fn evicting_a_session_kills_its_servers_only() {
         sa.prepare_turn().await.is_err(),
         "an evicted session prepares no more turns"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
     assert!(eventually(Duration::from_secs(5), || !alive(pb)).await);
 }
 
@@ -63,7 +63,7 @@ async fn starting_another_session_evicts_the_previous_one_with_a_tracked_handle(
     assert!(!alive(p2));
     let p3 = pid_of(&resumed.prepare_turn().await.unwrap(), "d__whoami").await;
     assert!(alive(p3) && p3 != p1);
-    h.runtime.shutdown().await;
+    h.finish().await;
     assert!(!alive(p3));
 }
 
@@ -84,7 +84,7 @@ async fn shutdown_closes_every_server_of_every_session() {
         pids.push(pid_of(&c, "y__whoami").await);
     }
     assert!(pids.iter().all(|&p| alive(p)));
-    h.runtime.shutdown().await;
+    h.finish().await;
     let leaked: Vec<u32> = pids.into_iter().filter(|&p| alive(p)).collect();
     assert!(
         leaked.is_empty(),
@@ -122,7 +122,7 @@ async fn a_server_that_forks_leaves_no_grandchild_after_close() {
         eventually(Duration::from_secs(5), || !alive(grandchild)).await,
         "the process group must be killed"
     );
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -137,7 +137,7 @@ async fn removing_every_declaration_closes_the_sessions_connections() {
     let catalog = session.prepare_turn().await.unwrap();
     assert!(catalog.tools().is_empty());
     assert!(eventually(Duration::from_secs(5), || !alive(pid)).await);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }
 
 #[tokio::test]
@@ -173,5 +173,5 @@ async fn a_dead_server_is_noticed_by_its_supervisor_at_once() {
         next.diagnostics()
     );
     assert_eq!(pid_of(&next, "peer__whoami").await, peer);
-    h.runtime.shutdown().await;
+    h.finish().await;
 }

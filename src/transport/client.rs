@@ -8,8 +8,11 @@ use rmcp::model::{
     ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
 
 use super::stdio::ChildProcess;
 use crate::process::CapturedStderr;
@@ -102,6 +105,8 @@ pub struct CloseReport {
 pub struct McpClient {
     service: Option<RunningService<RoleClient, ClientHandler>>,
     peer: Peer<RoleClient>,
+    /// Turns `true` when the server side of the transport ends (EOF, broken pipe).
+    transport_closed: watch::Receiver<bool>,
     pub(crate) process: Option<ChildProcess>,
 }
 
@@ -117,13 +122,20 @@ impl McpClient {
     pub(crate) fn new(
         service: RunningService<RoleClient, ClientHandler>,
         process: Option<ChildProcess>,
+        transport_closed: watch::Receiver<bool>,
     ) -> Self {
         let peer = service.peer().clone();
         McpClient {
             service: Some(service),
             peer,
+            transport_closed,
             process,
         }
+    }
+
+    /// A receiver that turns `true` once the transport has ended.
+    pub fn transport_watch(&self) -> watch::Receiver<bool> {
+        self.transport_closed.clone()
     }
 
     /// The child process id (stdio).
@@ -239,5 +251,44 @@ pub(crate) fn service_error(e: &ServiceError) -> String {
     match e {
         ServiceError::McpError(data) => data.message.to_string(),
         other => other.to_string(),
+    }
+}
+
+/// Wraps a transport to report when the server side ends: rmcp's service loop stops
+/// quietly on EOF, and a supervisor must know at once, not at the next call.
+pub(crate) struct Watched<T> {
+    inner: T,
+    closed: watch::Sender<bool>,
+}
+
+impl<T> Watched<T> {
+    pub(crate) fn new(inner: T) -> (Self, watch::Receiver<bool>) {
+        let (closed, rx) = watch::channel(false);
+        (Watched { inner, closed }, rx)
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        async move {
+            let message = self.inner.receive().await;
+            if message.is_none() {
+                let _ = self.closed.send(true);
+            }
+            message
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }

@@ -16,7 +16,9 @@ use tokio::process::Command;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
-use super::client::{ClientHandler, CloseReport, ListedTools, McpClient, ServerSignal};
+use rmcp::transport::async_rw::AsyncRwTransport;
+
+use super::client::{ClientHandler, CloseReport, ListedTools, McpClient, ServerSignal, Watched};
 use crate::process::{CapturedStderr, StderrCapture};
 
 /// Everything needed to start one stdio server, already authorized and interpolated.
@@ -154,9 +156,10 @@ pub async fn connect_stdio(
         ));
     };
 
+    let (transport, transport_closed) = Watched::new(AsyncRwTransport::new_client(stdout, stdin));
     let started = tokio::time::timeout(timeout, async {
         let service = ClientHandler::new(signals)
-            .serve((stdout, stdin))
+            .serve(transport)
             .await
             .map_err(|e| format!("initialize failed: {e}"))?;
         let listed = super::client::list_tools(service.peer())
@@ -167,7 +170,10 @@ pub async fn connect_stdio(
     .await;
 
     match started {
-        Ok(Ok((service, listed))) => Ok((McpClient::new(service, Some(process)), listed)),
+        Ok(Ok((service, listed))) => Ok((
+            McpClient::new(service, Some(process), transport_closed),
+            listed,
+        )),
         Ok(Err(message)) => {
             let exited = process.exit.borrow().clone();
             let report = close_failed(process, grace).await;

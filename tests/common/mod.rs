@@ -15,7 +15,7 @@ use demiurge_mcp::{
 use futures::future::BoxFuture;
 
 /// Tools of the built-in demo server.
-pub const DEMO_TOOLS: usize = 9;
+pub const DEMO_TOOLS: usize = 10;
 
 /// The `demiurge` binary built for these tests.
 pub fn exe() -> &'static str {
@@ -212,6 +212,36 @@ pub async fn harness_with(
         approver,
         sink,
     }
+}
+
+impl Harness {
+    /// Shuts the runtime down and checks that no process it started (children and
+    /// grandchildren carry `HOME=<home>/mcp-home`) is still alive.
+    pub async fn finish(&self) {
+        self.runtime.shutdown().await;
+        let marker = format!("HOME={}", self.home.path().join("mcp-home").display());
+        let mut leaked = Vec::new();
+        let clean = eventually(Duration::from_secs(5), || {
+            leaked = processes_with_env(&marker);
+            leaked.is_empty()
+        })
+        .await;
+        assert!(clean, "processes outlived the runtime: {leaked:?}");
+    }
+}
+
+/// Live processes whose environment contains `entry` exactly.
+pub fn processes_with_env(entry: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
+                && alive(pid)
+        })
+        .collect()
 }
 
 /// Whether a process is alive (a zombie counts as dead).
