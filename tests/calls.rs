@@ -265,3 +265,25 @@ async fn serial_servers_never_overlap_calls_and_parallel_ones_do() {
     );
     h.finish().await;
 }
+
+#[tokio::test]
+async fn a_collision_with_a_host_tool_names_both_provenances() {
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("approval_policy: auto\n"));
+    let h = common::harness_with(Recorder::allow(), |mut c| {
+        c.host_tools.push(demiurge_mcp::actors::HostTool {
+            name: "D__Echo".into(),
+            provenance: "builtin:echo".into(),
+        });
+        c
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let err = session.prepare_turn().await.unwrap_err().to_string();
+    assert!(
+        err.contains("builtin:echo") && err.contains("mcp:agent/mcp/d.yaml:d/echo"),
+        "{err}"
+    );
+    h.finish().await;
+}

@@ -229,3 +229,65 @@ fn demo_runs_with_no_set_up() {
     assert!(stdout.contains("mcp.session_evicted"), "{stdout}");
     assert!(stdout.contains("same connections: true"), "{stdout}");
 }
+
+#[test]
+fn the_shell_shows_each_server_state_and_picks_up_changes() {
+    let core = Core::new()
+        .grant_servers(&["ok", "broken", "off"])
+        .server("ok", &demo(""))
+        .server("nogrant", &demo(""))
+        .server("broken", "command: /nonexistent/server\n")
+        .server("off", &demo("enabled: false\n"));
+    let home = tempfile::tempdir().unwrap();
+    let mut child = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--yes", "--provider", "fake"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    stdin.write_all(b"/tools\n/servers\n").unwrap();
+    stdin.flush().unwrap();
+    // Read until the first /servers answer is complete (its last line is `off`).
+    let mut stdout = String::new();
+    while !stdout.lines().any(|l| l.starts_with("off ")) {
+        let mut l = String::new();
+        if std::io::BufRead::read_line(&mut reader, &mut l).unwrap() == 0 {
+            break;
+        }
+        stdout.push_str(&l);
+    }
+    // Between two lines the declarations change: the next turn sees it.
+    core.remove("nogrant");
+    stdin.write_all(b"/tools\n/servers\n/quit\n").unwrap();
+    drop(stdin);
+    std::io::Read::read_to_string(&mut reader, &mut stdout).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let line = |id: &str, nth: usize| {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with(&format!("{id} ")))
+            .nth(nth)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(line("ok", 0).contains("connected (pid"), "{stdout}");
+    assert!(line("broken", 0).contains("failed, cached for"), "{stdout}");
+    assert!(
+        line("nogrant", 0).contains("denied: missing capability mcp.connect:nogrant"),
+        "{stdout}"
+    );
+    assert!(line("off", 0).contains("disabled"), "{stdout}");
+    assert!(line("ok", 1).contains("connected (pid"), "{stdout}");
+    assert_eq!(
+        line("nogrant", 1),
+        "",
+        "a removed declaration is gone at the next turn: {stdout}"
+    );
+}

@@ -238,6 +238,16 @@ async fn failures_are_cached_per_server_then_retried_alone() {
         1,
         "the allow-for-session answer still holds"
     );
+    let decided_for_flaky = h
+        .sink
+        .of_type("approval.decided")
+        .iter()
+        .filter(|e| serde_json::to_value(e).unwrap()["server"] == "flaky")
+        .count();
+    assert_eq!(
+        decided_for_flaky, 2,
+        "the retry is approved again (from the session cache)"
+    );
     h.finish().await;
 }
 

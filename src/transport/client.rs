@@ -278,14 +278,12 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
         self.inner.send(item)
     }
 
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        async move {
-            let message = self.inner.receive().await;
-            if message.is_none() {
-                let _ = self.closed.send(true);
-            }
-            message
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if message.is_none() {
+            let _ = self.closed.send(true);
         }
+        message
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
