@@ -451,7 +451,7 @@ impl CatalogState {
                                 Live {
                                     actor,
                                     declaration,
-                                    tools: Arc::new(listed.tools),
+                                    tools: redacted_tools(listed.tools, &redactor),
                                     truncated: listed.truncated,
                                     redactor,
                                     pid,
@@ -468,7 +468,7 @@ impl CatalogState {
                 Outcome::Relisted { server, result } => match result {
                     Ok(listed) => {
                         if let Some(l) = self.live.get_mut(&server) {
-                            l.tools = Arc::new(listed.tools);
+                            l.tools = redacted_tools(listed.tools, &l.redactor);
                             l.truncated = listed.truncated;
                         }
                     }
@@ -840,7 +840,7 @@ impl ResolveContext {
                 }
             }
         }
-        let redactor = connection_redactor(&declared_env, args);
+        let redactor = connection_redactor(&declared_env, &Default::default(), args);
         let home = self.shared.server_home();
         if let Err(e) = private_dir(&home) {
             return Outcome::Failed {
@@ -914,12 +914,39 @@ impl ResolveContext {
 /// secret-bearing options in its args.
 pub(crate) fn connection_redactor(
     env: &std::collections::BTreeMap<String, String>,
+    headers: &std::collections::BTreeMap<String, String>,
     args: &[String],
 ) -> Redactor {
-    let from_args = crate::authority::preview::secret_arg_values(args);
+    // A header value is a secret, and so is its last word (`Bearer <token>`), in case
+    // the token shows up on its own.
+    let header_words = headers.iter().filter_map(|(name, value)| {
+        let last = value.split_whitespace().last()?;
+        (last != value).then(|| (name.clone(), last.to_string()))
+    });
     Redactor::new()
         .with_secrets(env.iter().map(|(k, v)| (k.clone(), v.clone())))
-        .with_secrets(from_args)
+        .with_secrets(headers.iter().map(|(k, v)| (k.clone(), v.clone())))
+        .with_secrets(header_words)
+        .with_secrets(crate::authority::preview::secret_arg_values(args))
+}
+
+/// Tools as the model may see them: descriptions and schemas redacted with the
+/// connection's secrets once, when listed (not per turn).
+fn redacted_tools(tools: Vec<Tool>, redactor: &Redactor) -> Arc<Vec<Tool>> {
+    let tools = tools
+        .into_iter()
+        .map(|mut tool| {
+            if let Some(d) = &tool.description {
+                tool.description = Some(redactor.text(d, View::Model).into());
+            }
+            let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
+            if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {
+                tool.input_schema = Arc::new(clean);
+            }
+            tool
+        })
+        .collect();
+    Arc::new(tools)
 }
 
 /// Resolves a declared cwd (relative to the workspace), following symlinks, and checks

@@ -200,3 +200,27 @@ mod tests {
         assert_eq!(r.views.operator.content, "bad <redacted:K>");
     }
 }
+
+#[cfg(test)]
+mod failure_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_redaction_failure_is_the_marker_in_every_view() {
+        let raw = json!({"content": [{"type": "text", "text": "raw secret"}], "structuredContent": {"k": "v"}});
+        let r = ToolResult::from_mcp("t", &raw, &Redactor::poisoned());
+        for v in [
+            View::Model,
+            View::Operator,
+            View::Event,
+            View::Durable,
+            View::Debug,
+        ] {
+            assert_eq!(r.view(v).content, REDACTION_FAILED);
+            assert_eq!(r.view(v).data, Value::String(REDACTION_FAILED.into()));
+        }
+        let e = ToolResult::error("t", "raw secret", &Redactor::poisoned());
+        assert_eq!(e.views.operator.content, REDACTION_FAILED);
+    }
+}

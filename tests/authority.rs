@@ -204,3 +204,33 @@ async fn a_missing_variable_skips_the_server_without_caching_the_failure() {
     assert_eq!(h.sink.of_type("mcp.server_skipped").len(), 2);
     h.finish().await;
 }
+
+#[tokio::test]
+async fn interpolation_happens_only_after_capability_and_approval() {
+    let core = Core::new()
+        .grant(&["mcp.connect:denied"])
+        .server("nocap", &demo("env:\n  T: \"${MISSING_VAR}\"\n"))
+        .server("denied", &demo("env:\n  T: \"${MISSING_VAR}\"\n"));
+    let h = harness(Recorder::new(|_| ApprovalAnswer::Deny)).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    // Both stop before interpolation: neither reports the missing variable.
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let reasons: Vec<(&str, &str)> = catalog
+        .denied()
+        .iter()
+        .map(|d| (d.server.as_str(), d.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 2);
+    assert!(reasons.contains(&("denied", "connect approval denied")));
+    assert!(
+        reasons
+            .iter()
+            .any(|(s, r)| *s == "nocap" && r.contains("mcp.connect:nocap"))
+    );
+    h.finish().await;
+}

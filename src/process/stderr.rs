@@ -10,7 +10,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::ChildStderr;
 use tokio::task::JoinHandle;
 
-use crate::redact::{REDACTION_FAILED, Redactor, View};
+use crate::redact::{Redactor, View};
 
 /// Characters of stderr kept in the durable log per connection.
 pub const STDERR_WINDOW_CHARS: usize = 12_000;
@@ -31,6 +31,10 @@ pub struct CapturedStderr {
     pub text: String,
     /// Whether anything was cut.
     pub truncated: bool,
+    /// Bytes the server wrote.
+    pub seen_bytes: u64,
+    /// Bytes kept in the capture file (at most [`STDERR_CAPTURE_CAP`]).
+    pub kept_bytes: u64,
 }
 
 impl StderrCapture {
@@ -75,6 +79,8 @@ impl StderrCapture {
             return CapturedStderr {
                 text: String::new(),
                 truncated: true,
+                seen_bytes: 0,
+                kept_bytes: 0,
             };
         };
         let mut bytes = Vec::new();
@@ -82,13 +88,20 @@ impl StderrCapture {
             return CapturedStderr {
                 text: String::new(),
                 truncated: true,
+                seen_bytes: 0,
+                kept_bytes: 0,
             };
         }
         let lossy = String::from_utf8_lossy(&bytes);
         let mut chars = lossy.chars();
         let text: String = chars.by_ref().take(STDERR_WINDOW_CHARS).collect();
         let truncated = chars.next().is_some() || total > bytes.len() as u64;
-        CapturedStderr { text, truncated }
+        CapturedStderr {
+            text,
+            truncated,
+            seen_bytes: total,
+            kept_bytes: bytes.len() as u64,
+        }
     }
 }
 
@@ -108,12 +121,8 @@ pub fn append_stderr_log(
     if captured.text.is_empty() && !captured.truncated {
         return Ok(());
     }
+    // On failure the view is exactly the marker: raw stderr never reaches the log.
     let body = redactor.text_views(&captured.text).durable;
-    let body = if body == REDACTION_FAILED {
-        REDACTION_FAILED.to_string()
-    } else {
-        body
-    };
     let mut entry = format!(
         "--- mcp server {} (session {}) at {} ---\n",
         redactor.text(server, View::Durable),
@@ -131,4 +140,75 @@ pub fn append_stderr_log(
     }
     let mut file = super::open_private_append(&home.join("logs").join("mcp-stderr.log"))?;
     file.write_all(entry.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redact::REDACTION_FAILED;
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+
+    async fn capture(script: &str) -> CapturedStderr {
+        let mut child = tokio::process::Command::new("sh")
+            .args(["-c", script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let capture = StderrCapture::start(child.stderr.take().unwrap()).unwrap();
+        child.wait().await.unwrap();
+        capture.finish(Duration::from_secs(10)).await
+    }
+
+    #[tokio::test]
+    async fn a_flood_is_drained_but_only_the_cap_is_kept() {
+        let c = capture("head -c 5000000 /dev/zero | tr '\\0' x >&2").await;
+        assert_eq!(c.seen_bytes, 5_000_000);
+        assert!(c.kept_bytes <= STDERR_CAPTURE_CAP);
+        assert_eq!(c.text.chars().count(), STDERR_WINDOW_CHARS);
+        assert!(c.truncated);
+    }
+
+    #[tokio::test]
+    async fn the_log_entry_is_redacted_headed_and_marked_when_cut() {
+        let home = tempfile::tempdir().unwrap();
+        let c =
+            capture("echo 'token is canary-123456' >&2; head -c 20000 /dev/zero | tr '\\0' y >&2")
+                .await;
+        let r = Redactor::new().with_secrets([("API_TOKEN", "canary-123456")]);
+        append_stderr_log(home.path(), "docs", "s-1", &c, &r).unwrap();
+        let path = home.path().join("logs/mcp-stderr.log");
+        let log = std::fs::read_to_string(&path).unwrap();
+        assert!(log.starts_with("--- mcp server docs (session s-1)"));
+        assert!(log.contains("token is <redacted:API_TOKEN>") && !log.contains("canary-123456"));
+        assert!(log.contains("truncated at 12000 characters"));
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+    }
+
+    #[tokio::test]
+    async fn a_redaction_failure_writes_only_the_marker() {
+        let home = tempfile::tempdir().unwrap();
+        let c = capture("echo 'raw secret text' >&2").await;
+        append_stderr_log(home.path(), "docs", "s-1", &c, &Redactor::poisoned()).unwrap();
+        let log = std::fs::read_to_string(home.path().join("logs/mcp-stderr.log")).unwrap();
+        assert!(
+            log.contains(REDACTION_FAILED) && !log.contains("raw secret text"),
+            "{log}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_symlink_at_the_log_path_is_refused_not_followed() {
+        let home = tempfile::tempdir().unwrap();
+        let elsewhere = home.path().join("elsewhere.txt");
+        std::fs::write(&elsewhere, "untouched").unwrap();
+        std::fs::create_dir_all(home.path().join("logs")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, home.path().join("logs/mcp-stderr.log")).unwrap();
+        let c = capture("echo hello >&2").await;
+        assert!(append_stderr_log(home.path(), "docs", "s-1", &c, &Redactor::new()).is_err());
+        assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "untouched");
+    }
 }

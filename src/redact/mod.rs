@@ -93,11 +93,22 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// Largest text redacted; anything bigger fails closed (every view becomes
+/// `<redaction-failed>`), so a hostile result cannot make redaction unbounded.
+pub const MAX_REDACT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Redaction could not complete; callers show [`REDACTION_FAILED`] instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("redaction failed")]
+pub struct RedactionFailed;
+
 /// Redacts the secrets of one connection (and optionally one call).
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
     /// Longest first, so a secret containing another is replaced whole.
     secrets: Arc<Vec<Secret>>,
+    /// A redactor that always fails: exercises the fail-closed paths in tests.
+    poisoned: bool,
 }
 
 static URL_CREDENTIALS: LazyLock<Regex> =
@@ -187,6 +198,24 @@ impl Redactor {
         all.sort_by(|a, b| b.value.len().cmp(&a.value.len()).then(a.name.cmp(&b.name)));
         Redactor {
             secrets: Arc::new(all),
+            poisoned: self.poisoned,
+        }
+    }
+
+    /// A redactor whose every redaction fails, for testing the fail-closed paths.
+    #[doc(hidden)]
+    pub fn poisoned() -> Self {
+        Redactor {
+            secrets: Arc::default(),
+            poisoned: true,
+        }
+    }
+
+    fn check(&self, len: usize) -> Result<(), RedactionFailed> {
+        if self.poisoned || len > MAX_REDACT_BYTES {
+            Err(RedactionFailed)
+        } else {
+            Ok(())
         }
     }
 
@@ -205,8 +234,18 @@ impl Redactor {
         !self.secrets.is_empty()
     }
 
-    /// `text` in one view.
+    /// `text` in one view; [`REDACTION_FAILED`] if it cannot be redacted.
     pub fn text(&self, text: &str, view: View) -> String {
+        self.try_text(text, view)
+            .unwrap_or_else(|_| REDACTION_FAILED.to_string())
+    }
+
+    /// `text` in one view.
+    ///
+    /// # Errors
+    /// [`RedactionFailed`] for oversized input (or a poisoned redactor).
+    pub fn try_text(&self, text: &str, view: View) -> Result<String, RedactionFailed> {
+        self.check(text.len())?;
         let mut out = text.to_string();
         for secret in self.secrets.iter() {
             if out.contains(&secret.value) {
@@ -240,18 +279,33 @@ impl Redactor {
             }
             format!("{}{}={}", &c[1], &c[2], marker(view, &c[2], &c[3]))
         });
-        out.into_owned()
+        Ok(out.into_owned())
+    }
+
+    /// `value` in one view; the string [`REDACTION_FAILED`] if it cannot be redacted.
+    pub fn json(&self, value: &Value, view: View) -> Value {
+        self.try_json(value, view)
+            .unwrap_or_else(|_| Value::String(REDACTION_FAILED.into()))
     }
 
     /// `value` in one view: strings are redacted as text, sensitive fields replaced.
-    pub fn json(&self, value: &Value, view: View) -> Value {
-        match value {
-            Value::String(s) => Value::String(self.text(s, view)),
-            Value::Array(items) => Value::Array(items.iter().map(|v| self.json(v, view)).collect()),
+    ///
+    /// # Errors
+    /// [`RedactionFailed`] when any part cannot be redacted.
+    pub fn try_json(&self, value: &Value, view: View) -> Result<Value, RedactionFailed> {
+        self.check(0)?;
+        Ok(match value {
+            Value::String(s) => Value::String(self.try_text(s, view)?),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|v| self.try_json(v, view))
+                    .collect::<Result<_, _>>()?,
+            ),
             Value::Object(map) => {
                 let mut out = Map::with_capacity(map.len());
                 for (key, v) in map {
-                    let key_out = self.text(key, view);
+                    let key_out = self.try_text(key, view)?;
                     let redacted =
                         is_sensitive_field(key) && !v.is_null() && !v.is_object() && !v.is_array();
                     let v_out = if redacted {
@@ -266,20 +320,20 @@ impl Redactor {
                             _ => Value::String(marker(view, key, &raw)),
                         }
                     } else {
-                        self.json(v, view)
+                        self.try_json(v, view)?
                     };
                     out.insert(key_out, v_out);
                 }
                 Value::Object(out)
             }
             other => other.clone(),
-        }
+        })
     }
 
     /// Every view of `text`; `<redaction-failed>` in all of them if redaction fails.
     pub fn text_views(&self, text: &str) -> Views<String> {
         guarded(
-            || Views::build(|v| self.text(text, v)),
+            || all_views(|v| self.try_text(text, v)),
             || REDACTION_FAILED.to_string(),
         )
     }
@@ -287,17 +341,34 @@ impl Redactor {
     /// Every view of `value`; the string `<redaction-failed>` in all if redaction fails.
     pub fn json_views(&self, value: &Value) -> Views<Value> {
         guarded(
-            || Views::build(|v| self.json(value, v)),
+            || all_views(|v| self.try_json(value, v)),
             || Value::String(REDACTION_FAILED.into()),
         )
     }
 }
 
-/// Runs a redaction; a panic inside it yields the failure marker in every view.
-pub(crate) fn guarded<T>(f: impl FnOnce() -> Views<T>, failed: impl Fn() -> T) -> Views<T> {
+/// Every view, or the first failure.
+fn all_views<T>(
+    mut f: impl FnMut(View) -> Result<T, RedactionFailed>,
+) -> Result<Views<T>, RedactionFailed> {
+    Ok(Views {
+        model: f(View::Model)?,
+        operator: f(View::Operator)?,
+        event: f(View::Event)?,
+        durable: f(View::Durable)?,
+        debug: f(View::Debug)?,
+    })
+}
+
+/// Runs a redaction; a failure (or a panic inside it) yields the failure marker in
+/// every view, never partially redacted text.
+fn guarded<T>(
+    f: impl FnOnce() -> Result<Views<T>, RedactionFailed>,
+    failed: impl Fn() -> T,
+) -> Views<T> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(_) => Views::build(|_| failed()),
+        Ok(Ok(v)) => v,
+        _ => Views::build(|_| failed()),
     }
 }
 
@@ -377,6 +448,21 @@ mod tests {
     fn call_argument_secrets_are_learned() {
         let r = Redactor::new().with_call_arguments(&json!({"auth": {"token": "tok-998877"}}));
         assert_eq!(r.text("echo tok-998877", View::Model), "echo <redacted>");
+    }
+
+    #[test]
+    fn a_failure_gives_the_marker_in_every_view() {
+        let v = Redactor::poisoned().text_views("secret stuff");
+        assert!(
+            [&v.model, &v.operator, &v.event, &v.durable, &v.debug]
+                .iter()
+                .all(|s| *s == REDACTION_FAILED)
+        );
+        let j = Redactor::poisoned().json_views(&json!({"a": "b"}));
+        assert_eq!(j.durable, json!(REDACTION_FAILED));
+        let huge = "x".repeat(MAX_REDACT_BYTES + 1);
+        assert_eq!(Redactor::new().text_views(&huge).operator, REDACTION_FAILED);
+        assert_eq!(Redactor::new().text(&huge, View::Model), REDACTION_FAILED);
     }
 
     #[test]
