@@ -25,9 +25,15 @@ use crate::authority::{CapabilitySet, ConnectPreview};
 use crate::core::{AgentCore, Declaration, Endpoint, Fingerprint};
 use crate::events::EventKind;
 use crate::naming::{self, Names, ServerTools};
-use crate::process::{append_stderr_log, child_environment, interpolate, private_dir};
+use crate::net::PinnedClient;
+use crate::process::{
+    append_stderr_log, child_environment, interpolate, private_dir, referenced_values,
+};
 use crate::redact::{Redactor, View};
-use crate::transport::{ListedTools, McpClient, ServerSignal, StdioLaunch, connect_stdio};
+use crate::transport::{
+    ListedTools, McpClient, ServerSignal, StdioLaunch, connect_http, connect_stdio,
+};
+use std::collections::BTreeMap;
 
 /// What a catalog is bound to; any change means a new catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -796,11 +802,9 @@ impl ResolveContext {
                 env,
                 cwd,
             } => (command, args, env, cwd),
-            Endpoint::StreamableHttp { .. } => {
-                return Outcome::Skipped {
-                    declaration: Arc::clone(&declaration),
-                    message: "streamable HTTP servers are not supported by this build yet".into(),
-                };
+            Endpoint::StreamableHttp { url, headers } => {
+                let (url, headers) = (url.clone(), headers.clone());
+                return self.resolve_http(declaration, &url, &headers).await;
             }
         };
         let cwd = match resolve_cwd(&self.workspace, cwd.as_deref()) {
@@ -840,7 +844,10 @@ impl ResolveContext {
                 }
             }
         }
-        let redactor = connection_redactor(&declared_env, &Default::default(), args);
+        let redactor = connection_redactor(&declared_env, &Default::default(), args).with_secrets(
+            env.values()
+                .flat_map(|v| referenced_values(v, &self.shared.config.host_env)),
+        );
         let home = self.shared.server_home();
         if let Err(e) = private_dir(&home) {
             return Outcome::Failed {
@@ -908,6 +915,153 @@ impl ResolveContext {
             }
         }
     }
+}
+
+impl ResolveContext {
+    /// The streamable HTTP part of [`ResolveContext::resolve`]: URL policy before
+    /// approval and before any client exists, then approval, header interpolation, and
+    /// a pinned client that checks every request again.
+    async fn resolve_http(
+        &self,
+        declaration: Arc<Declaration>,
+        url: &str,
+        headers: &BTreeMap<String, String>,
+    ) -> Outcome {
+        let denied = |reason: String| Outcome::Denied {
+            declaration: Arc::clone(&declaration),
+            reason,
+        };
+        let server = declaration.server_id.clone();
+        // 3. the URL policy on the declared URL (a blocked URL never reaches approval).
+        let decision = self.shared.net.check_url(url).await;
+        self.emit_decision("connect", &server, &decision);
+        if !decision.allowed {
+            let target = if decision.target.is_empty() {
+                "the declared url".to_string()
+            } else {
+                decision.target.clone()
+            };
+            return denied(format!(
+                "the URL policy blocks {target} ({})",
+                decision.reason
+            ));
+        }
+        // 4. connect approval, showing the origin and the validated addresses.
+        let policy = self.policy.connect_policy(&declaration);
+        let preview = ConnectPreview::new(&declaration, policy, None, &decision.resolved_addresses);
+        let request = ApprovalRequest {
+            session: self.session.clone(),
+            action: Action::Connect,
+            server: server.clone(),
+            tool: None,
+            preview,
+        };
+        if !self
+            .shared
+            .broker
+            .decide(request, declaration.fingerprint, policy)
+            .await
+            .allowed
+        {
+            return denied("connect approval denied".into());
+        }
+        // 5. header interpolation, only now.
+        let mut values = BTreeMap::new();
+        for (name, value) in headers {
+            match interpolate(value, &self.shared.config.host_env) {
+                Ok(v) => {
+                    values.insert(name.clone(), v);
+                }
+                Err(missing) => {
+                    return Outcome::Skipped {
+                        declaration: Arc::clone(&declaration),
+                        message: missing.to_string(),
+                    };
+                }
+            }
+        }
+        let redactor = connection_redactor(&BTreeMap::new(), &values, &[])
+            .with_secrets(url_secrets(url))
+            .with_secrets(
+                headers
+                    .values()
+                    .flat_map(|v| referenced_values(v, &self.shared.config.host_env)),
+            );
+        let Some(_permit) = self.shared.limiter.acquire().await else {
+            return Outcome::Failed {
+                declaration: Arc::clone(&declaration),
+                message: "the runtime is shutting down".into(),
+            };
+        };
+        self.shared.hub.emit(
+            &self.session,
+            EventKind::ServerConnecting {
+                server: server.clone(),
+                path: declaration.path.clone(),
+            },
+        );
+        let declared = headers
+            .keys()
+            .filter_map(|h| http::HeaderName::try_from(h.as_str()).ok())
+            .collect();
+        let (hub, session) = (Arc::clone(&self.shared.hub), self.session.clone());
+        let hook_server = server.clone();
+        let hook: crate::net::client::DecisionHook = Arc::new(move |d| {
+            hub.emit(
+                &session,
+                EventKind::UrlDecision {
+                    phase: "request",
+                    server: hook_server.clone(),
+                    decision: serde_json::to_value(d).unwrap_or_default(),
+                },
+            );
+        });
+        let client = PinnedClient::new(Arc::clone(&self.shared.net), declared, hook);
+        let (tx, rx) = mpsc::unbounded_channel();
+        match connect_http(url, &values, client, tx, declaration.connect_timeout).await {
+            Ok((client, listed)) => Outcome::Connected {
+                declaration,
+                client,
+                listed,
+                redactor,
+                signals: rx,
+            },
+            Err(message) => Outcome::Failed {
+                message: crate::result::cap(&redactor.text(&message, View::Durable)),
+                declaration,
+            },
+        }
+    }
+
+    fn emit_decision(&self, phase: &'static str, server: &str, decision: &crate::net::Decision) {
+        self.shared.hub.emit(
+            &self.session,
+            EventKind::UrlDecision {
+                phase,
+                server: server.to_string(),
+                decision: serde_json::to_value(decision).unwrap_or_default(),
+            },
+        );
+    }
+}
+
+/// Secrets a URL carries: userinfo and query values.
+fn url_secrets(url: &str) -> Vec<(String, String)> {
+    let Ok(u) = url::Url::parse(url) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if !u.username().is_empty() {
+        out.push(("url_username".to_string(), u.username().to_string()));
+    }
+    if let Some(p) = u.password() {
+        out.push(("url_password".to_string(), p.to_string()));
+    }
+    out.extend(
+        u.query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned())),
+    );
+    out
 }
 
 /// The secrets a stdio connection knows: its interpolated env values and the values of

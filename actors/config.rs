@@ -184,6 +184,13 @@ pub struct RuntimeConfig {
     pub host_policy: HostPolicy,
     /// Tools of other sources the host registers; an MCP tool may not take their names.
     pub host_tools: Vec<HostTool>,
+    /// The URL policy for streamable HTTP servers (trusted networks come from the host,
+    /// never from a manifest).
+    pub url_policy: crate::net::UrlPolicy,
+    /// Where names are resolved (hickory by default; a static table in tests).
+    pub resolver: Arc<dyn crate::net::Resolver>,
+    /// Extra TLS root certificates (DER) trusted besides the webpki roots.
+    pub extra_roots: Vec<Vec<u8>>,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -221,6 +228,9 @@ impl RuntimeConfig {
             host_env: HostEnv::from_process(),
             host_policy: HostPolicy::default(),
             host_tools: Vec::new(),
+            url_policy: crate::net::UrlPolicy::new(),
+            resolver: Arc::new(crate::net::HickoryResolver::from_system()),
+            extra_roots: Vec::new(),
         }
     }
 
@@ -261,6 +271,7 @@ impl RuntimeConfig {
 pub(crate) struct Shared {
     pub config: RuntimeConfig,
     pub hub: Arc<EventHub>,
+    pub net: Arc<crate::net::NetContext>,
     pub limiter: LimiterHandle,
     pub broker: BrokerHandle,
     ids: AtomicU64,
@@ -270,12 +281,14 @@ impl Shared {
     pub fn new(
         config: RuntimeConfig,
         hub: Arc<EventHub>,
+        net: Arc<crate::net::NetContext>,
         limiter: LimiterHandle,
         broker: BrokerHandle,
     ) -> Self {
         Shared {
             config,
             hub,
+            net,
             limiter,
             broker,
             ids: AtomicU64::new(1),

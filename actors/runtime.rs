@@ -359,6 +359,12 @@ impl Runtime {
     /// When an actor cannot start.
     pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let unavailable = |e: ractor::SpawnErr| RuntimeError::Unavailable(e.to_string());
+        let net = crate::net::NetContext::new(
+            config.url_policy.clone(),
+            Arc::clone(&config.resolver),
+            &config.extra_roots,
+        )
+        .map_err(RuntimeError::Unavailable)?;
         let log_dir = config.home.join("runtime").join("session-events");
         let hub = Arc::new(EventHub::new(Arc::clone(&config.events), Some(log_dir)));
         let (limiter, _) = Actor::spawn(None, Limiter, config.discovery_limit)
@@ -377,6 +383,7 @@ impl Runtime {
         let shared = Arc::new(Shared::new(
             config,
             hub,
+            Arc::new(net),
             LimiterHandle::new(limiter),
             BrokerHandle::new(broker),
         ));

@@ -294,3 +294,47 @@ pub async fn serve_stdio(options: DemoOptions) -> anyhow::Result<()> {
     service.waiting().await?;
     Ok(())
 }
+
+/// The demo server as a streamable HTTP tower service (mount it at `/mcp` or anywhere;
+/// it answers every path). `allowed_hosts` widens rmcp's Host-header check (by default
+/// only `localhost`, `127.0.0.1` and `::1` are accepted, against DNS rebinding).
+pub fn http_service(
+    options: DemoOptions,
+    allowed_hosts: Vec<String>,
+) -> rmcp::transport::streamable_http_server::StreamableHttpService<
+    DemoServer,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+> {
+    use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+    let mut config = StreamableHttpServerConfig::default();
+    if !allowed_hosts.is_empty() {
+        config = config.with_allowed_hosts(allowed_hosts);
+    }
+    rmcp::transport::streamable_http_server::StreamableHttpService::new(
+        move || Ok(DemoServer::new(options.clone())),
+        Arc::default(),
+        config,
+    )
+}
+
+/// Serves the demo server over streamable HTTP on `listener` until the task is dropped.
+///
+/// # Errors
+/// When accepting connections fails.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    options: DemoOptions,
+    allowed_hosts: Vec<String>,
+) -> anyhow::Result<()> {
+    let service = http_service(options, allowed_hosts);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let service = hyper_util::service::TowerToHyperService::new(service.clone());
+        tokio::spawn(async move {
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+        });
+    }
+}

@@ -29,6 +29,7 @@ pub mod core;
 pub mod demo_server;
 pub mod events;
 pub mod naming;
+pub mod net;
 pub mod process;
 pub mod redact;
 pub mod result;

@@ -291,3 +291,113 @@ fn the_shell_shows_each_server_state_and_picks_up_changes() {
         "a removed declaration is gone at the next turn: {stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_variables_are_never_used() {
+    use common::http::{Behaviour, serve};
+    let server = serve("127.0.0.1:0", Behaviour::Mcp(vec![]), None).await;
+    let proxy = serve(
+        "127.0.0.1:0",
+        Behaviour::Canned("text/plain", bytes::Bytes::new()),
+        None,
+    )
+    .await;
+    let core = Core::new().grant_servers(&["web"]).server(
+        "web",
+        &format!(
+            "transport: streamable_http\nurl: http://127.0.0.1:{}/mcp\napproval_policy: auto\n",
+            server.port()
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let proxy_url = format!("http://127.0.0.1:{}", proxy.port());
+    let mut cmd = tokio::process::Command::new(exe());
+    cmd.arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path());
+    cmd.args([
+        "--yes",
+        "--trust-network",
+        "127.0.0.0/8",
+        "call",
+        "web__echo",
+        "--args",
+        r#"{"message":"direct"}"#,
+    ]);
+    for var in [
+        "HTTP_PROXY",
+        "http_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ] {
+        cmd.env(var, &proxy_url);
+    }
+    cmd.env_remove("NO_PROXY").env_remove("no_proxy");
+    let out = cmd.output().await.unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "direct");
+    assert_eq!(proxy.accepted(), 0, "the proxy saw a connection");
+    assert!(!server.requests().is_empty());
+}
+
+#[test]
+fn url_check_prints_the_audit_view_and_exits_3_when_blocked() {
+    let out = Command::new(exe())
+        .args([
+            "url-check",
+            "https://bob:pw@mcp.test:8443/p?token=x#f",
+            "--resolve",
+            "mcp.test=93.184.216.34",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["target"], "https://mcp.test:8443");
+    assert_eq!(
+        v["resolved_addresses"],
+        serde_json::json!(["93.184.216.34"])
+    );
+    assert!(!text(&out.stdout).contains("pw") && !text(&out.stdout).contains("token"));
+
+    let out = Command::new(exe())
+        .args(["url-check", "http://0x7f.1/"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        text(&out.stdout).contains("blocked (loopback)"),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = Command::new(exe())
+        .args([
+            "url-check",
+            "http://127.0.0.1/",
+            "--trust-network",
+            "127.0.0.0/8",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let out = Command::new(exe())
+        .args([
+            "url-check",
+            "http://169.254.169.254/",
+            "--trust-network",
+            "0.0.0.0/0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let out = Command::new(exe())
+        .args(["url-check", "http://x.test/", "--resolve", "bad"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}

@@ -6,6 +6,7 @@ mod check;
 mod demo;
 mod shell;
 mod tools;
+mod url_check;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,8 +72,25 @@ enum Command {
     },
     /// Run the demo: a temporary core with the built-in server, discovery, calls, events.
     Demo,
-    /// Serve the built-in demo MCP server on stdio.
+    /// Print the URL policy's decision for a URL.
+    UrlCheck {
+        /// The URL to check.
+        url: String,
+        /// Answer DNS for HOST with these addresses instead of the real resolver.
+        #[arg(long, value_name = "HOST=ADDR[,ADDR]")]
+        resolve: Vec<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the built-in demo MCP server on stdio (or streamable HTTP with --http).
     DemoServer {
+        /// Serve streamable HTTP on this address (path /mcp) instead of stdio.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Host header values accepted besides localhost, 127.0.0.1 and ::1 (repeatable).
+        #[arg(long = "allowed-host", value_name = "HOST")]
+        allowed_hosts: Vec<String>,
         /// Generated extra tools (for pagination and scale tests).
         #[arg(long, default_value_t = 0)]
         extra_tools: usize,
@@ -123,7 +141,12 @@ fn init_logging() {
 
 async fn run(cli: Cli) -> u8 {
     let result = match &cli.command {
+        Some(Command::UrlCheck { url, resolve, json }) => {
+            return url_check::run(&cli, url, resolve, *json).await;
+        }
         Some(Command::DemoServer {
+            http,
+            allowed_hosts,
             extra_tools,
             page_size,
         }) => {
@@ -131,7 +154,26 @@ async fn run(cli: Cli) -> u8 {
                 extra_tools: *extra_tools,
                 page_size: *page_size,
             };
-            return match demiurge_mcp::demo_server::serve_stdio(options).await {
+            let served = match http {
+                Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+                    Ok(listener) => {
+                        let bound = listener
+                            .local_addr()
+                            .map(|a| a.to_string())
+                            .unwrap_or_default();
+                        eprintln!("demo MCP server on http://{bound}/mcp");
+                        demiurge_mcp::demo_server::serve_http(
+                            listener,
+                            options,
+                            allowed_hosts.clone(),
+                        )
+                        .await
+                    }
+                    Err(e) => Err(anyhow::anyhow!("cannot listen on {addr}: {e}")),
+                },
+                None => demiurge_mcp::demo_server::serve_stdio(options).await,
+            };
+            return match served {
                 Ok(()) => 0,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -186,6 +228,8 @@ impl Cli {
         let env = HostEnv::from_process();
         let mut config = RuntimeConfig::new(self.home_dir(&env)).with_host_env(env);
         config.approver = Arc::new(approver::TerminalApprover::new(self.yes));
+        config.url_policy =
+            demiurge_mcp::net::UrlPolicy::with_trusted(self.trust_network.iter().copied());
         config.events = events;
         config
     }

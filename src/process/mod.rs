@@ -83,6 +83,26 @@ pub fn interpolate(value: &str, env: &HostEnv) -> Result<String, MissingVariable
     Ok(out)
 }
 
+/// The `${NAME}` references of `value`, with their host values: secrets in their own
+/// right (`Bearer ${TOKEN}` makes the token secret, not only the whole header).
+pub fn referenced_values(value: &str, env: &HostEnv) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        match after.find('}') {
+            Some(end) if is_var_name(&after[..end]) => {
+                if let Some(v) = env.get(&after[..end]) {
+                    out.push((after[..end].to_string(), v.to_string()));
+                }
+                rest = &after[end + 1..];
+            }
+            _ => rest = after,
+        }
+    }
+    out
+}
+
 fn is_var_name(s: &str) -> bool {
     !s.is_empty()
         && !s.starts_with(|c: char| c.is_ascii_digit())

@@ -5,10 +5,12 @@
 //! knows about sessions or authority.
 
 mod client;
+mod http;
 mod stdio;
 
 pub use client::{
     CallFailure, ClientHandler, CloseReport, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient,
     ServerSignal, call_tool, list_tools,
 };
+pub use http::connect_http;
 pub use stdio::{StdioLaunch, connect_stdio};

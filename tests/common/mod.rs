@@ -2,6 +2,8 @@
 //! demo server, runtimes with recording approvers and sinks, process checks.
 #![allow(dead_code)]
 
+pub mod http;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,685 @@
+//! The pinned HTTP client behind every streamable HTTP connection.
+//!
+//! For every request and every redirect hop (at most [`MAX_REDIRECTS`]) it resolves the
+//! name with our [`Resolver`], checks every answer with the [`UrlPolicy`], reports the
+//! decision, then connects to a validated address while keeping the URL's hostname in
+//! the `Host` header and in TLS SNI. Connections are pooled per (origin, validated
+//! address), so a later, rebinding answer can neither reuse nor redirect a pooled
+//! socket. Cross-origin hops drop `Authorization`, cookies and the declared headers.
+//! Proxy environment variables are never read. Response bodies and SSE events are
+//! bounded.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use http::header::{
+    ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, COOKIE, HOST, LOCATION, WWW_AUTHENTICATE,
+};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::transport::streamable_http_client::{
+    AuthRequiredError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::{Sse, SseStream};
+use tokio::net::TcpStream;
+
+use super::policy::{Answer, Decision, Host, Target, UrlPolicy};
+use super::resolver::Resolver;
+
+/// Most redirect hops followed for one request.
+pub const MAX_REDIRECTS: usize = 10;
+/// Bound on establishing one TCP (and TLS) connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest JSON response body accepted.
+pub const MAX_JSON_RESPONSE: usize = 16 * 1024 * 1024;
+/// Largest single SSE event accepted.
+pub const MAX_SSE_EVENT: usize = 4 * 1024 * 1024;
+/// Bytes of an error body kept for the diagnostic.
+const MAX_ERROR_BODY: usize = 4 * 1024;
+/// Idle connections kept per (origin, address).
+const POOL_PER_KEY: usize = 8;
+
+const SESSION_HEADER: &str = "mcp-session-id";
+const LAST_EVENT_ID: &str = "last-event-id";
+const JSON: &str = "application/json";
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// Why a request did not produce a response.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetError {
+    /// The URL policy refused the target of this request or redirect hop.
+    #[error("blocked by the URL policy ({reason}) for {target}")]
+    Blocked {
+        /// Snake-case block reason.
+        reason: &'static str,
+        /// The origin, never more of the URL.
+        target: String,
+    },
+    /// No validated address accepted a connection.
+    #[error("cannot connect to {target}: {message}")]
+    Connect {
+        /// Origin.
+        target: String,
+        /// What failed.
+        message: String,
+    },
+    /// HTTP framing or protocol failure.
+    #[error("HTTP failure talking to {target}: {message}")]
+    Http {
+        /// Origin.
+        target: String,
+        /// What failed.
+        message: String,
+    },
+    /// More than [`MAX_REDIRECTS`] hops.
+    #[error("more than {MAX_REDIRECTS} redirects")]
+    TooManyRedirects,
+    /// A redirect without a usable `Location`.
+    #[error("a redirect without a usable Location header")]
+    BadRedirect,
+    /// A body or event over its limit.
+    #[error("the response exceeded {0} bytes")]
+    TooLarge(usize),
+}
+
+impl From<NetError> for StreamableHttpError<NetError> {
+    fn from(e: NetError) -> Self {
+        StreamableHttpError::Client(e)
+    }
+}
+
+/// What every pinned client of a runtime shares: policy, resolver, TLS roots.
+pub struct NetContext {
+    /// The host's URL policy.
+    pub policy: UrlPolicy,
+    /// Where names are resolved.
+    pub resolver: Arc<dyn Resolver>,
+    /// TLS configuration (webpki roots plus any host roots).
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+impl NetContext {
+    /// A context trusting the webpki roots plus `extra_roots` (DER certificates).
+    ///
+    /// # Errors
+    /// When a root is not a valid certificate or rustls rejects the configuration.
+    pub fn new(
+        policy: UrlPolicy,
+        resolver: Arc<dyn Resolver>,
+        extra_roots: &[Vec<u8>],
+    ) -> Result<Self, String> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+        for der in extra_roots {
+            roots
+                .add(rustls::pki_types::CertificateDer::from(der.clone()))
+                .map_err(|e| format!("invalid extra root certificate: {e}"))?;
+        }
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(NetContext {
+            policy,
+            resolver,
+            tls: Arc::new(tls),
+        })
+    }
+
+    /// Resolves and decides one target.
+    pub async fn check(&self, target: &Target) -> Decision {
+        let answer = match &target.host {
+            Host::Ip(ip) => Answer::Addresses(vec![*ip]),
+            Host::Name(name) => self.resolver.resolve(name).await,
+        };
+        self.policy.decide(target, &answer)
+    }
+
+    /// Parses, resolves and decides a URL.
+    pub async fn check_url(&self, url: &str) -> Decision {
+        match self.policy.target(url) {
+            Ok(target) => self.check(&target).await,
+            Err(decision) => decision,
+        }
+    }
+}
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    scheme: &'static str,
+    host: Host,
+    port: u16,
+    addr: IpAddr,
+}
+
+/// Called with every decision, in order (for `mcp.url_decision` events).
+pub type DecisionHook = Arc<dyn Fn(&Decision) + Send + Sync>;
+
+/// A hyper client that resolves, checks and pins every request.
+#[derive(Clone)]
+pub struct PinnedClient {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
+    net: Arc<NetContext>,
+    /// Header names the declaration added; dropped on cross-origin hops.
+    declared: Vec<HeaderName>,
+    on_decision: DecisionHook,
+    pool: Mutex<HashMap<PoolKey, Vec<SendRequest<Full<Bytes>>>>>,
+}
+
+impl PinnedClient {
+    /// A client for one connection.
+    pub fn new(net: Arc<NetContext>, declared: Vec<HeaderName>, on_decision: DecisionHook) -> Self {
+        PinnedClient {
+            inner: Arc::new(ClientInner {
+                net,
+                declared,
+                on_decision,
+                pool: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Sends a request, following redirects under the policy.
+    ///
+    /// # Errors
+    /// [`NetError`].
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        mut headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, NetError> {
+        let mut url = url::Url::parse(url).map_err(|_| NetError::Blocked {
+            reason: "invalid_url",
+            target: String::new(),
+        })?;
+        let mut method = method;
+        let mut body = body;
+        let mut previous: Option<Target> = None;
+        for hop in 0..=MAX_REDIRECTS {
+            let decision = match self.inner.net.policy.target(url.as_str()) {
+                Ok(target) => {
+                    if let Some(prev) = &previous
+                        && !prev.same_origin(&target)
+                    {
+                        self.strip_credentials(&mut headers);
+                    }
+                    let d = self.inner.net.check(&target).await;
+                    (self.inner.on_decision)(&d);
+                    if !d.allowed {
+                        return Err(NetError::Blocked {
+                            reason: d.reason,
+                            target: d.target,
+                        });
+                    }
+                    previous = Some(target.clone());
+                    (target, d)
+                }
+                Err(d) => {
+                    (self.inner.on_decision)(&d);
+                    return Err(NetError::Blocked {
+                        reason: d.reason,
+                        target: d.target,
+                    });
+                }
+            };
+            let (target, decision) = decision;
+            let path = match url.query() {
+                Some(q) => format!("{}?{q}", url.path()),
+                None => url.path().to_string(),
+            };
+            let response = self
+                .dispatch(
+                    &target,
+                    &decision.validated,
+                    &method,
+                    &path,
+                    &headers,
+                    body.clone(),
+                )
+                .await?;
+            if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
+            {
+                return Ok(response);
+            }
+            if hop == MAX_REDIRECTS {
+                return Err(NetError::TooManyRedirects);
+            }
+            let location = response
+                .headers()
+                .get(LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|l| url.join(l).ok())
+                .ok_or(NetError::BadRedirect)?;
+            if matches!(
+                response.status(),
+                StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND | StatusCode::SEE_OTHER
+            ) && method == Method::POST
+            {
+                method = Method::GET;
+                body = Bytes::new();
+                headers.remove(CONTENT_TYPE);
+            }
+            url = location;
+        }
+        Err(NetError::TooManyRedirects)
+    }
+
+    fn strip_credentials(&self, headers: &mut HeaderMap) {
+        headers.remove(AUTHORIZATION);
+        headers.remove(COOKIE);
+        headers.remove(HeaderName::from_static("proxy-authorization"));
+        for name in &self.inner.declared {
+            headers.remove(name);
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        target: &Target,
+        addrs: &[IpAddr],
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, NetError> {
+        let mut last_error = None;
+        for &addr in addrs {
+            let key = PoolKey {
+                scheme: target.scheme,
+                host: target.host.clone(),
+                port: target.port,
+                addr,
+            };
+            let mut sender = match self.pooled(&key) {
+                Some(s) => s,
+                None => match self.connect(target, addr).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        last_error = Some(e);
+                        continue;
+                    }
+                },
+            };
+            let mut request = Request::builder().method(method.clone()).uri(path);
+            if let Some(h) = request.headers_mut() {
+                h.extend(headers.clone());
+                h.insert(
+                    HOST,
+                    HeaderValue::from_str(&target.host_header())
+                        .map_err(|e| http_error(target, e))?,
+                );
+            }
+            let request = request
+                .body(Full::new(body.clone()))
+                .map_err(|e| http_error(target, e))?;
+            let response = sender
+                .send_request(request)
+                .await
+                .map_err(|e| http_error(target, e))?;
+            self.put_back(key, sender);
+            return Ok(response);
+        }
+        Err(last_error.unwrap_or_else(|| NetError::Connect {
+            target: target.origin(),
+            message: "no validated address".into(),
+        }))
+    }
+
+    /// A ready pooled connection, if any. Busy ones (a streaming response) stay.
+    fn pooled(&self, key: &PoolKey) -> Option<SendRequest<Full<Bytes>>> {
+        let mut pool = self.inner.pool.lock().ok()?;
+        let senders = pool.get_mut(key)?;
+        senders.retain(|s| !s.is_closed());
+        let ready = senders.iter().position(SendRequest::is_ready)?;
+        Some(senders.swap_remove(ready))
+    }
+
+    fn put_back(&self, key: PoolKey, sender: SendRequest<Full<Bytes>>) {
+        if let Ok(mut pool) = self.inner.pool.lock() {
+            let senders = pool.entry(key).or_default();
+            if senders.len() < POOL_PER_KEY {
+                senders.push(sender);
+            }
+        }
+    }
+
+    async fn connect(
+        &self,
+        target: &Target,
+        addr: IpAddr,
+    ) -> Result<SendRequest<Full<Bytes>>, NetError> {
+        let origin = target.origin();
+        let fail = |message: String| NetError::Connect {
+            target: origin.clone(),
+            message,
+        };
+        let tcp = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            TcpStream::connect(SocketAddr::new(addr, target.port)),
+        )
+        .await
+        .map_err(|_| fail("connect timed out".into()))?
+        .map_err(|e| fail(e.to_string()))?;
+        let _ = tcp.set_nodelay(true);
+        if target.scheme == "https" {
+            let name = rustls::pki_types::ServerName::try_from(target.server_name())
+                .map_err(|e| fail(e.to_string()))?;
+            let tls = tokio_rustls::TlsConnector::from(Arc::clone(&self.inner.net.tls));
+            let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(name, tcp))
+                .await
+                .map_err(|_| fail("TLS handshake timed out".into()))?
+                .map_err(|e| fail(format!("TLS handshake failed: {e}")))?;
+            handshake(stream, target).await
+        } else {
+            handshake(tcp, target).await
+        }
+    }
+}
+
+async fn handshake<S>(stream: S, target: &Target) -> Result<SendRequest<Full<Bytes>>, NetError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| http_error(target, e))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+fn http_error(target: &Target, e: impl std::fmt::Display) -> NetError {
+    NetError::Http {
+        target: target.origin(),
+        message: e.to_string(),
+    }
+}
+
+fn header_map(
+    custom: HashMap<HeaderName, HeaderValue>,
+    session: Option<&str>,
+    auth: Option<String>,
+) -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    for (k, v) in custom {
+        headers.insert(k, v);
+    }
+    if let Some(sid) = session.and_then(|s| HeaderValue::from_str(s).ok()) {
+        headers.insert(HeaderName::from_static(SESSION_HEADER), sid);
+    }
+    if let Some(token) = auth.and_then(|t| HeaderValue::from_str(&format!("Bearer {t}")).ok()) {
+        headers.insert(AUTHORIZATION, token);
+    }
+    headers
+}
+
+fn is_media(value: Option<&HeaderValue>, media: &str) -> bool {
+    value
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(media))
+}
+
+async fn read_limited(body: Incoming, max: usize) -> Result<Bytes, NetError> {
+    Limited::new(body, max)
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .map_err(|_| NetError::TooLarge(max))
+}
+
+/// The body as SSE events, none larger than `max` bytes.
+fn bounded_sse(body: Incoming, max: usize) -> BoxStream<'static, Result<Sse, sse_stream::Error>> {
+    let mut since_boundary = 0usize;
+    let mut last = 0u8;
+    let bytes = body.into_data_stream().map(move |chunk| {
+        let chunk = chunk.map_err(|e| NetError::Http {
+            target: String::new(),
+            message: e.to_string(),
+        })?;
+        for &b in chunk.iter() {
+            // An event ends at a blank line; `\r` is ignored so CRLF works too.
+            if b == b'\n' && last == b'\n' {
+                since_boundary = 0;
+            } else if b != b'\r' {
+                since_boundary += 1;
+                if since_boundary > max {
+                    return Err(NetError::TooLarge(max));
+                }
+            }
+            if b != b'\r' {
+                last = b;
+            }
+        }
+        Ok(chunk)
+    });
+    SseStream::from_bytes_stream(bytes).boxed()
+}
+
+type HttpResult<T> = Result<T, StreamableHttpError<NetError>>;
+
+impl PinnedClient {
+    async fn error_for(
+        response: Response<Incoming>,
+        session_attached: bool,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        let status = response.status();
+        if status == StatusCode::UNAUTHORIZED
+            && let Some(challenge) = response
+                .headers()
+                .get(WWW_AUTHENTICATE)
+                .and_then(|v| v.to_str().ok())
+        {
+            return Err(StreamableHttpError::AuthRequired(AuthRequiredError::new(
+                challenge.to_string(),
+            )));
+        }
+        if status == StatusCode::NOT_FOUND && session_attached {
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        let is_json = is_media(response.headers().get(CONTENT_TYPE), JSON);
+        let body = read_limited(response.into_body(), MAX_JSON_RESPONSE).await?;
+        if is_json
+            && let Ok(message @ ServerJsonRpcMessage::Error(_)) =
+                serde_json::from_slice::<ServerJsonRpcMessage>(&body)
+        {
+            return Ok(StreamableHttpPostResponse::Json(message, None));
+        }
+        let text = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BODY)]).into_owned();
+        Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+            format!("HTTP {status}: {text}"),
+        )))
+    }
+}
+
+impl StreamableHttpClient for PinnedClient {
+    type Error = NetError;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> HttpResult<StreamableHttpPostResponse> {
+        let body = serde_json::to_vec(&message)?;
+        let mut headers = header_map(custom_headers, session_id.as_deref(), auth_header);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+        headers.insert(
+            ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        let response = self
+            .send(Method::POST, &uri, headers, Bytes::from(body))
+            .await?;
+        let status = response.status();
+        if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        if !status.is_success() {
+            return Self::error_for(response, session_id.is_some()).await;
+        }
+        let session = response
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let content_type = response.headers().get(CONTENT_TYPE).cloned();
+        let empty = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            == Some("0");
+        if empty && !matches!(message, ClientJsonRpcMessage::Request(_)) {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        if is_media(content_type.as_ref(), EVENT_STREAM) {
+            let max = limits.max_sse_event_size.min(MAX_SSE_EVENT);
+            return Ok(StreamableHttpPostResponse::Sse(
+                bounded_sse(response.into_body(), max),
+                session,
+            ));
+        }
+        if is_media(content_type.as_ref(), JSON) {
+            let max = limits.max_json_response_size.min(MAX_JSON_RESPONSE);
+            let body = read_limited(response.into_body(), max).await?;
+            if body.is_empty() && !matches!(message, ClientJsonRpcMessage::Request(_)) {
+                return Ok(StreamableHttpPostResponse::Accepted);
+            }
+            let message: ServerJsonRpcMessage = serde_json::from_slice(&body)?;
+            return Ok(StreamableHttpPostResponse::Json(message, session));
+        }
+        if !matches!(message, ClientJsonRpcMessage::Request(_)) {
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
+        Err(StreamableHttpError::UnexpectedContentType(
+            content_type.and_then(|v| v.to_str().ok().map(str::to_string)),
+        ))
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<()> {
+        let headers = header_map(custom_headers, Some(&session_id), auth_header);
+        let response = self
+            .send(Method::DELETE, &uri, headers, Bytes::new())
+            .await?;
+        let status = response.status();
+        let _ = read_limited(response.into_body(), MAX_ERROR_BODY).await;
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            return Err(StreamableHttpError::ServerDoesNotSupportDeleteSession);
+        }
+        Ok(())
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> HttpResult<BoxStream<'static, Result<Sse, sse_stream::Error>>> {
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            MAX_SSE_EVENT,
+        )
+        .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> HttpResult<BoxStream<'static, Result<Sse, sse_stream::Error>>> {
+        let mut headers = header_map(custom_headers, session_id.as_deref(), auth_header);
+        headers.insert(ACCEPT, HeaderValue::from_static(EVENT_STREAM));
+        if let Some(id) = last_event_id.and_then(|id| HeaderValue::from_str(&id).ok()) {
+            headers.insert(HeaderName::from_static(LAST_EVENT_ID), id);
+        }
+        let response = self.send(Method::GET, &uri, headers, Bytes::new()).await?;
+        let status = response.status();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            return Err(StreamableHttpError::ServerDoesNotSupportSse);
+        }
+        if status == StatusCode::NOT_FOUND && session_id.is_some() {
+            return Err(StreamableHttpError::SessionExpired);
+        }
+        if !status.is_success() {
+            let body = read_limited(response.into_body(), MAX_ERROR_BODY)
+                .await
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&body).into_owned();
+            return Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                format!("HTTP {status}: {text}"),
+            )));
+        }
+        if !is_media(response.headers().get(CONTENT_TYPE), EVENT_STREAM) {
+            return Err(StreamableHttpError::UnexpectedContentType(
+                response
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok().map(str::to_string)),
+            ));
+        }
+        Ok(bounded_sse(
+            response.into_body(),
+            max_sse_event_size.min(MAX_SSE_EVENT),
+        ))
+    }
+}

@@ -1,0 +1,231 @@
+//! Real HTTP(S) servers on loopback for the transport tests: the demo MCP server behind
+//! a recorder (methods, paths, headers, TLS SNI, accepted connections), or canned
+//! answers (redirects, oversized bodies).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+
+type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+
+/// What a test server answers.
+#[derive(Clone)]
+pub enum Behaviour {
+    /// The demo MCP server (Host header check widened to these names).
+    Mcp(Vec<String>),
+    /// A redirect to this absolute URL with this status.
+    Redirect(u16, String),
+    /// A 200 with this content type and body.
+    Canned(&'static str, Bytes),
+}
+
+/// One recorded request.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: String,
+    pub path: String,
+    pub headers: HeaderMap,
+}
+
+/// A running server.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub requests: Arc<Mutex<Vec<Recorded>>>,
+    pub accepted: Arc<AtomicUsize>,
+    pub sni: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl TestServer {
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.requests.lock().unwrap().clone()
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+}
+
+/// A test CA and a server certificate for `names`, signed by it.
+pub struct TestPki {
+    pub ca_der: Vec<u8>,
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+pub fn pki(names: &[&str]) -> TestPki {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "demiurge test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).unwrap();
+    let leaf_key = rcgen::KeyPair::generate().unwrap();
+    let leaf_params =
+        rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+            .unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &ca).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let mut server = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(vec![leaf.der().clone()], key)
+    .unwrap();
+    server.alpn_protocols = vec![b"http/1.1".to_vec()];
+    TestPki {
+        ca_der: ca.der().to_vec(),
+        server: Arc::new(server),
+    }
+}
+
+/// Serves `behaviour` on `bind` (plain HTTP, or TLS with `tls`).
+pub async fn serve(
+    bind: &str,
+    behaviour: Behaviour,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> TestServer {
+    let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+    let accepted: Arc<AtomicUsize> = Arc::default();
+    let sni: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mcp = match &behaviour {
+        Behaviour::Mcp(hosts) => Some(demiurge_mcp::demo_server::http_service(
+            Default::default(),
+            hosts.clone(),
+        )),
+        _ => None,
+    };
+    let (r, a, s) = (
+        Arc::clone(&requests),
+        Arc::clone(&accepted),
+        Arc::clone(&sni),
+    );
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            a.fetch_add(1, Ordering::SeqCst);
+            let (r, s, behaviour, mcp, tls) = (
+                Arc::clone(&r),
+                Arc::clone(&s),
+                behaviour.clone(),
+                mcp.clone(),
+                tls.clone(),
+            );
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    r.lock().unwrap().push(Recorded {
+                        method: req.method().to_string(),
+                        path: req.uri().path().to_string(),
+                        headers: req.headers().clone(),
+                    });
+                    let (behaviour, mcp) = (behaviour.clone(), mcp.clone());
+                    async move { Ok::<_, std::convert::Infallible>(answer(behaviour, mcp, req).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                match tls {
+                    Some(config) => {
+                        let Ok(stream) =
+                            tokio_rustls::TlsAcceptor::from(config).accept(stream).await
+                        else {
+                            return;
+                        };
+                        if let Some(name) = stream.get_ref().1.server_name() {
+                            s.lock().unwrap().push(name.to_string());
+                        }
+                        let _ = builder
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    }
+                    None => {
+                        let _ = builder
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                            .await;
+                    }
+                }
+            });
+        }
+    });
+    TestServer {
+        addr,
+        requests,
+        accepted,
+        sni,
+        task,
+    }
+}
+
+async fn answer(
+    behaviour: Behaviour,
+    mcp: Option<
+        rmcp::transport::streamable_http_server::StreamableHttpService<
+            demiurge_mcp::demo_server::DemoServer,
+            rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+        >,
+    >,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    match (behaviour, mcp) {
+        (Behaviour::Mcp(_), Some(svc)) => {
+            let svc = hyper_util::service::TowerToHyperService::new(svc);
+            match hyper::service::Service::call(&svc, req).await {
+                Ok(resp) => resp.map(|b| {
+                    b.map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { Box::new(e) })
+                        .boxed()
+                }),
+                Err(_) => plain(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    Bytes::new(),
+                ),
+            }
+        }
+        (Behaviour::Redirect(status, location), _) => {
+            let mut resp = plain(
+                StatusCode::from_u16(status).unwrap(),
+                "text/plain",
+                Bytes::new(),
+            );
+            resp.headers_mut()
+                .insert(http::header::LOCATION, location.parse().unwrap());
+            resp
+        }
+        (Behaviour::Canned(content_type, body), _) => plain(StatusCode::OK, content_type, body),
+        _ => plain(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            Bytes::new(),
+        ),
+    }
+}
+
+fn plain(status: StatusCode, content_type: &str, body: Bytes) -> Response<Body> {
+    let mut resp = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(http::header::CONTENT_TYPE, content_type.parse().unwrap());
+    resp
+}
