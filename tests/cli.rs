@@ -228,6 +228,18 @@ fn demo_runs_with_no_set_up() {
     assert!(stdout.contains("<redacted:DEMO_SECRET>"), "{stdout}");
     assert!(stdout.contains("mcp.session_evicted"), "{stdout}");
     assert!(stdout.contains("same connections: true"), "{stdout}");
+    assert!(
+        stdout.contains("hello over streamable HTTP"),
+        "the HTTP server answered: {stdout}"
+    );
+    assert!(
+        stdout.contains("the URL policy blocks http://169.254.169.254 (metadata)"),
+        "{stdout}"
+    );
+    assert!(
+        !text(&out.stderr).contains("metadata.yaml) wants to connect"),
+        "a blocked URL never reaches approval"
+    );
 }
 
 #[test]

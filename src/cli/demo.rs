@@ -25,19 +25,36 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
         .clone()
         .unwrap_or_else(|| scratch.path().join("home"));
     let exe = std::env::current_exe().context("cannot find the demiurge executable")?;
-    write_core(&core, &exe.display().to_string())?;
+    // The built-in server also runs over streamable HTTP, in this process, on loopback.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot listen on loopback")?;
+    let port = listener.local_addr()?.port();
+    let web = tokio::spawn(demiurge_mcp::demo_server::serve_http(
+        listener,
+        Default::default(),
+        Vec::new(),
+    ));
+    write_core(&core, &exe.display().to_string(), port)?;
 
     println!("== Agent Core: {}", core.display());
     println!("   agent/mcp/demo.yaml      the built-in demo server (all tools)");
-    println!("   agent/mcp/filtered.yaml  the same server, include [echo, add], no call grant\n");
+    println!("   agent/mcp/filtered.yaml  the same server, include [echo, add], no call grant");
+    println!(
+        "   agent/mcp/web.yaml       the same server over streamable HTTP on 127.0.0.1:{port}"
+    );
+    println!("   agent/mcp/metadata.yaml  a cloud metadata URL: refused before any approval");
+    println!("   (the host trusts 127.0.0.0/8 for this run, like --trust-network 127.0.0.0/8)\n");
 
     let sink = MemorySink::new();
     let mut config = cli.config(Arc::new(sink.clone()));
     config.home = home.clone();
     config.approver = Arc::new(TerminalApprover::new(true));
+    config.url_policy = demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.0/8".parse()?]);
     let runtime = Runtime::start(config).await?;
     let result = drive(&runtime, &core).await;
     runtime.shutdown().await;
+    web.abort();
     let session = result?;
 
     println!(
@@ -91,6 +108,10 @@ async fn drive(runtime: &Runtime, core: &std::path::Path) -> anyhow::Result<Stri
             "demo__echo",
             json!({"message": format!("the secret is {DEMO_SECRET}")}),
         ),
+        (
+            "web__echo",
+            json!({"message": "hello over streamable HTTP"}),
+        ),
         ("filtered__echo", json!({"message": "not allowed"})),
     ];
     for (tool, args) in calls {
@@ -124,12 +145,22 @@ async fn same_pid(a: &demiurge_mcp::TurnCatalog, b: &demiurge_mcp::TurnCatalog) 
     pid(a).await == pid(b).await
 }
 
-fn write_core(core: &std::path::Path, exe: &str) -> anyhow::Result<()> {
+fn write_core(core: &std::path::Path, exe: &str, port: u16) -> anyhow::Result<()> {
     let mcp = core.join("agent/mcp");
     std::fs::create_dir_all(&mcp)?;
     std::fs::write(
         core.join("agent.yaml"),
-        "name: demo\ncapabilities:\n  defaults:\n    mcp.connect:demo: {scope: core}\n    mcp.call:demo: {scope: core}\n    mcp.connect:filtered: {scope: core}\n",
+        "name: demo\ncapabilities:\n  defaults:\n    mcp.connect:demo: {scope: core}\n    mcp.call:demo: {scope: core}\n    mcp.connect:filtered: {scope: core}\n    mcp.connect:web: {scope: core}\n    mcp.call:web: {scope: core}\n    mcp.connect:metadata: {scope: core}\n",
+    )?;
+    std::fs::write(
+        mcp.join("web.yaml"),
+        format!(
+            "transport: streamable_http\nurl: http://127.0.0.1:{port}/mcp\nheaders:\n  X-Demo-Token: \"{DEMO_SECRET}\"\nrisk: low\napproval_policy: auto\n"
+        ),
+    )?;
+    std::fs::write(
+        mcp.join("metadata.yaml"),
+        "transport: streamable_http\nurl: http://169.254.169.254/latest/meta-data/\n",
     )?;
     let quoted = serde_json::to_string(exe)?;
     std::fs::write(

@@ -3,6 +3,7 @@
 mod approver;
 mod call;
 mod check;
+mod conformance;
 mod demo;
 mod shell;
 mod tools;
@@ -72,6 +73,12 @@ enum Command {
     },
     /// Run the demo: a temporary core with the built-in server, discovery, calls, events.
     Demo,
+    /// The runtime as the client under test of the MCP conformance package.
+    #[command(hide = true)]
+    ConformanceClient {
+        /// The server URL the harness appends.
+        url: String,
+    },
     /// Print the URL policy's decision for a URL.
     UrlCheck {
         /// The URL to check.
@@ -141,6 +148,7 @@ fn init_logging() {
 
 async fn run(cli: Cli) -> u8 {
     let result = match &cli.command {
+        Some(Command::ConformanceClient { url }) => conformance::run(&cli, url).await,
         Some(Command::UrlCheck { url, resolve, json }) => {
             return url_check::run(&cli, url, resolve, *json).await;
         }

@@ -18,9 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use http::header::{
-    ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, COOKIE, HOST, LOCATION, WWW_AUTHENTICATE,
-};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, COOKIE, HOST, LOCATION, WWW_AUTHENTICATE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -562,20 +560,18 @@ impl StreamableHttpClient for PinnedClient {
         if !status.is_success() {
             return Self::error_for(response, session_id.is_some()).await;
         }
+        // A notification or response expects nothing back; some servers still answer
+        // 200 with a body (even one that is not JSON-RPC). Drain it, bounded, move on.
+        if !matches!(message, ClientJsonRpcMessage::Request(_)) {
+            let _ = read_limited(response.into_body(), MAX_JSON_RESPONSE).await;
+            return Ok(StreamableHttpPostResponse::Accepted);
+        }
         let session = response
             .headers()
             .get(SESSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let content_type = response.headers().get(CONTENT_TYPE).cloned();
-        let empty = response
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            == Some("0");
-        if empty && !matches!(message, ClientJsonRpcMessage::Request(_)) {
-            return Ok(StreamableHttpPostResponse::Accepted);
-        }
         if is_media(content_type.as_ref(), EVENT_STREAM) {
             let max = limits.max_sse_event_size.min(MAX_SSE_EVENT);
             return Ok(StreamableHttpPostResponse::Sse(
@@ -586,14 +582,8 @@ impl StreamableHttpClient for PinnedClient {
         if is_media(content_type.as_ref(), JSON) {
             let max = limits.max_json_response_size.min(MAX_JSON_RESPONSE);
             let body = read_limited(response.into_body(), max).await?;
-            if body.is_empty() && !matches!(message, ClientJsonRpcMessage::Request(_)) {
-                return Ok(StreamableHttpPostResponse::Accepted);
-            }
             let message: ServerJsonRpcMessage = serde_json::from_slice(&body)?;
             return Ok(StreamableHttpPostResponse::Json(message, session));
-        }
-        if !matches!(message, ClientJsonRpcMessage::Request(_)) {
-            return Ok(StreamableHttpPostResponse::Accepted);
         }
         Err(StreamableHttpError::UnexpectedContentType(
             content_type.and_then(|v| v.to_str().ok().map(str::to_string)),

@@ -1,0 +1,103 @@
+//! `demiurge conformance-client URL` (hidden): the runtime as the client under test of
+//! the public MCP conformance package. It declares one streamable HTTP server at URL
+//! in a temporary core, trusts loopback and answers `localhost` itself (the harness
+//! serves there; no resolver is asked), and acts
+//! out the scenario named by `MCP_CONFORMANCE_SCENARIO`: every scenario initializes and
+//! lists tools; `tools_call` and `sse-retry` also call every listed tool with arguments
+//! made from its schema. Exit 0 when every step succeeded.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use demiurge_mcp::events::NullSink;
+use demiurge_mcp::net::UrlPolicy;
+use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, SessionSpec};
+use serde_json::{Map, Value, json};
+
+use super::Cli;
+
+pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
+    let scenario = std::env::var("MCP_CONFORMANCE_SCENARIO").unwrap_or_default();
+    let scratch = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let core = scratch.path().join("core");
+    std::fs::create_dir_all(core.join("agent/mcp"))?;
+    std::fs::write(
+        core.join("agent.yaml"),
+        "capabilities:\n  defaults:\n    mcp.connect:server: {scope: core}\n    mcp.call:server: {scope: core}\n",
+    )?;
+    std::fs::write(
+        core.join("agent/mcp/server.yaml"),
+        format!(
+            "transport: streamable_http\nurl: {}\napproval_policy: auto\nconnect_timeout_seconds: 20\ntimeout_seconds: 20\n",
+            serde_json::to_string(url)?
+        ),
+    )?;
+    let mut config = cli.config(Arc::new(NullSink));
+    config.home = scratch.path().join("home");
+    config.approver = Arc::new(FixedApprover(ApprovalAnswer::AllowSession));
+    let mut trusted: Vec<ipnet::IpNet> = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
+    trusted.extend(cli.trust_network.iter().copied());
+    config.url_policy = UrlPolicy::with_trusted(trusted);
+    // The harness serves on `localhost`; answer it here rather than asking any resolver.
+    let resolver = demiurge_mcp::net::StaticResolver::new();
+    resolver.set("localhost", ["127.0.0.1".parse()?, "::1".parse()?]);
+    config.resolver = Arc::new(resolver);
+    let runtime = Runtime::start(config).await?;
+    let outcome = act(&runtime, &core, &scenario).await;
+    runtime.shutdown().await;
+    outcome
+}
+
+async fn act(runtime: &Runtime, core: &std::path::Path, scenario: &str) -> anyhow::Result<u8> {
+    let (session, _) = runtime.start_session(SessionSpec::new(core)).await?;
+    let turn = session.prepare_turn().await?;
+    if let Some(d) = turn.diagnostics().first() {
+        eprintln!("server failed: {}", d.message);
+        return Ok(1);
+    }
+    if let Some(d) = turn.denied().first() {
+        eprintln!("server denied: {}", d.reason);
+        return Ok(1);
+    }
+    eprintln!("scenario {scenario}: {} tools", turn.tools().len());
+    if scenario == "initialize" {
+        return Ok(0);
+    }
+    let mut code = 0;
+    for tool in turn.tools() {
+        let args = arguments_for(&tool.input_schema);
+        match turn.call(&tool.name, args).await {
+            Ok(result) if !result.is_error => {
+                eprintln!("{}: {}", tool.name, result.views.operator.content)
+            }
+            Ok(result) => {
+                eprintln!("{}: error {}", tool.name, result.views.operator.content);
+                code = 1;
+            }
+            Err(e) => {
+                eprintln!("{}: refused {e}", tool.name);
+                code = 1;
+            }
+        }
+    }
+    Ok(code)
+}
+
+/// Plausible arguments from a JSON schema: numbers 1, 2, 3..., strings "test", booleans
+/// true, for every required or listed property.
+fn arguments_for(schema: &Map<String, Value>) -> Value {
+    let mut args = Map::new();
+    if let Some(Value::Object(props)) = schema.get("properties") {
+        for (i, (name, prop)) in props.iter().enumerate() {
+            let value = match prop.get("type").and_then(Value::as_str) {
+                Some("number") | Some("integer") => json!(i + 1),
+                Some("boolean") => json!(true),
+                Some("array") => json!([]),
+                Some("object") => json!({}),
+                _ => json!("test"),
+            };
+            args.insert(name.clone(), value);
+        }
+    }
+    Value::Object(args)
+}
