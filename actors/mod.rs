@@ -30,5 +30,5 @@ pub use config::{
 };
 pub use limiter::{LimiterStats, Permit};
 pub use runtime::{ChildSession, Eviction, Runtime, RuntimeError, Session};
-pub use session::{EvictionReport, SessionSpec};
+pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
 pub use turn::{CallError, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};

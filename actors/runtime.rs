@@ -555,18 +555,28 @@ impl Session {
     /// # Errors
     /// [`PrepareError`]: load errors, eviction, collisions.
     pub async fn prepare_turn(&self) -> Result<TurnCatalog, PrepareError> {
-        let root = match self.actor.call(SessionMsg::Spec, None).await {
-            Ok(ractor::rpc::CallResult::Success(spec)) => spec.core_root,
+        let spec = match self.actor.call(SessionMsg::Spec, None).await {
+            Ok(ractor::rpc::CallResult::Success(spec)) => spec,
             _ => return Err(PrepareError::Evicted),
         };
-        let core = tokio::task::spawn_blocking(move || crate::core::load(&root))
-            .await
-            .map_err(|e| PrepareError::Unavailable(e.to_string()))??;
+        let track_live = spec.core_revision == super::session::LIVE_REVISION;
+        let root = spec.core_root;
+        let (core, revision) = tokio::task::spawn_blocking(move || {
+            let revision = track_live.then(|| {
+                let live = crate::evolution::live_revision(&root);
+                format!("live:{}", live.as_deref().unwrap_or("none"))
+            });
+            (crate::core::load(&root), revision)
+        })
+        .await
+        .map_err(|e| PrepareError::Unavailable(e.to_string()))?;
+        let core = core?;
         match self
             .actor
             .call(
                 |reply| SessionMsg::PrepareTurn {
                     core: Arc::new(core),
+                    revision,
                     reply,
                 },
                 None,

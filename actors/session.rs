@@ -17,6 +17,10 @@ use crate::authority::{CapabilitySet, HostPolicy};
 use crate::core::AgentCore;
 use crate::events::EventKind;
 
+/// A `core_revision` that follows `refs/demiurge/live` of the core's repository, read
+/// at every turn: a promotion then changes the catalog identity and reauthorizes.
+pub const LIVE_REVISION: &str = "live";
+
 /// What a host says about a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionSpec {
@@ -73,6 +77,8 @@ pub enum SessionMsg {
     PrepareTurn {
         /// The core as loaded for this turn.
         core: Arc<AgentCore>,
+        /// The core revision read for this turn (when the spec follows the live ref).
+        revision: Option<String>,
         /// The answer.
         reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
     },
@@ -140,13 +146,17 @@ impl Actor for SessionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            SessionMsg::PrepareTurn { core, reply } => {
+            SessionMsg::PrepareTurn {
+                core,
+                revision,
+                reply,
+            } => {
                 if state.evicted {
                     let _ = reply.send(Err(PrepareError::Evicted));
                     return Ok(());
                 }
                 state.turn += 1;
-                match state.catalog_for(&myself, &core).await {
+                match state.catalog_for(&myself, &core, revision).await {
                     Ok(catalog) => {
                         let turn = state.turn;
                         if let Err(ractor::MessagingErr::SendErr(CatalogMsg::PrepareTurn {
@@ -260,6 +270,7 @@ impl SessionState {
         &mut self,
         myself: &ActorRef<SessionMsg>,
         core: &AgentCore,
+        revision: Option<String>,
     ) -> Result<ActorRef<CatalogMsg>, PrepareError> {
         let base = self
             .args
@@ -276,7 +287,7 @@ impl SessionState {
             principal: self.args.spec.principal.clone(),
             capabilities: capabilities.fingerprint(),
             core_root: core.root.clone(),
-            core_revision: self.args.spec.core_revision.clone(),
+            core_revision: revision.unwrap_or_else(|| self.args.spec.core_revision.clone()),
             workspace: self.args.workspace.clone(),
             policy: self
                 .args

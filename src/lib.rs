@@ -28,6 +28,7 @@ pub mod authority;
 pub mod core;
 pub mod demo_server;
 pub mod events;
+pub mod evolution;
 pub mod naming;
 pub mod net;
 pub mod process;

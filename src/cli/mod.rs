@@ -5,6 +5,7 @@ mod call;
 mod check;
 mod conformance;
 mod demo;
+mod evolution;
 mod shell;
 mod tools;
 mod url_check;
@@ -70,6 +71,23 @@ enum Command {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+    /// The MCP security diff between the live revision and CANDIDATE, with its token.
+    Review {
+        /// The candidate commit (default HEAD).
+        #[arg(default_value = "HEAD")]
+        candidate: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Promote CANDIDATE to live (needs approval and the exact review token).
+    Promote {
+        /// The candidate commit.
+        candidate: String,
+        /// The token printed by `demiurge review CANDIDATE`.
+        #[arg(long = "review-token", value_name = "TOKEN")]
+        review_token: Option<String>,
     },
     /// Run the demo: a temporary core with the built-in server, discovery, calls, events.
     Demo,
@@ -148,6 +166,11 @@ fn init_logging() {
 
 async fn run(cli: Cli) -> u8 {
     let result = match &cli.command {
+        Some(Command::Review { candidate, json }) => Ok(evolution::review(&cli, candidate, *json)),
+        Some(Command::Promote {
+            candidate,
+            review_token,
+        }) => Ok(evolution::promote(&cli, candidate, review_token.as_deref())),
         Some(Command::ConformanceClient { url }) => conformance::run(&cli, url).await,
         Some(Command::UrlCheck { url, resolve, json }) => {
             return url_check::run(&cli, url, resolve, *json).await;
@@ -245,6 +268,10 @@ impl Cli {
     pub(crate) fn session_spec(&self) -> SessionSpec {
         let mut spec = SessionSpec::new(self.core_dir());
         spec.workspace = self.workspace.clone();
+        // A core under git follows its live revision: a promotion reauthorizes catalogs.
+        if demiurge_mcp::evolution::CoreRepo::open(&self.core_dir()).is_ok() {
+            spec.core_revision = demiurge_mcp::actors::LIVE_REVISION.into();
+        }
         spec
     }
 }

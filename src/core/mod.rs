@@ -145,6 +145,40 @@ struct RawGrant {
     scope: String,
 }
 
+/// What the runtime reads from `agent.yaml`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Manifest {
+    /// `slots.mcp` as written (unresolved).
+    pub mcp_slot: Option<String>,
+    /// `capabilities.defaults` names.
+    pub grants: BTreeSet<String>,
+}
+
+/// Parses the text of `agent.yaml`; problems are added to `errors` and the rest kept.
+pub fn parse_manifest(text: &str, file: &Path, errors: &mut Vec<LoadError>) -> Manifest {
+    let raw: RawManifest = yaml::parse(text).unwrap_or_else(|e| {
+        errors.push(LoadError::from_yaml(file, e));
+        RawManifest::default()
+    });
+    let mut grants = BTreeSet::new();
+    for (name, grant) in raw.capabilities.unwrap_or_default().defaults {
+        if grant.scope != "core" {
+            errors.push(LoadError::new(
+                file,
+                Some(&format!("capabilities.defaults.{name}.scope")),
+                None,
+                format!("unknown scope `{}`; the only scope is `core`", grant.scope),
+            ));
+        } else {
+            grants.insert(name);
+        }
+    }
+    Manifest {
+        mcp_slot: raw.slots.and_then(|s| s.mcp),
+        grants,
+    }
+}
+
 /// Loads a core, failing on the first file with errors reported all together.
 ///
 /// # Errors
@@ -163,11 +197,8 @@ pub fn load_report(root: &Path) -> LoadReport {
     let mut errors = Vec::new();
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let manifest_path = root.join("agent.yaml");
-    let manifest: RawManifest = match std::fs::read_to_string(&manifest_path) {
-        Ok(text) => yaml::parse(&text).unwrap_or_else(|e| {
-            errors.push(LoadError::from_yaml(&manifest_path, e));
-            RawManifest::default()
-        }),
+    let manifest = match std::fs::read_to_string(&manifest_path) {
+        Ok(text) => parse_manifest(&text, &manifest_path, &mut errors),
         Err(e) => {
             errors.push(LoadError::new(
                 &manifest_path,
@@ -175,25 +206,11 @@ pub fn load_report(root: &Path) -> LoadReport {
                 None,
                 format!("cannot read agent.yaml ({e}); run in an Agent Core or pass --core DIR"),
             ));
-            RawManifest::default()
+            Manifest::default()
         }
     };
-
-    let mut grants = BTreeSet::new();
-    for (name, grant) in manifest.capabilities.unwrap_or_default().defaults {
-        if grant.scope != "core" {
-            errors.push(LoadError::new(
-                &manifest_path,
-                Some(&format!("capabilities.defaults.{name}.scope")),
-                None,
-                format!("unknown scope `{}`; the only scope is `core`", grant.scope),
-            ));
-        } else {
-            grants.insert(name);
-        }
-    }
-
-    let mcp_root = match manifest.slots.and_then(|s| s.mcp) {
+    let grants = manifest.grants;
+    let mcp_root = match manifest.mcp_slot {
         None => DEFAULT_MCP_ROOT.to_string(),
         Some(slot) => match inside_core(&root, &slot) {
             Some(rel) => rel,
@@ -327,9 +344,23 @@ fn parse_declaration(
             format!("cannot read the file ({e})"),
         )]
     })?;
-    let raw = yaml::parse(&text).map_err(|e| vec![LoadError::from_yaml(file, e)])?;
+    parse_declaration_text(&text, server_id, rel, file)
+}
+
+/// Validates the text of one declaration. `rel` is its path relative to the core, `file`
+/// what error messages name.
+///
+/// # Errors
+/// Every problem found, each naming `file`, the field and the line.
+pub fn parse_declaration_text(
+    text: &str,
+    server_id: String,
+    rel: String,
+    file: &Path,
+) -> Result<Declaration, Vec<LoadError>> {
+    let raw = yaml::parse(text).map_err(|e| vec![LoadError::from_yaml(file, e)])?;
     // The same text parsed again as plain data: the canonical input of the fingerprint.
     let canonical: serde_json::Value =
-        yaml::parse(&text).map_err(|e| vec![LoadError::from_yaml(file, e)])?;
+        yaml::parse(text).map_err(|e| vec![LoadError::from_yaml(file, e)])?;
     Declaration::from_raw(raw, server_id, rel, file.to_path_buf(), &canonical)
 }

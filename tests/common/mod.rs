@@ -207,6 +207,8 @@ pub async fn harness_with(
         .with_events(sink.clone())
         .with_host_env(host_env(&[]));
     config.close_grace = Duration::from_millis(500);
+    // Tests never ask real DNS: names resolve only where a test says so.
+    config.resolver = Arc::new(demiurge_mcp::net::StaticResolver::new());
     let runtime = Runtime::start(tweak(config)).await.unwrap();
     Harness {
         home,

@@ -1,0 +1,642 @@
+//! Evolution review and promotion: a secret-safe security diff of the MCP surface
+//! between the live revision of an Agent Core and a candidate commit, a content-bound
+//! review token, and promotion that moves `refs/demiurge/live` and
+//! `refs/demiurge/previous` together, atomically, with compare-and-swap.
+//!
+//! # The review token
+//! `mcp-review:` followed by the lowercase hex sha256 of this UTF-8 text:
+//! ```text
+//! demiurge-mcp-review/v1\n
+//! <path>\t<change>\t<before fingerprint or ->\t<after fingerprint or ->\n   (one line per change, sorted by path)
+//! ```
+//! Paths are relative to the core (`agent/mcp/docs.yaml`); MCP root changes use the path
+//! `agent.yaml#slots.mcp` and grant changes `agent.yaml#capabilities.defaults.<name>`.
+//! A declaration's fingerprint is its server fingerprint (sha256 over server id, path
+//! and the canonical declaration, secrets included), an unparsable file's is the sha256
+//! of its bytes, a root's or grant's is the sha256 of its value. The same change gives
+//! the same token on any machine; any change to reviewed content, a secret included,
+//! gives another.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use gix::ObjectId;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::authority::{ConnectPreview, HostPolicy};
+use crate::core::{self, Declaration, Endpoint, Fingerprint};
+
+/// The live revision.
+pub const LIVE_REF: &str = "refs/demiurge/live";
+/// The revision before the live one.
+pub const PREVIOUS_REF: &str = "refs/demiurge/previous";
+
+/// What went wrong; every message says what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EvolutionError {
+    /// The core is not inside a git work tree.
+    #[error("{0} is not inside a git repository; evolution review needs the Agent Core under git")]
+    NotARepository(String),
+    /// A revision did not resolve to a commit.
+    #[error("cannot resolve `{0}` to a commit; pass a commit id, branch or tag")]
+    BadRevision(String),
+    /// Reading the repository failed.
+    #[error("git error: {0}")]
+    Git(String),
+    /// Changes were found but no token was given.
+    #[error(
+        "promotion refused: the MCP surface changes and no review token was given; run `demiurge review {0}` and pass its token with --review-token"
+    )]
+    MissingToken(String),
+    /// The token does not match the current review.
+    #[error(
+        "promotion refused: the review token does not match the current changes (stale or wrong); run `demiurge review {0}` again and pass the new token"
+    )]
+    StaleToken(String),
+    /// The approver said no.
+    #[error("promotion refused: approval denied")]
+    Denied,
+    /// A ref moved between reading and updating.
+    #[error("promotion refused: {0} changed concurrently; review again and retry")]
+    Moved(String),
+}
+
+fn git(e: impl std::fmt::Display) -> EvolutionError {
+    EvolutionError::Git(e.to_string())
+}
+
+/// One declaration as found at a revision.
+#[derive(Debug, Clone)]
+enum Found {
+    Valid {
+        declaration: Box<Declaration>,
+    },
+    Invalid {
+        errors: Vec<String>,
+        digest: Fingerprint,
+    },
+}
+
+/// The MCP surface of a core at one revision.
+#[derive(Debug, Clone, Default)]
+struct Snapshot {
+    mcp_root: String,
+    grants: BTreeSet<String>,
+    declarations: BTreeMap<String, Found>,
+}
+
+/// An Agent Core inside a git repository.
+pub struct CoreRepo {
+    repo: gix::Repository,
+    /// The core directory relative to the work tree (`""` at the root).
+    core_rel: PathBuf,
+}
+
+impl CoreRepo {
+    /// Opens the repository containing `core`.
+    ///
+    /// # Errors
+    /// [`EvolutionError::NotARepository`].
+    pub fn open(core: &Path) -> Result<Self, EvolutionError> {
+        let not_repo = || EvolutionError::NotARepository(core.display().to_string());
+        let core = core.canonicalize().map_err(|_| not_repo())?;
+        let repo = gix::discover(&core).map_err(|_| not_repo())?;
+        let workdir = repo
+            .workdir()
+            .ok_or_else(not_repo)?
+            .canonicalize()
+            .map_err(|_| not_repo())?;
+        let core_rel = core
+            .strip_prefix(&workdir)
+            .map_err(|_| not_repo())?
+            .to_path_buf();
+        Ok(CoreRepo { repo, core_rel })
+    }
+
+    /// A commit id for `rev` (id, branch, tag, `HEAD`).
+    ///
+    /// # Errors
+    /// [`EvolutionError::BadRevision`].
+    pub fn resolve(&self, rev: &str) -> Result<ObjectId, EvolutionError> {
+        let id = self
+            .repo
+            .rev_parse_single(rev)
+            .map_err(|_| EvolutionError::BadRevision(rev.to_string()))?;
+        let commit = id
+            .object()
+            .map_err(git)?
+            .peel_to_commit()
+            .map_err(|_| EvolutionError::BadRevision(rev.to_string()))?;
+        Ok(commit.id)
+    }
+
+    /// The commit a ref points to, if the ref exists.
+    ///
+    /// # Errors
+    /// Git errors.
+    pub fn read_ref(&self, name: &str) -> Result<Option<ObjectId>, EvolutionError> {
+        match self.repo.try_find_reference(name).map_err(git)? {
+            Some(mut r) => Ok(Some(r.peel_to_id().map_err(git)?.detach())),
+            None => Ok(None),
+        }
+    }
+
+    fn blob_at(&self, tree: &gix::Tree<'_>, rel: &Path) -> Result<Option<Vec<u8>>, EvolutionError> {
+        match tree.lookup_entry_by_path(rel).map_err(git)? {
+            Some(entry) if entry.mode().is_blob() => {
+                Ok(Some(entry.object().map_err(git)?.detach().data))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn snapshot(&self, commit: Option<ObjectId>) -> Result<Snapshot, EvolutionError> {
+        let Some(commit) = commit else {
+            return Ok(Snapshot {
+                mcp_root: core::DEFAULT_MCP_ROOT.into(),
+                ..Snapshot::default()
+            });
+        };
+        let tree = self
+            .repo
+            .find_commit(commit)
+            .map_err(git)?
+            .tree()
+            .map_err(git)?;
+        let mut errors = Vec::new();
+        let manifest_path = self.core_rel.join("agent.yaml");
+        let manifest = match self.blob_at(&tree, &manifest_path)? {
+            Some(bytes) => core::parse_manifest(
+                &String::from_utf8_lossy(&bytes),
+                Path::new("agent.yaml"),
+                &mut errors,
+            ),
+            None => core::Manifest::default(),
+        };
+        let mcp_root = manifest
+            .mcp_slot
+            .map(|s| s.trim_start_matches("./").trim_end_matches('/').to_string())
+            .unwrap_or_else(|| core::DEFAULT_MCP_ROOT.to_string());
+        let grants = manifest
+            .grants
+            .into_iter()
+            .filter(|g| g.starts_with("mcp."))
+            .collect();
+        let mut declarations = BTreeMap::new();
+        if let Some(entry) = tree
+            .lookup_entry_by_path(self.core_rel.join(&mcp_root))
+            .map_err(git)?
+            && entry.mode().is_tree()
+        {
+            let dir = entry.object().map_err(git)?.into_tree();
+            for item in dir.iter() {
+                let item = item.map_err(git)?;
+                let name = item.filename().to_string();
+                let Some(stem) = name
+                    .strip_suffix(".yaml")
+                    .or_else(|| name.strip_suffix(".yml"))
+                else {
+                    continue;
+                };
+                if !item.mode().is_blob() {
+                    continue;
+                }
+                let bytes = item.object().map_err(git)?.detach().data;
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let rel = format!("{mcp_root}/{name}");
+                let found = match core::parse_declaration_text(
+                    &text,
+                    stem.to_string(),
+                    rel.clone(),
+                    Path::new(&rel),
+                ) {
+                    Ok(d) => Found::Valid {
+                        declaration: Box::new(d),
+                    },
+                    Err(errs) => Found::Invalid {
+                        errors: errs.iter().map(ToString::to_string).collect(),
+                        digest: Fingerprint::of(&bytes),
+                    },
+                };
+                declarations.insert(rel, found);
+            }
+        }
+        Ok(Snapshot {
+            mcp_root,
+            grants,
+            declarations,
+        })
+    }
+
+    /// The security review between the live revision (empty when absent) and `candidate`.
+    ///
+    /// # Errors
+    /// Unresolvable revisions, git errors.
+    pub fn review(&self, candidate: &str) -> Result<Review, EvolutionError> {
+        let live = self.read_ref(LIVE_REF)?;
+        let candidate_id = self.resolve(candidate)?;
+        self.review_between(live, candidate_id)
+    }
+
+    fn review_between(
+        &self,
+        live: Option<ObjectId>,
+        candidate: ObjectId,
+    ) -> Result<Review, EvolutionError> {
+        let before = self.snapshot(live)?;
+        let after = self.snapshot(Some(candidate))?;
+        let changes = diff(&before, &after);
+        let token = token(&changes);
+        Ok(Review {
+            live: live.map(|l| l.to_string()),
+            candidate: candidate.to_string(),
+            changes,
+            token,
+        })
+    }
+
+    /// Promotes `candidate`: needs `approve` and, when the review finds changes, the
+    /// exact current `token`. On success previous <- old live and live <- candidate in
+    /// one transaction that checks both refs still hold what was read; on any refusal
+    /// or error both refs are left exactly as they were.
+    ///
+    /// # Errors
+    /// [`EvolutionError`] saying why and what to run.
+    pub fn promote(
+        &self,
+        candidate: &str,
+        token: Option<&str>,
+        approve: impl FnOnce(&Review) -> bool,
+    ) -> Result<Promotion, EvolutionError> {
+        use gix::refs::Target;
+        use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+
+        let live = self.read_ref(LIVE_REF)?;
+        let previous = self.read_ref(PREVIOUS_REF)?;
+        let candidate_id = self.resolve(candidate)?;
+        let review = self.review_between(live, candidate_id)?;
+        if !review.changes.is_empty() {
+            match token {
+                None => return Err(EvolutionError::MissingToken(candidate.to_string())),
+                Some(t) if t.trim() != review.token => {
+                    return Err(EvolutionError::StaleToken(candidate.to_string()));
+                }
+                Some(_) => {}
+            }
+        }
+        if !approve(&review) {
+            return Err(EvolutionError::Denied);
+        }
+        let expect = |id: Option<ObjectId>| match id {
+            Some(id) => PreviousValue::MustExistAndMatch(Target::Object(id)),
+            None => PreviousValue::MustNotExist,
+        };
+        let log = |message: String| LogChange {
+            mode: RefLog::AndReference,
+            force_create_reflog: false,
+            message: message.into(),
+        };
+        let name = |n: &str| n.try_into().map_err(git);
+        let mut edits = vec![RefEdit {
+            change: Change::Update {
+                log: log(format!("demiurge promote {candidate_id}")),
+                expected: expect(live),
+                new: Target::Object(candidate_id),
+            },
+            name: name(LIVE_REF)?,
+            deref: false,
+        }];
+        if let Some(old_live) = live {
+            edits.push(RefEdit {
+                change: Change::Update {
+                    log: log(format!("demiurge promote: previous live {old_live}")),
+                    expected: expect(previous),
+                    new: Target::Object(old_live),
+                },
+                name: name(PREVIOUS_REF)?,
+                deref: false,
+            });
+        }
+        let time = format!(
+            "{} +0000",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs())
+        );
+        let committer = gix::actor::SignatureRef {
+            name: "demiurge".into(),
+            email: "demiurge@localhost".into(),
+            time: &time,
+        };
+        self.repo
+            .edit_references_as(edits, Some(committer))
+            .map_err(|e| EvolutionError::Moved(format!("{LIVE_REF} or {PREVIOUS_REF} ({e})")))?;
+        Ok(Promotion {
+            live: candidate_id.to_string(),
+            previous: live.map(|l| l.to_string()),
+            review,
+        })
+    }
+}
+
+/// The current live revision of the repository holding `core`, if any (for catalog
+/// identity: a promotion changes it, which reauthorizes catalogs).
+pub fn live_revision(core: &Path) -> Option<String> {
+    let repo = CoreRepo::open(core).ok()?;
+    repo.read_ref(LIVE_REF)
+        .ok()
+        .flatten()
+        .map(|id| id.to_string())
+}
+
+/// A successful promotion.
+#[derive(Debug, Clone, Serialize)]
+pub struct Promotion {
+    /// The new live commit.
+    pub live: String,
+    /// The new previous commit (the old live), if there was one.
+    pub previous: Option<String>,
+    /// The review it was based on.
+    pub review: Review,
+}
+
+/// The security review of a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Review {
+    /// Live commit, if any.
+    pub live: Option<String>,
+    /// Candidate commit.
+    pub candidate: String,
+    /// Changes, sorted by path.
+    pub changes: Vec<ChangeEntry>,
+    /// `mcp-review:<sha256>`.
+    pub token: String,
+}
+
+/// One changed path.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChangeEntry {
+    /// Path relative to the core (or `agent.yaml#...`).
+    pub path: String,
+    /// `added`, `removed` or `modified`.
+    pub change: &'static str,
+    /// Secret-safe preview before (absent for `added`).
+    pub before: Option<Value>,
+    /// Secret-safe preview after (absent for `removed`).
+    pub after: Option<Value>,
+    /// What changed, in words (a changed secret is named, never shown).
+    pub details: Vec<String>,
+    #[serde(skip)]
+    before_fingerprint: Option<String>,
+    #[serde(skip)]
+    after_fingerprint: Option<String>,
+}
+
+fn preview(found: &Found) -> Value {
+    match found {
+        Found::Invalid { errors, .. } => json!({ "invalid": errors }),
+        Found::Valid { declaration: d, .. } => {
+            let policy = HostPolicy::default().connect_policy(d);
+            let mut p =
+                serde_json::to_value(ConnectPreview::new(d, policy, None, &[])).unwrap_or_default();
+            if let (Some(map), Endpoint::Stdio { cwd, .. }) = (p.as_object_mut(), &d.endpoint) {
+                map.insert(
+                    "cwd".into(),
+                    json!(cwd.clone().unwrap_or_else(|| "<workspace>".into())),
+                );
+            }
+            if let Some(map) = p.as_object_mut() {
+                map.insert("enabled".into(), json!(d.enabled));
+                map.insert(
+                    "tools".into(),
+                    json!({"include": d.tools.include, "exclude": d.tools.exclude}),
+                );
+                map.insert(
+                    "connect_timeout_seconds".into(),
+                    json!(d.connect_timeout.as_secs_f64()),
+                );
+                map.insert(
+                    "timeout_seconds".into(),
+                    json!(d.call_timeout.as_secs_f64()),
+                );
+                map.insert(
+                    "supports_parallel_tool_calls".into(),
+                    json!(d.supports_parallel_tool_calls),
+                );
+            }
+            p
+        }
+    }
+}
+
+fn fingerprint_of(found: &Found) -> String {
+    match found {
+        Found::Valid { declaration, .. } => declaration.fingerprint.hex(),
+        Found::Invalid { digest, .. } => digest.hex(),
+    }
+}
+
+/// What changed between two valid declarations, in secret-safe words.
+fn details(before: &Found, after: &Found) -> Vec<String> {
+    let (bp, ap) = (preview(before), preview(after));
+    let mut out = Vec::new();
+    if let (Some(b), Some(a)) = (bp.as_object(), ap.as_object()) {
+        let keys: BTreeSet<&String> = b.keys().chain(a.keys()).collect();
+        for k in keys {
+            let (x, y) = (
+                b.get(k).unwrap_or(&Value::Null),
+                a.get(k).unwrap_or(&Value::Null),
+            );
+            if x != y {
+                out.push(format!("{k}: {x} -> {y}"));
+            }
+        }
+    }
+    if let (Found::Valid { declaration: b, .. }, Found::Valid { declaration: a, .. }) =
+        (before, after)
+    {
+        match (&b.endpoint, &a.endpoint) {
+            (
+                Endpoint::Stdio {
+                    env: be, args: ba, ..
+                },
+                Endpoint::Stdio {
+                    env: ae, args: aa, ..
+                },
+            ) => {
+                out.extend(changed_values("env", be, ae));
+                let (bs, as_): (BTreeMap<_, _>, BTreeMap<_, _>) = (
+                    crate::authority::preview::secret_arg_values(ba)
+                        .into_iter()
+                        .collect(),
+                    crate::authority::preview::secret_arg_values(aa)
+                        .into_iter()
+                        .collect(),
+                );
+                for (name, v) in &as_ {
+                    if bs.get(name).is_some_and(|old| old != v) {
+                        out.push(format!("args: the value of secret option `{name}` changed"));
+                    }
+                }
+            }
+            (
+                Endpoint::StreamableHttp {
+                    url: bu,
+                    headers: bh,
+                },
+                Endpoint::StreamableHttp {
+                    url: au,
+                    headers: ah,
+                },
+            ) => {
+                out.extend(changed_values("header", bh, ah));
+                if bu != au
+                    && crate::authority::preview::origin_of(bu)
+                        == crate::authority::preview::origin_of(au)
+                {
+                    out.push("url: path, query or credentials changed (not shown)".into());
+                }
+            }
+            _ => {}
+        }
+    }
+    if out.is_empty() {
+        out.push("formatting or comments only".into());
+    }
+    out
+}
+
+fn changed_values(
+    kind: &str,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> Vec<String> {
+    after
+        .iter()
+        .filter(|(k, v)| before.get(*k).is_some_and(|old| old != *v))
+        .map(|(k, _)| format!("{kind} {k}: value changed (not shown)"))
+        .collect()
+}
+
+fn entry(
+    path: String,
+    change: &'static str,
+    before: Option<&Found>,
+    after: Option<&Found>,
+) -> ChangeEntry {
+    let details = match (before, after) {
+        (Some(b), Some(a)) => details(b, a),
+        (None, Some(_)) => vec!["new MCP server declaration".into()],
+        (Some(_), None) => vec!["MCP server declaration removed".into()],
+        (None, None) => Vec::new(),
+    };
+    ChangeEntry {
+        path,
+        change,
+        before: before.map(preview),
+        after: after.map(preview),
+        details,
+        before_fingerprint: before.map(fingerprint_of),
+        after_fingerprint: after.map(fingerprint_of),
+    }
+}
+
+fn diff(before: &Snapshot, after: &Snapshot) -> Vec<ChangeEntry> {
+    let mut changes = Vec::new();
+    let paths: BTreeSet<&String> = before
+        .declarations
+        .keys()
+        .chain(after.declarations.keys())
+        .collect();
+    for path in paths {
+        match (before.declarations.get(path), after.declarations.get(path)) {
+            (None, Some(a)) => changes.push(entry(path.clone(), "added", None, Some(a))),
+            (Some(b), None) => changes.push(entry(path.clone(), "removed", Some(b), None)),
+            (Some(b), Some(a)) if fingerprint_of(b) != fingerprint_of(a) => {
+                changes.push(entry(path.clone(), "modified", Some(b), Some(a)));
+            }
+            _ => {}
+        }
+    }
+    if before.mcp_root != after.mcp_root {
+        let digest = |s: &str| Fingerprint::of(s.as_bytes()).hex();
+        changes.push(ChangeEntry {
+            path: "agent.yaml#slots.mcp".into(),
+            change: "modified",
+            before: Some(json!({"mcp_root": before.mcp_root})),
+            after: Some(json!({"mcp_root": after.mcp_root})),
+            details: vec![format!(
+                "MCP root: {} -> {}",
+                before.mcp_root, after.mcp_root
+            )],
+            before_fingerprint: Some(digest(&before.mcp_root)),
+            after_fingerprint: Some(digest(&after.mcp_root)),
+        });
+    }
+    for grant in before.grants.symmetric_difference(&after.grants) {
+        let added = after.grants.contains(grant);
+        let digest = Some(Fingerprint::of(grant.as_bytes()).hex());
+        changes.push(ChangeEntry {
+            path: format!("agent.yaml#capabilities.defaults.{grant}"),
+            change: if added { "added" } else { "removed" },
+            before: (!added).then(|| json!({"grant": grant})),
+            after: added.then(|| json!({"grant": grant})),
+            details: vec![format!(
+                "capability grant {grant} {}",
+                if added { "added" } else { "removed" }
+            )],
+            before_fingerprint: if added { None } else { digest.clone() },
+            after_fingerprint: if added { digest } else { None },
+        });
+    }
+    changes.sort_by(|a, b| a.path.cmp(&b.path));
+    changes
+}
+
+/// The token over the canonical serialization documented in the module docs.
+fn token(changes: &[ChangeEntry]) -> String {
+    let mut text = String::from("demiurge-mcp-review/v1\n");
+    for c in changes {
+        text.push_str(&format!(
+            "{}\t{}\t{}\t{}\n",
+            c.path,
+            c.change,
+            c.before_fingerprint.as_deref().unwrap_or("-"),
+            c.after_fingerprint.as_deref().unwrap_or("-")
+        ));
+    }
+    format!("mcp-review:{}", Fingerprint::of(text.as_bytes()).hex())
+}
+
+impl Review {
+    /// Readable text for a terminal; the last line is the token.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "MCP security review: {} -> {}\n",
+            self.live
+                .as_deref()
+                .map_or("(no live revision)", |l| &l[..l.len().min(12)]),
+            &self.candidate[..self.candidate.len().min(12)]
+        );
+        if self.changes.is_empty() {
+            out.push_str("no MCP changes\n");
+        }
+        for c in &self.changes {
+            out.push_str(&format!("\n{} {}\n", c.change, c.path));
+            for d in &c.details {
+                out.push_str(&format!("  - {d}\n"));
+            }
+            if let Some(a) = c.after.as_ref().or(c.before.as_ref()) {
+                out.push_str(&format!(
+                    "  {}: {}\n",
+                    if c.after.is_some() { "after" } else { "before" },
+                    a
+                ));
+            }
+        }
+        out.push_str(&format!("\n{}\n", self.token));
+        out
+    }
+}

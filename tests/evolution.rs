@@ -1,0 +1,407 @@
+//! Evolution review and promotion in real temporary git repositories.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{Recorder, demo, harness, pid_of};
+use demiurge_mcp::SessionSpec;
+use demiurge_mcp::evolution::{CoreRepo, EvolutionError, LIVE_REF, PREVIOUS_REF};
+
+struct Repo {
+    dir: tempfile::TempDir,
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args([
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+impl Repo {
+    fn new() -> Self {
+        let repo = Repo {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        git(&repo.path(), &["init", "-q"]);
+        std::fs::create_dir_all(repo.path().join("agent/mcp")).unwrap();
+        repo.write(
+            "agent.yaml",
+            "name: t\ncapabilities:\n  defaults:\n    mcp.connect:a: {scope: core}\n",
+        );
+        repo
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().canonicalize().unwrap()
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        let p = self.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn remove(&self, rel: &str) {
+        std::fs::remove_file(self.path().join(rel)).unwrap();
+    }
+
+    fn commit(&self, message: &str) -> String {
+        git(&self.path(), &["add", "-A"]);
+        git(
+            &self.path(),
+            &["commit", "-q", "--allow-empty", "-m", message],
+        );
+        git(&self.path(), &["rev-parse", "HEAD"])
+    }
+
+    fn core(&self) -> CoreRepo {
+        CoreRepo::open(&self.path()).unwrap()
+    }
+
+    /// Everything that identifies the two refs, byte for byte.
+    fn refs_state(&self) -> String {
+        let root = self.path().join(".git");
+        let read = |p: PathBuf| {
+            std::fs::read(&p)
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_else(|_| "<absent>".into())
+        };
+        format!(
+            "live={} previous={} packed={} listed={}",
+            read(root.join(LIVE_REF)),
+            read(root.join(PREVIOUS_REF)),
+            read(root.join("packed-refs")),
+            git(&self.path(), &["for-each-ref", "refs/demiurge"])
+        )
+    }
+
+    fn live(&self) -> Option<String> {
+        self.core()
+            .read_ref(LIVE_REF)
+            .unwrap()
+            .map(|id| id.to_string())
+    }
+
+    fn previous(&self) -> Option<String> {
+        self.core()
+            .read_ref(PREVIOUS_REF)
+            .unwrap()
+            .map(|id| id.to_string())
+    }
+}
+
+fn promote_with(repo: &Repo, candidate: &str) -> Result<(), EvolutionError> {
+    let core = repo.core();
+    let token = core.review(candidate).unwrap().token;
+    core.promote(candidate, Some(&token), |_| true).map(|_| ())
+}
+
+#[test]
+fn a_first_promotion_sets_live_and_leaves_previous_absent() {
+    let repo = Repo::new();
+    repo.write("agent/mcp/a.yaml", "command: server-a\n");
+    let c1 = repo.commit("one");
+    let review = repo.core().review("HEAD").unwrap();
+    assert_eq!(review.live, None);
+    assert_eq!(
+        review.changes.len(),
+        2,
+        "the declaration and the mcp.connect:a grant: {:?}",
+        review.changes
+    );
+    let decl = review
+        .changes
+        .iter()
+        .find(|c| c.path == "agent/mcp/a.yaml")
+        .unwrap();
+    assert_eq!(decl.change, "added");
+    assert_eq!(decl.after.as_ref().unwrap()["command"], "server-a");
+    assert!(
+        review.token.starts_with("mcp-review:") && review.token.len() == "mcp-review:".len() + 64
+    );
+    repo.core()
+        .promote("HEAD", Some(&review.token), |_| true)
+        .unwrap();
+    assert_eq!(repo.live(), Some(c1));
+    assert_eq!(repo.previous(), None);
+}
+
+#[test]
+fn added_removed_and_modified_declarations_are_listed() {
+    let repo = Repo::new();
+    repo.write("agent/mcp/a.yaml", "command: server-a\nrisk: low\n");
+    repo.write("agent/mcp/c.yaml", "command: server-c\n");
+    let c1 = repo.commit("one");
+    promote_with(&repo, "HEAD").unwrap();
+    repo.write("agent/mcp/a.yaml", "command: server-a\nrisk: high\n");
+    repo.write("agent/mcp/b.yml", "transport: streamable_http\nurl: https://user:pw@mcp.example/x?k=v\nheaders:\n  Authorization: Bearer zzz\n");
+    repo.remove("agent/mcp/c.yaml");
+    let c2 = repo.commit("two");
+    let review = repo.core().review(&c2).unwrap();
+    let kinds: Vec<(&str, &str)> = review
+        .changes
+        .iter()
+        .map(|c| (c.path.as_str(), c.change))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("agent/mcp/a.yaml", "modified"),
+            ("agent/mcp/b.yml", "added"),
+            ("agent/mcp/c.yaml", "removed")
+        ]
+    );
+    assert!(
+        review.changes[0]
+            .details
+            .iter()
+            .any(|d| d.starts_with("risk: \"low\" -> \"high\"")),
+        "{:?}",
+        review.changes[0].details
+    );
+    let b = review.changes[1].after.as_ref().unwrap();
+    assert_eq!(b["origin"], "https://mcp.example");
+    assert_eq!(b["header_names"], serde_json::json!(["Authorization"]));
+    let text = serde_json::to_string(&review).unwrap() + &review.render();
+    for secret in ["pw", "zzz", "k=v", "/x"] {
+        assert!(!text.contains(secret), "{secret} leaks: {text}");
+    }
+    promote_with(&repo, &c2).unwrap();
+    assert_eq!(repo.live(), Some(c2));
+    assert_eq!(repo.previous(), Some(c1));
+}
+
+#[test]
+fn a_changed_secret_changes_the_token_without_appearing() {
+    let repo = Repo::new();
+    repo.write(
+        "agent/mcp/a.yaml",
+        "command: server-a\nenv:\n  API_TOKEN: canary-old-111\n",
+    );
+    repo.commit("one");
+    promote_with(&repo, "HEAD").unwrap();
+    repo.write(
+        "agent/mcp/a.yaml",
+        "command: server-a\nenv:\n  API_TOKEN: canary-new-222\n",
+    );
+    let c2 = repo.commit("new secret");
+    let first = repo.core().review(&c2).unwrap();
+    assert_eq!(first.changes.len(), 1);
+    assert!(
+        first.changes[0]
+            .details
+            .contains(&"env API_TOKEN: value changed (not shown)".to_string()),
+        "{:?}",
+        first.changes[0].details
+    );
+    repo.write(
+        "agent/mcp/a.yaml",
+        "command: server-a\nenv:\n  API_TOKEN: canary-new-333\n",
+    );
+    let c3 = repo.commit("another secret");
+    let second = repo.core().review(&c3).unwrap();
+    assert_ne!(
+        first.token, second.token,
+        "a different secret is different reviewed content"
+    );
+    // The same content reviewed again gives the same token.
+    assert_eq!(repo.core().review(&c3).unwrap().token, second.token);
+
+    let cli = |args: &[&str]| {
+        let out = Command::new(common::exe())
+            .arg("--core")
+            .arg(repo.path())
+            .args(args)
+            .output()
+            .unwrap();
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let outputs = [
+        serde_json::to_string(&first).unwrap(),
+        first.render(),
+        cli(&["review", &c3]),
+        cli(&["review", &c3, "--json"]),
+        cli(&["--yes", "promote", &c3, "--review-token", &second.token]),
+    ];
+    for out in &outputs {
+        for canary in ["canary-old-111", "canary-new-222", "canary-new-333"] {
+            assert!(!out.contains(canary), "{canary} in {out}");
+        }
+    }
+    assert!(
+        outputs[2].trim_end().ends_with(&second.token),
+        "the last line is the token: {}",
+        outputs[2]
+    );
+    assert_eq!(repo.live(), Some(c3));
+}
+
+#[test]
+fn refusals_leave_both_refs_byte_identical() {
+    let repo = Repo::new();
+    repo.write("agent/mcp/a.yaml", "command: server-a\n");
+    repo.commit("one");
+    promote_with(&repo, "HEAD").unwrap();
+    repo.write("agent/mcp/a.yaml", "command: server-a\nrisk: high\n");
+    let c2 = repo.commit("two");
+    promote_with(&repo, &c2).unwrap();
+    repo.write("agent/mcp/a.yaml", "command: server-b\n");
+    let c3 = repo.commit("three");
+    let review = repo.core().review(&c3).unwrap();
+    let before = repo.refs_state();
+
+    let missing = repo.core().promote(&c3, None, |_| true).unwrap_err();
+    assert!(
+        matches!(missing, EvolutionError::MissingToken(_)),
+        "{missing}"
+    );
+    assert!(missing.to_string().contains("demiurge review"), "{missing}");
+    let wrong = repo
+        .core()
+        .promote(&c3, Some("mcp-review:0000"), |_| true)
+        .unwrap_err();
+    assert!(matches!(wrong, EvolutionError::StaleToken(_)));
+    let denied = repo
+        .core()
+        .promote(&c3, Some(&review.token), |_| false)
+        .unwrap_err();
+    assert_eq!(denied, EvolutionError::Denied);
+    assert_eq!(repo.refs_state(), before);
+
+    // A further commit makes the token stale.
+    repo.write("agent/mcp/a.yaml", "command: server-c\n");
+    let c4 = repo.commit("four");
+    let stale = repo
+        .core()
+        .promote(&c4, Some(&review.token), |_| true)
+        .unwrap_err();
+    assert!(matches!(stale, EvolutionError::StaleToken(_)), "{stale}");
+    assert_eq!(repo.refs_state(), before);
+
+    // The CLI refuses the same way, with exit 1 and refs untouched.
+    let out = Command::new(common::exe())
+        .arg("--core")
+        .arg(repo.path())
+        .args(["promote", &c3, "--review-token", &review.token])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "no terminal, no --yes: denied");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--yes"));
+    assert_eq!(repo.refs_state(), before);
+}
+
+#[test]
+fn a_concurrent_ref_change_during_promotion_is_detected() {
+    let repo = Repo::new();
+    repo.write("agent/mcp/a.yaml", "command: server-a\n");
+    repo.commit("one");
+    promote_with(&repo, "HEAD").unwrap();
+    repo.write("agent/mcp/a.yaml", "command: server-b\n");
+    let c2 = repo.commit("two");
+    repo.write("agent/mcp/a.yaml", "command: server-c\n");
+    let c3 = repo.commit("three");
+    let review = repo.core().review(&c3).unwrap();
+    let path = repo.path();
+    // Someone moves live while the approver is deciding (after the refs were read).
+    let err = repo
+        .core()
+        .promote(&c3, Some(&review.token), |_| {
+            git(&path, &["update-ref", LIVE_REF, &c2]);
+            true
+        })
+        .unwrap_err();
+    assert!(matches!(err, EvolutionError::Moved(_)), "{err}");
+    assert_eq!(
+        repo.live(),
+        Some(c2.clone()),
+        "the concurrent change stands; ours did not apply"
+    );
+    let after_race = repo.refs_state();
+    // A review made before live moved is stale now.
+    let stale = repo
+        .core()
+        .promote(&c3, Some(&review.token), |_| true)
+        .unwrap_err();
+    assert!(matches!(stale, EvolutionError::StaleToken(_)), "{stale}");
+    assert_eq!(repo.refs_state(), after_race);
+}
+
+#[test]
+fn changes_of_the_mcp_root_and_grants_are_reviewed() {
+    let repo = Repo::new();
+    repo.write("agent/mcp/a.yaml", "command: server-a\n");
+    repo.commit("one");
+    promote_with(&repo, "HEAD").unwrap();
+    repo.write("agent.yaml", "slots:\n  mcp: servers\ncapabilities:\n  defaults:\n    mcp.call:*: {scope: core}\n    other.cap: {scope: core}\n");
+    repo.write("servers/a.yaml", "command: server-a\n");
+    let c2 = repo.commit("move");
+    let review = repo.core().review(&c2).unwrap();
+    let paths: Vec<&str> = review.changes.iter().map(|c| c.path.as_str()).collect();
+    assert!(paths.contains(&"agent.yaml#slots.mcp"), "{paths:?}");
+    assert!(
+        paths.contains(&"agent.yaml#capabilities.defaults.mcp.call:*"),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&"agent.yaml#capabilities.defaults.mcp.connect:a"),
+        "{paths:?}"
+    );
+    assert!(
+        !paths.iter().any(|p| p.contains("other.cap")),
+        "only mcp.* grants are reviewed"
+    );
+    assert!(paths.contains(&"agent/mcp/a.yaml") && paths.contains(&"servers/a.yaml"));
+}
+
+#[tokio::test]
+async fn a_promotion_reauthorizes_sessions_that_follow_the_live_revision() {
+    let repo = Repo::new();
+    repo.write("agent.yaml", "capabilities:\n  defaults:\n    mcp.connect:a: {scope: core}\n    mcp.call:a: {scope: core}\n");
+    repo.write("agent/mcp/a.yaml", &demo("approval_policy: auto\n"));
+    repo.commit("one");
+    promote_with(&repo, "HEAD").unwrap();
+    let h = harness(Recorder::allow()).await;
+    let mut spec = SessionSpec::new(repo.path());
+    spec.core_revision = demiurge_mcp::actors::LIVE_REVISION.into();
+    let (session, _) = h.runtime.start_session(spec).await.unwrap();
+    let first = pid_of(&session.prepare_turn().await.unwrap(), "a__whoami").await;
+    assert_eq!(
+        first,
+        pid_of(&session.prepare_turn().await.unwrap(), "a__whoami").await
+    );
+    repo.write("README", "unrelated");
+    repo.commit("two");
+    promote_with(&repo, "HEAD").unwrap();
+    let after = pid_of(&session.prepare_turn().await.unwrap(), "a__whoami").await;
+    assert_ne!(
+        first, after,
+        "a new live revision is a new catalog identity"
+    );
+    h.finish().await;
+}
