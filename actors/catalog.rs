@@ -157,6 +157,8 @@ struct Live {
     pid: Option<u32>,
     /// A request handle for relisting after `tools/list_changed`.
     peer: Option<rmcp::Peer<rmcp::RoleClient>>,
+    /// Set by the connection actor on `tools/list_changed`, cleared by the next turn.
+    tools_changed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 struct Failure {
@@ -164,6 +166,13 @@ struct Failure {
     message: String,
     until: Instant,
 }
+
+/// (server id, tool list identity, declaration fingerprint) per server, and the entries.
+type LastEntries = (
+    Vec<(String, usize, Fingerprint)>,
+    Arc<Vec<ToolEntry>>,
+    Arc<HashMap<String, usize>>,
+);
 
 /// A turn waiting for the one in progress: core snapshot, turn number, reply.
 type PendingTurn = (
@@ -190,6 +199,8 @@ pub(crate) struct CatalogState {
     failures: HashMap<String, Failure>,
     denied: HashMap<String, String>,
     names: Names,
+    /// The last turn's entries and the servers they were built from.
+    last_entries: Option<LastEntries>,
     preparing: bool,
     queue: VecDeque<PendingTurn>,
     closing: bool,
@@ -214,6 +225,7 @@ impl Actor for Catalog {
             failures: HashMap::new(),
             denied: HashMap::new(),
             names: Names::default(),
+            last_entries: None,
             preparing: false,
             queue: VecDeque::new(),
             closing: false,
@@ -342,15 +354,11 @@ impl CatalogState {
         let mut relist = Vec::new();
         for decl in core.enabled() {
             if let Some(l) = self.live.get(&decl.server_id) {
-                let changed = matches!(
-                    l.actor
-                        .call(
-                            ConnectionMsg::TakeToolsChanged,
-                            Some(std::time::Duration::from_secs(5))
-                        )
-                        .await,
-                    Ok(ractor::rpc::CallResult::Success(true))
-                );
+                // A flag the connection sets on tools/list_changed; reading it costs no
+                // message, so a warm turn touches no other actor.
+                let changed = l
+                    .tools_changed
+                    .swap(false, std::sync::atomic::Ordering::AcqRel);
                 if changed && let Some(peer) = &l.peer {
                     relist.push((decl.server_id.clone(), peer.clone()));
                 }
@@ -367,6 +375,18 @@ impl CatalogState {
             capabilities: self.capabilities.clone(),
             workspace: self.identity.workspace.clone(),
         };
+        if todo.is_empty() && relist.is_empty() {
+            // Warm turn: nothing to authorize, connect or relist; answer right here.
+            let resolution = Resolution {
+                core,
+                turn,
+                reply,
+                outcomes: Vec::new(),
+                cached_failures,
+            };
+            self.finish_turn(myself, resolution).await;
+            return;
+        }
         let me = myself.clone();
         tokio::spawn(async move {
             let connects = futures::future::join_all(todo.into_iter().map(|d| ctx.resolve(d)));
@@ -433,7 +453,9 @@ impl CatalogState {
                 } => {
                     let pid = client.pid();
                     let peer = client.peer();
+                    let tools_changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
                     let args = ConnectionArgs {
+                        tools_changed: Arc::clone(&tools_changed),
                         client,
                         declaration: Arc::clone(&declaration),
                         catalog_id: self.catalog_id,
@@ -462,6 +484,7 @@ impl CatalogState {
                                     redactor,
                                     pid,
                                     peer: Some(peer),
+                                    tools_changed,
                                 },
                             );
                         }
@@ -606,15 +629,43 @@ impl CatalogState {
                 kept: kept.contains(&decl.server_id),
             });
         }
+        // Same servers, same tool lists, same declarations: the entries of the last turn
+        // are still right; share them instead of renaming and rebuilding.
+        let key: Vec<(String, usize, Fingerprint)> = servers
+            .iter()
+            .map(|s| {
+                let l = &self.live[s.server_id];
+                (
+                    s.server_id.to_string(),
+                    Arc::as_ptr(&l.tools) as usize,
+                    l.declaration.fingerprint,
+                )
+            })
+            .collect();
+        if let Some((last_key, entries, index)) = &self.last_entries
+            && *last_key == key
+        {
+            return Ok(TurnCatalog::from_parts(
+                Arc::clone(&self.shared),
+                self.identity.session.clone(),
+                self.catalog_id,
+                turn,
+                self.identity.policy,
+                (Arc::clone(entries), Arc::clone(index)),
+                diagnostics,
+                denied,
+            ));
+        }
         let names = naming::assign(&servers, &self.names);
 
         let mut entries = Vec::new();
         for server in &servers {
             let l = &self.live[server.server_id];
+            let call_allowed = self.capabilities.allows(&l.declaration.call_capability);
             for tool in l
                 .tools
                 .iter()
-                .filter(|t| server.tools.contains(&t.name.as_ref()))
+                .filter(|t| naming::filter_allows(&l.declaration.tools, &t.name))
             {
                 let key = (server.server_id.to_string(), tool.name.to_string());
                 let Some(name) = names.tools.get(&key) else {
@@ -644,19 +695,30 @@ impl CatalogState {
                         actor: l.actor.clone(),
                         declaration: Arc::clone(&l.declaration),
                         redactor: l.redactor.clone(),
+                        call_allowed,
                     },
                 });
             }
         }
         self.names = names;
-        Ok(TurnCatalog::new(
+        let index: HashMap<String, usize> = entries
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        let shared_entries = (Arc::new(entries), Arc::new(index));
+        self.last_entries = Some((
+            key,
+            Arc::clone(&shared_entries.0),
+            Arc::clone(&shared_entries.1),
+        ));
+        Ok(TurnCatalog::from_parts(
             Arc::clone(&self.shared),
             self.identity.session.clone(),
             self.catalog_id,
             turn,
-            self.capabilities.clone(),
             self.identity.policy,
-            entries,
+            shared_entries,
             diagnostics,
             denied,
         ))

@@ -272,6 +272,8 @@ pub(crate) struct Shared {
     pub config: RuntimeConfig,
     pub hub: Arc<EventHub>,
     pub net: Arc<crate::net::NetContext>,
+    /// Parsed declarations reused across turns and sessions while their files are unchanged.
+    pub load_cache: Arc<crate::core::LoadCache>,
     pub limiter: LimiterHandle,
     pub broker: BrokerHandle,
     ids: AtomicU64,
@@ -289,6 +291,7 @@ impl Shared {
             config,
             hub,
             net,
+            load_cache: Arc::default(),
             limiter,
             broker,
             ids: AtomicU64::new(1),

@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -45,8 +46,6 @@ pub enum ConnectionMsg {
     TransportClosed,
     /// The server sent a notification.
     Signal(ServerSignal),
-    /// Whether the tool list changed since it was last read, and clears the flag.
-    TakeToolsChanged(RpcReplyPort<bool>),
 }
 
 pub(crate) struct ConnectionArgs {
@@ -59,6 +58,7 @@ pub(crate) struct ConnectionArgs {
     pub home: PathBuf,
     pub grace: Duration,
     pub signals: UnboundedReceiver<ServerSignal>,
+    pub tools_changed: Arc<AtomicBool>,
 }
 
 pub(crate) struct Connection;
@@ -74,7 +74,8 @@ pub(crate) struct ConnectionState {
     grace: Duration,
     /// One permit when calls must not overlap; `None` when they may.
     serial: Option<Arc<Semaphore>>,
-    tools_changed: bool,
+    /// Shared with the catalog, which reads it at the next turn boundary.
+    tools_changed: Arc<AtomicBool>,
     watchers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -98,6 +99,7 @@ impl Actor for Connection {
             home,
             grace,
             mut signals,
+            tools_changed,
         } = args;
         let mut watchers = Vec::new();
         if let Some(mut exit) = client.exit_watch() {
@@ -139,7 +141,7 @@ impl Actor for Connection {
             home,
             grace,
             serial,
-            tools_changed: false,
+            tools_changed,
             watchers,
         })
     }
@@ -191,8 +193,8 @@ impl Actor for Connection {
                 )));
             }
             ConnectionMsg::Signal(ServerSignal::ToolsChanged) => {
-                if !state.tools_changed {
-                    state.tools_changed = true;
+                // One event per change window: the flag stays set until a turn reads it.
+                if !state.tools_changed.swap(true, Ordering::AcqRel) {
                     state.hub.emit(
                         &state.session,
                         EventKind::ToolsChanged {
@@ -200,9 +202,6 @@ impl Actor for Connection {
                         },
                     );
                 }
-            }
-            ConnectionMsg::TakeToolsChanged(reply) => {
-                let _ = reply.send(std::mem::take(&mut state.tools_changed));
             }
         }
         Ok(())

@@ -499,6 +499,12 @@ impl Runtime {
         self.shared.hub.log_path(session)
     }
 
+    /// Waits until every event emitted so far is in the JSONL logs.
+    pub async fn flush_events(&self) {
+        let hub = Arc::clone(&self.shared.hub);
+        let _ = tokio::task::spawn_blocking(move || hub.flush()).await;
+    }
+
     /// Evicts every session (closing every connection and child process), then stops
     /// the actors. Bounded: a session that does not close in time is stopped, and its
     /// process groups are killed as their guards drop.
@@ -521,6 +527,7 @@ impl Runtime {
             .actor
             .stop_and_wait(Some("shutdown".into()), Some(bound))
             .await;
+        self.flush_events().await;
         for helper in self.helpers.iter() {
             helper.stop(Some("shutdown".into()));
         }
@@ -561,12 +568,13 @@ impl Session {
         };
         let track_live = spec.core_revision == super::session::LIVE_REVISION;
         let root = spec.core_root;
+        let cache = Arc::clone(&self.runtime.shared.load_cache);
         let (core, revision) = tokio::task::spawn_blocking(move || {
             let revision = track_live.then(|| {
                 let live = crate::evolution::live_revision(&root);
                 format!("live:{}", live.as_deref().unwrap_or("none"))
             });
-            (crate::core::load(&root), revision)
+            (crate::core::load_cached(&root, &cache), revision)
         })
         .await
         .map_err(|e| PrepareError::Unavailable(e.to_string()))?;

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::config::{Action, ApprovalRequest, Shared};
 use super::connection::ConnectionMsg;
-use crate::authority::{CapabilitySet, ConnectPreview, HostPolicy};
+use crate::authority::{ConnectPreview, HostPolicy};
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
@@ -86,6 +86,9 @@ pub(crate) struct Binding {
     pub actor: ActorRef<ConnectionMsg>,
     pub declaration: Arc<Declaration>,
     pub redactor: Redactor,
+    /// Whether the catalog's capability snapshot grants the call capability (decided
+    /// once per catalog build, not per call).
+    pub call_allowed: bool,
 }
 
 /// One visible tool, bound to its connection.
@@ -121,7 +124,6 @@ pub struct TurnCatalog {
     session: String,
     catalog_id: u64,
     turn: u64,
-    capabilities: CapabilitySet,
     policy: HostPolicy,
     tools: Arc<Vec<ToolEntry>>,
     index: Arc<HashMap<String, usize>>,
@@ -141,31 +143,24 @@ impl std::fmt::Debug for TurnCatalog {
 
 impl TurnCatalog {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
+    pub(crate) fn from_parts(
         shared: Arc<Shared>,
         session: String,
         catalog_id: u64,
         turn: u64,
-        capabilities: CapabilitySet,
         policy: HostPolicy,
-        tools: Vec<ToolEntry>,
+        (tools, index): (Arc<Vec<ToolEntry>>, Arc<HashMap<String, usize>>),
         diagnostics: Vec<Diagnostic>,
         denied: Vec<Denial>,
     ) -> Self {
-        let index = tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
         TurnCatalog {
             shared,
             session,
             catalog_id,
             turn,
-            capabilities,
             policy,
-            tools: Arc::new(tools),
-            index: Arc::new(index),
+            tools,
+            index,
             diagnostics,
             denied,
         }
@@ -251,8 +246,8 @@ impl TurnCatalog {
             _ => return Err(CallError::BadArguments),
         };
         let declaration = &binding.declaration;
-        let capability = &declaration.call_capability;
-        if !self.capabilities.allows(capability) {
+        if !binding.call_allowed {
+            let capability = &declaration.call_capability;
             return Err(CallError::Denied(format!(
                 "missing capability {capability}; grant it under capabilities.defaults in agent.yaml"
             )));

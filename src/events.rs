@@ -268,11 +268,12 @@ impl EventSink for NullSink {
     fn emit(&self, _event: &Event) {}
 }
 
-/// Fans events out to the host sink and the JSONL log of their session.
+/// Fans events out to the host sink (synchronously) and the JSONL log of their session
+/// (on a writer thread, so no call or turn waits for the disk).
 pub struct EventHub {
     sink: Arc<dyn EventSink>,
     log_dir: Option<PathBuf>,
-    files: Mutex<HashMap<String, File>>,
+    writer: Option<Mutex<std::sync::mpsc::Sender<LogOp>>>,
 }
 
 impl std::fmt::Debug for EventHub {
@@ -283,13 +284,27 @@ impl std::fmt::Debug for EventHub {
     }
 }
 
+enum LogOp {
+    Write(Event),
+    Close(String),
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
 impl EventHub {
     /// A hub writing JSONL under `log_dir` (created 0700) when given.
     pub fn new(sink: Arc<dyn EventSink>, log_dir: Option<PathBuf>) -> Self {
+        let writer = log_dir.clone().and_then(|dir| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::Builder::new()
+                .name("demiurge-event-log".into())
+                .spawn(move || write_logs(&dir, rx))
+                .ok()
+                .map(|_| Mutex::new(tx))
+        });
         EventHub {
             sink,
             log_dir,
-            files: Mutex::new(HashMap::new()),
+            writer,
         }
     }
 
@@ -300,40 +315,79 @@ impl EventHub {
             .map(|d| d.join(format!("{}.jsonl", safe_file_name(session))))
     }
 
-    /// Delivers one event. Log write failures are reported through `tracing`, never
-    /// raised: an event log must not take a turn down.
+    /// Delivers one event: to the sink now, to the log on the writer thread. Log
+    /// failures are reported through `tracing`, never raised: an event log must not
+    /// take a turn down.
     pub fn emit(&self, session: &str, kind: EventKind) {
         let event = Event::new(session, kind);
         self.sink.emit(&event);
-        let Some(path) = self.log_path(session) else {
-            return;
-        };
-        let Ok(mut files) = self.files.lock() else {
-            return;
-        };
-        if !files.contains_key(session) {
-            match crate::process::open_private_append(&path) {
-                Ok(file) => {
-                    files.insert(session.to_string(), file);
-                }
-                Err(e) => {
-                    tracing::warn!("cannot open event log {}: {e}", path.display());
-                    return;
-                }
-            }
-        }
-        if let (Some(file), Ok(mut line)) = (files.get_mut(session), serde_json::to_vec(&event)) {
-            line.push(b'\n');
-            if let Err(e) = file.write_all(&line) {
-                tracing::warn!("cannot write event log {}: {e}", path.display());
-            }
+        self.send(LogOp::Write(event));
+    }
+
+    fn send(&self, op: LogOp) {
+        if let Some(w) = &self.writer
+            && let Ok(tx) = w.lock()
+        {
+            let _ = tx.send(op);
         }
     }
 
     /// Closes a session's log file handle (the file stays).
     pub fn close_session(&self, session: &str) {
-        if let Ok(mut files) = self.files.lock() {
-            files.remove(session);
+        self.send(LogOp::Close(session.to_string()));
+    }
+
+    /// Waits (at most five seconds) until everything emitted so far is on disk.
+    pub fn flush(&self) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.send(LogOp::Flush(tx));
+        let _ = rx.recv_timeout(std::time::Duration::from_secs(5));
+    }
+}
+
+/// The writer thread: appends events to their session's file, flushing after each batch.
+fn write_logs(dir: &std::path::Path, rx: std::sync::mpsc::Receiver<LogOp>) {
+    let mut files: HashMap<String, std::io::BufWriter<File>> = HashMap::new();
+    let mut waiting: Vec<std::sync::mpsc::Sender<()>> = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let mut op = Some(first);
+        while let Some(current) = op.take() {
+            match current {
+                LogOp::Write(event) => {
+                    let path = dir.join(format!("{}.jsonl", safe_file_name(&event.session)));
+                    if !files.contains_key(&event.session) {
+                        match crate::process::open_private_append(&path) {
+                            Ok(f) => {
+                                files.insert(event.session.clone(), std::io::BufWriter::new(f));
+                            }
+                            Err(e) => {
+                                tracing::warn!("cannot open event log {}: {e}", path.display())
+                            }
+                        }
+                    }
+                    if let (Some(file), Ok(mut line)) =
+                        (files.get_mut(&event.session), serde_json::to_vec(&event))
+                    {
+                        line.push(b'\n');
+                        if let Err(e) = file.write_all(&line) {
+                            tracing::warn!("cannot write event log {}: {e}", path.display());
+                        }
+                    }
+                }
+                LogOp::Close(session) => {
+                    if let Some(mut f) = files.remove(&session) {
+                        let _ = f.flush();
+                    }
+                }
+                LogOp::Flush(done) => waiting.push(done),
+            }
+            op = rx.try_recv().ok();
+        }
+        for f in files.values_mut() {
+            let _ = f.flush();
+        }
+        for done in waiting.drain(..) {
+            let _ = done.send(());
         }
     }
 }

@@ -56,6 +56,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                 }
             }
             "/events" => {
+                runtime.flush_events().await;
                 let path = runtime.event_log_path(session.id());
                 let text = path
                     .and_then(|p| std::fs::read_to_string(p).ok())

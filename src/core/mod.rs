@@ -145,6 +145,69 @@ struct RawGrant {
     scope: String,
 }
 
+/// What identifies a file's content without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+}
+
+/// Parsed declarations and manifests by file, reused while their metadata is unchanged.
+#[derive(Debug, Default)]
+pub struct LoadCache {
+    declarations: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Arc<Declaration>)>>,
+    manifests: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Manifest)>>,
+}
+
+impl LoadCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn get(&self, file: &Path, stamp: Stamp, rel: &str) -> Option<Arc<Declaration>> {
+        let map = self.declarations.lock().ok()?;
+        let (cached, d) = map.get(file)?;
+        (*cached == stamp && d.path == rel).then(|| Arc::clone(d))
+    }
+
+    fn put(&self, file: PathBuf, stamp: Stamp, d: Arc<Declaration>) {
+        if let Ok(mut map) = self.declarations.lock() {
+            map.insert(file, (stamp, d));
+        }
+    }
+
+    fn manifest(&self, file: &Path, stamp: Stamp) -> Option<Manifest> {
+        let map = self.manifests.lock().ok()?;
+        map.get(file)
+            .filter(|(s, _)| *s == stamp)
+            .map(|(_, m)| m.clone())
+    }
+
+    fn put_manifest(&self, file: &Path, stamp: Stamp, m: Manifest) {
+        if let Ok(mut map) = self.manifests.lock() {
+            map.insert(file.to_path_buf(), (stamp, m));
+        }
+    }
+}
+
 /// What the runtime reads from `agent.yaml`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Manifest {
@@ -194,20 +257,58 @@ pub fn load(root: &Path) -> Result<AgentCore, CoreErrors> {
 
 /// Loads a core and collects every error instead of stopping at the first.
 pub fn load_report(root: &Path) -> LoadReport {
+    load_report_with(root, None)
+}
+
+/// [`load`] reusing parsed declarations whose file metadata (inode, size, modification
+/// and change times) has not changed: a warm turn lists the directory and stats the
+/// files, and reads or parses nothing.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_cached(root: &Path, cache: &LoadCache) -> Result<AgentCore, CoreErrors> {
+    let report = load_report_with(root, Some(cache));
+    if report.errors.is_empty() {
+        Ok(report.core)
+    } else {
+        Err(CoreErrors(report.errors))
+    }
+}
+
+fn load_report_with(root: &Path, cache: Option<&LoadCache>) -> LoadReport {
     let mut errors = Vec::new();
     let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
     let manifest_path = root.join("agent.yaml");
-    let manifest = match std::fs::read_to_string(&manifest_path) {
-        Ok(text) => parse_manifest(&text, &manifest_path, &mut errors),
-        Err(e) => {
-            errors.push(LoadError::new(
-                &manifest_path,
-                None,
-                None,
-                format!("cannot read agent.yaml ({e}); run in an Agent Core or pass --core DIR"),
-            ));
-            Manifest::default()
-        }
+    // Stamp before reading: a write racing the read then misses the cache next time.
+    let manifest_stamp = cache.and_then(|_| Stamp::of(&manifest_path));
+    let cached_manifest = cache
+        .zip(manifest_stamp)
+        .and_then(|(c, st)| c.manifest(&manifest_path, st));
+    let manifest = match cached_manifest {
+        Some(m) => m,
+        None => match std::fs::read_to_string(&manifest_path) {
+            Ok(text) => {
+                let before = errors.len();
+                let m = parse_manifest(&text, &manifest_path, &mut errors);
+                if let (Some(c), Some(st)) = (cache, manifest_stamp)
+                    && errors.len() == before
+                {
+                    c.put_manifest(&manifest_path, st, m.clone());
+                }
+                m
+            }
+            Err(e) => {
+                errors.push(LoadError::new(
+                    &manifest_path,
+                    None,
+                    None,
+                    format!(
+                        "cannot read agent.yaml ({e}); run in an Agent Core or pass --core DIR"
+                    ),
+                ));
+                Manifest::default()
+            }
+        },
     };
     let grants = manifest.grants;
     let mcp_root = match manifest.mcp_slot {
@@ -226,7 +327,7 @@ pub fn load_report(root: &Path) -> LoadReport {
         },
     };
 
-    let declarations = load_declarations(&root, &mcp_root, &mut errors);
+    let declarations = load_declarations(&root, &mcp_root, &mut errors, cache);
     LoadReport {
         core: AgentCore {
             root,
@@ -273,6 +374,7 @@ fn load_declarations(
     root: &Path,
     mcp_root: &str,
     errors: &mut Vec<LoadError>,
+    cache: Option<&LoadCache>,
 ) -> Vec<Arc<Declaration>> {
     let dir = root.join(mcp_root);
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
@@ -322,8 +424,21 @@ fn load_declarations(
             file.file_name().unwrap_or_default().to_string_lossy()
         );
         let rel = rel.trim_start_matches("./").to_string();
+        let stamp = cache.and_then(|_| Stamp::of(&file));
+        if let (Some(cache), Some(stamp)) = (cache, stamp)
+            && let Some(d) = cache.get(&file, stamp, &rel)
+        {
+            out.push(d);
+            continue;
+        }
         match parse_declaration(&file, server_id, rel) {
-            Ok(d) => out.push(Arc::new(d)),
+            Ok(d) => {
+                let d = Arc::new(d);
+                if let (Some(cache), Some(stamp)) = (cache, stamp) {
+                    cache.put(file, stamp, Arc::clone(&d));
+                }
+                out.push(d);
+            }
             Err(mut e) => errors.append(&mut e),
         }
     }

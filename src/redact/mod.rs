@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use regex::{Captures, Regex};
+use regex::Regex;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -246,94 +246,144 @@ impl Redactor {
     /// [`RedactionFailed`] for oversized input (or a poisoned redactor).
     pub fn try_text(&self, text: &str, view: View) -> Result<String, RedactionFailed> {
         self.check(text.len())?;
-        let mut out = text.to_string();
+        Ok(render(text, &self.hits(text), view))
+    }
+
+    /// Where the secrets of `text` are: declared values first (longest first), then
+    /// shapes, which absorb any declared value they overlap. Found once, rendered per
+    /// view, so the five views cost one scan.
+    fn hits(&self, text: &str) -> Vec<Hit> {
+        let mut hits: Vec<Hit> = Vec::new();
         for secret in self.secrets.iter() {
-            if out.contains(&secret.value) {
-                out = out.replace(&secret.value, &marker(view, &secret.name, &secret.value));
+            for (start, m) in text.match_indices(secret.value.as_str()) {
+                let end = start + m.len();
+                if !hits.iter().any(|h| h.start < end && start < h.end) {
+                    hits.push(Hit {
+                        start,
+                        end,
+                        name: secret.name.clone(),
+                    });
+                }
             }
         }
-        let out = URL_CREDENTIALS.replace_all(&out, |c: &Captures| {
-            let creds = c.get(0).map_or("", |m| m.as_str());
-            format!("{}{}@", &c[1], marker(view, "url_credentials", creds))
-        });
-        let out = AUTHORIZATION_LINE.replace_all(&out, |c: &Captures| {
-            let (name, sep, value) = match (c.get(1), c.get(4)) {
-                (Some(name), _) => (name.as_str(), &c[2], &c[3]),
-                (None, Some(name)) => (name.as_str(), &c[5], &c[6]),
-                _ => return c[0].to_string(),
-            };
-            if value.starts_with("<redacted") {
-                return c[0].to_string();
+        // Each shape is tried only when its trigger characters occur at all.
+        if text.contains("://") && text.contains('@') {
+            for c in URL_CREDENTIALS.captures_iter(text) {
+                if let (Some(all), Some(scheme)) = (c.get(0), c.get(1)) {
+                    absorb(&mut hits, scheme.end(), all.end() - 1, "url_credentials");
+                }
             }
-            format!("{name}{sep}{}", marker(view, &name.to_lowercase(), value))
-        });
-        let out = JSON_FIELD.replace_all(&out, |c: &Captures| {
-            if c[3].starts_with("<redacted") {
-                return c[0].to_string();
+        }
+        if text.contains(':') {
+            for c in AUTHORIZATION_LINE.captures_iter(text) {
+                let (name, value) = match (c.get(1), c.get(3), c.get(4), c.get(6)) {
+                    (Some(n), Some(v), _, _) | (_, _, Some(n), Some(v)) => (n, v),
+                    _ => continue,
+                };
+                absorb(
+                    &mut hits,
+                    value.start(),
+                    value.end(),
+                    &name.as_str().to_lowercase(),
+                );
             }
-            format!("\"{}\"{}\"{}\"", &c[1], &c[2], marker(view, &c[1], &c[3]))
-        });
-        let out = SENSITIVE_ASSIGNMENT.replace_all(&out, |c: &Captures| {
-            if c[3].starts_with("<redacted") || !is_sensitive_assignment(&c[2]) {
-                return c[0].to_string();
+        }
+        if text.contains('"') {
+            for c in JSON_FIELD.captures_iter(text) {
+                if let (Some(name), Some(value)) = (c.get(1), c.get(3))
+                    && !value.is_empty()
+                {
+                    absorb(&mut hits, value.start(), value.end(), name.as_str());
+                }
             }
-            format!("{}{}={}", &c[1], &c[2], marker(view, &c[2], &c[3]))
-        });
-        Ok(out.into_owned())
+        }
+        if text.contains('=') {
+            for c in SENSITIVE_ASSIGNMENT.captures_iter(text) {
+                if let (Some(name), Some(value)) = (c.get(2), c.get(3))
+                    && is_sensitive_assignment(name.as_str())
+                {
+                    absorb(&mut hits, value.start(), value.end(), name.as_str());
+                }
+            }
+        }
+        hits.sort_by_key(|h| h.start);
+        hits
     }
 
     /// `value` in one view; the string [`REDACTION_FAILED`] if it cannot be redacted.
     pub fn json(&self, value: &Value, view: View) -> Value {
-        self.try_json(value, view)
-            .unwrap_or_else(|_| Value::String(REDACTION_FAILED.into()))
+        match self.try_json_views(value) {
+            Ok(views) => views.get(view).clone(),
+            Err(_) => Value::String(REDACTION_FAILED.into()),
+        }
     }
 
-    /// `value` in one view: strings are redacted as text, sensitive fields replaced.
+    /// `value` in every view at once: strings are redacted as text (one scan for all
+    /// views), sensitive fields replaced.
     ///
     /// # Errors
     /// [`RedactionFailed`] when any part cannot be redacted.
-    pub fn try_json(&self, value: &Value, view: View) -> Result<Value, RedactionFailed> {
+    pub fn try_json_views(&self, value: &Value) -> Result<Views<Value>, RedactionFailed> {
         self.check(0)?;
         Ok(match value {
-            Value::String(s) => Value::String(self.try_text(s, view)?),
-            Value::Array(items) => Value::Array(
-                items
-                    .iter()
-                    .map(|v| self.try_json(v, view))
-                    .collect::<Result<_, _>>()?,
-            ),
-            Value::Object(map) => {
-                let mut out = Map::with_capacity(map.len());
-                for (key, v) in map {
-                    let key_out = self.try_text(key, view)?;
-                    let redacted =
-                        is_sensitive_field(key) && !v.is_null() && !v.is_object() && !v.is_array();
-                    let v_out = if redacted {
-                        let raw = match v {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        match view {
-                            View::Event | View::Durable => serde_json::json!({
-                                "redacted": true, "name": key_out, "source": "field"
-                            }),
-                            _ => Value::String(marker(view, key, &raw)),
-                        }
-                    } else {
-                        self.try_json(v, view)?
-                    };
-                    out.insert(key_out, v_out);
-                }
-                Value::Object(out)
+            Value::String(s) => {
+                self.check(s.len())?;
+                let hits = self.hits(s);
+                Views::build(|v| Value::String(render(s, &hits, v)))
             }
-            other => other.clone(),
+            Value::Array(items) => {
+                let parts = items
+                    .iter()
+                    .map(|i| self.try_json_views(i))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Views::build(|v| Value::Array(parts.iter().map(|p| p.get(v).clone()).collect()))
+            }
+            Value::Object(map) => {
+                let mut out = Views::build(|_| Map::with_capacity(map.len()));
+                for (key, v) in map {
+                    self.check(key.len())?;
+                    let key_hits = self.hits(key);
+                    let sensitive =
+                        is_sensitive_field(key) && !v.is_null() && !v.is_object() && !v.is_array();
+                    let inner = if sensitive {
+                        None
+                    } else {
+                        Some(self.try_json_views(v)?)
+                    };
+                    for view in ALL_VIEWS {
+                        let key_out = render(key, &key_hits, view);
+                        let v_out = match &inner {
+                            Some(views) => views.get(view).clone(),
+                            None => {
+                                let raw = match v {
+                                    Value::String(s) => s.clone(),
+                                    other => other.to_string(),
+                                };
+                                match view {
+                                    View::Event | View::Durable => serde_json::json!({
+                                        "redacted": true, "name": key_out, "source": "field"
+                                    }),
+                                    _ => Value::String(marker(view, key, &raw)),
+                                }
+                            }
+                        };
+                        out.get_mut(view).insert(key_out, v_out);
+                    }
+                }
+                Views::build(|view| Value::Object(std::mem::take(out.get_mut(view))))
+            }
+            other => Views::build(|_| other.clone()),
         })
     }
 
     /// Every view of `text`; `<redaction-failed>` in all of them if redaction fails.
     pub fn text_views(&self, text: &str) -> Views<String> {
         guarded(
-            || all_views(|v| self.try_text(text, v)),
+            || {
+                self.check(text.len())?;
+                let hits = self.hits(text);
+                Ok(Views::build(|v| render(text, &hits, v)))
+            },
             || REDACTION_FAILED.to_string(),
         )
     }
@@ -341,23 +391,74 @@ impl Redactor {
     /// Every view of `value`; the string `<redaction-failed>` in all if redaction fails.
     pub fn json_views(&self, value: &Value) -> Views<Value> {
         guarded(
-            || all_views(|v| self.try_json(value, v)),
+            || self.try_json_views(value),
             || Value::String(REDACTION_FAILED.into()),
         )
     }
 }
 
-/// Every view, or the first failure.
-fn all_views<T>(
-    mut f: impl FnMut(View) -> Result<T, RedactionFailed>,
-) -> Result<Views<T>, RedactionFailed> {
-    Ok(Views {
-        model: f(View::Model)?,
-        operator: f(View::Operator)?,
-        event: f(View::Event)?,
-        durable: f(View::Durable)?,
-        debug: f(View::Debug)?,
-    })
+/// A secret found in a text: its byte range and the name it is shown under. The value
+/// is the text's own bytes at that range.
+struct Hit {
+    start: usize,
+    end: usize,
+    name: String,
+}
+
+const ALL_VIEWS: [View; 5] = [
+    View::Model,
+    View::Operator,
+    View::Event,
+    View::Durable,
+    View::Debug,
+];
+
+/// Adds a shape hit; declared-secret hits it overlaps are absorbed into it.
+fn absorb(hits: &mut Vec<Hit>, start: usize, end: usize, name: &str) {
+    if start >= end {
+        return;
+    }
+    let (mut start, mut end) = (start, end);
+    hits.retain(|h| {
+        let overlaps = h.start < end && start < h.end;
+        if overlaps {
+            start = start.min(h.start);
+            end = end.max(h.end);
+        }
+        !overlaps
+    });
+    hits.push(Hit {
+        start,
+        end,
+        name: name.to_string(),
+    });
+}
+
+fn render(text: &str, hits: &[Hit], view: View) -> String {
+    if hits.is_empty() {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + hits.len() * 16);
+    let mut at = 0;
+    for h in hits {
+        out.push_str(&text[at..h.start]);
+        out.push_str(&marker(view, &h.name, &text[h.start..h.end]));
+        at = h.end;
+    }
+    out.push_str(&text[at..]);
+    out
+}
+
+impl<T> Views<T> {
+    fn get_mut(&mut self, view: View) -> &mut T {
+        match view {
+            View::Model => &mut self.model,
+            View::Operator => &mut self.operator,
+            View::Event => &mut self.event,
+            View::Durable => &mut self.durable,
+            View::Debug => &mut self.debug,
+        }
+    }
 }
 
 /// Runs a redaction; a failure (or a panic inside it) yields the failure marker in
