@@ -602,12 +602,12 @@ impl CatalogState {
         mut diagnostics: Vec<Diagnostic>,
         denied: Vec<Denial>,
     ) -> Result<TurnCatalog, PrepareError> {
-        let mut servers = Vec::new();
-        for decl in core.enabled() {
-            let Some(l) = self.live.get(&decl.server_id) else {
-                continue;
-            };
-            if l.truncated {
+        let connected: Vec<&Arc<Declaration>> = core
+            .enabled()
+            .filter(|d| self.live.contains_key(&d.server_id))
+            .collect();
+        for decl in &connected {
+            if self.live[&decl.server_id].truncated {
                 diagnostics.push(Diagnostic {
                     server: decl.server_id.clone(),
                     path: decl.path.clone(),
@@ -617,28 +617,16 @@ impl CatalogState {
                     ),
                 });
             }
-            let tools: Vec<&str> = l
-                .tools
-                .iter()
-                .map(|t| t.name.as_ref())
-                .filter(|name| naming::filter_allows(&decl.tools, name))
-                .collect();
-            servers.push(ServerTools {
-                server_id: &decl.server_id,
-                tools,
-                kept: kept.contains(&decl.server_id),
-            });
         }
         // Same servers, same tool lists, same declarations: the entries of the last turn
-        // are still right; share them instead of renaming and rebuilding.
-        let key: Vec<(String, usize, Fingerprint)> = servers
+        // are still right; share them instead of filtering, renaming and rebuilding.
+        let key: Vec<(String, usize, Fingerprint)> = connected
             .iter()
-            .map(|s| {
-                let l = &self.live[s.server_id];
+            .map(|d| {
                 (
-                    s.server_id.to_string(),
-                    Arc::as_ptr(&l.tools) as usize,
-                    l.declaration.fingerprint,
+                    d.server_id.clone(),
+                    Arc::as_ptr(&self.live[&d.server_id].tools) as usize,
+                    d.fingerprint,
                 )
             })
             .collect();
@@ -655,6 +643,21 @@ impl CatalogState {
                 diagnostics,
                 denied,
             ));
+        }
+        let mut servers = Vec::new();
+        for decl in &connected {
+            let l = &self.live[&decl.server_id];
+            let tools: Vec<&str> = l
+                .tools
+                .iter()
+                .map(|t| t.name.as_ref())
+                .filter(|name| naming::filter_allows(&decl.tools, name))
+                .collect();
+            servers.push(ServerTools {
+                server_id: &decl.server_id,
+                tools,
+                kept: kept.contains(&decl.server_id),
+            });
         }
         let names = naming::assign(&servers, &self.names);
 

@@ -29,16 +29,14 @@ pub(crate) const FAILED: &str = "failed: ";
 
 /// Messages of a connection actor.
 pub enum ConnectionMsg {
-    /// Call a tool (raw name) with a timeout.
-    Call {
-        /// Raw tool name on the server.
-        tool: String,
-        /// Arguments object.
-        arguments: Option<JsonObject>,
+    /// Grant one call: the actor checks the binding and that the connection is open,
+    /// and answers with what the caller needs to send the request itself (so the call
+    /// costs one message and no task of the actor's).
+    Dispatch {
         /// The catalog this call's entry was bound by; a mismatch is refused.
         catalog_id: u64,
-        /// The result as `CallToolResult` JSON, or why there is none (unredacted).
-        reply: RpcReplyPort<Result<serde_json::Value, CallFailure>>,
+        /// The grant, or why there is none.
+        reply: RpcReplyPort<Result<Dispatch, CallFailure>>,
     },
     /// The child process exited.
     ProcessExited(String),
@@ -46,6 +44,37 @@ pub enum ConnectionMsg {
     TransportClosed,
     /// The server sent a notification.
     Signal(ServerSignal),
+}
+
+/// The right to send one request on a connection.
+pub struct Dispatch {
+    peer: rmcp::Peer<rmcp::RoleClient>,
+    /// One permit when calls to this server must not overlap.
+    serial: Option<Arc<Semaphore>>,
+    timeout: Duration,
+}
+
+impl Dispatch {
+    /// Sends the call and waits for its result (as `CallToolResult` JSON), holding the
+    /// server's serial permit while it runs. On timeout rmcp cancels it on the server.
+    ///
+    /// # Errors
+    /// [`CallFailure`], unredacted.
+    pub async fn call(
+        self,
+        tool: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<serde_json::Value, CallFailure> {
+        let _turn = match self.serial {
+            Some(s) => Some(
+                s.acquire_owned()
+                    .await
+                    .map_err(|_| CallFailure::Closed("connection closed".into()))?,
+            ),
+            None => None,
+        };
+        crate::transport::call_tool(&self.peer, tool, arguments, self.timeout).await
+    }
 }
 
 pub(crate) struct ConnectionArgs {
@@ -101,34 +130,54 @@ impl Actor for Connection {
             mut signals,
             tools_changed,
         } = args;
-        let mut watchers = Vec::new();
-        if let Some(mut exit) = client.exit_watch() {
-            let me = myself.clone();
-            watchers.push(tokio::spawn(async move {
-                if let Ok(status) = exit.wait_for(Option::is_some).await {
-                    let status = status.clone().unwrap_or_default();
-                    let _ = me.cast(ConnectionMsg::ProcessExited(status));
-                }
-            }));
-        }
+        // One watcher task per connection: process exit, transport end, notifications.
+        let exit = client.exit_watch();
         let mut transport = client.transport_watch();
         let me = myself.clone();
-        watchers.push(tokio::spawn(async move {
-            if transport.wait_for(|closed| *closed).await.is_ok() {
+        let watcher = tokio::spawn(async move {
+            let exited = async move {
+                match exit {
+                    Some(mut exit) => exit
+                        .wait_for(Option::is_some)
+                        .await
+                        .ok()
+                        .map(|s| s.clone().unwrap_or_default()),
+                    None => std::future::pending().await,
+                }
+            };
+            let closed = async {
+                if transport.wait_for(|closed| *closed).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
                 // An exiting process also ends its transport; give the exit status a
                 // moment to arrive first, since it says more.
                 tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                let _ = me.cast(ConnectionMsg::TransportClosed);
-            }
-        }));
-        let me = myself.clone();
-        watchers.push(tokio::spawn(async move {
-            while let Some(signal) = signals.recv().await {
-                if me.cast(ConnectionMsg::Signal(signal)).is_err() {
-                    break;
+            };
+            tokio::pin!(exited, closed);
+            loop {
+                tokio::select! {
+                    status = &mut exited => {
+                        if let Some(status) = status {
+                            let _ = me.cast(ConnectionMsg::ProcessExited(status));
+                        }
+                        return;
+                    }
+                    () = &mut closed => {
+                        let _ = me.cast(ConnectionMsg::TransportClosed);
+                        return;
+                    }
+                    signal = signals.recv() => match signal {
+                        Some(signal) => {
+                            if me.cast(ConnectionMsg::Signal(signal)).is_err() {
+                                return;
+                            }
+                        }
+                        None => std::future::pending::<()>().await,
+                    },
                 }
             }
-        }));
+        });
+        let watchers = vec![watcher];
         let serial =
             (!declaration.supports_parallel_tool_calls).then(|| Arc::new(Semaphore::new(1)));
         Ok(ConnectionState {
@@ -153,34 +202,21 @@ impl Actor for Connection {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ConnectionMsg::Call {
-                tool,
-                arguments,
-                catalog_id,
-                reply,
-            } => {
-                if catalog_id != state.catalog_id {
-                    let _ = reply.send(Err(CallFailure::Closed(
+            ConnectionMsg::Dispatch { catalog_id, reply } => {
+                let grant = if catalog_id != state.catalog_id {
+                    Err(CallFailure::Closed(
                         "the catalog entry belongs to another catalog".into(),
-                    )));
-                    return Ok(());
-                }
-                let Some(client) = &state.client else {
-                    let _ = reply.send(Err(CallFailure::Closed("connection closed".into())));
-                    return Ok(());
+                    ))
+                } else if let Some(client) = &state.client {
+                    Ok(Dispatch {
+                        peer: client.peer(),
+                        serial: state.serial.clone(),
+                        timeout: state.declaration.call_timeout,
+                    })
+                } else {
+                    Err(CallFailure::Closed("connection closed".into()))
                 };
-                let peer = client.peer();
-                let timeout = state.declaration.call_timeout;
-                let serial = state.serial.clone();
-                tokio::spawn(async move {
-                    let _turn = match &serial {
-                        Some(s) => Some(s.clone().acquire_owned().await),
-                        None => None,
-                    };
-                    let outcome =
-                        crate::transport::call_tool(&peer, &tool, arguments, timeout).await;
-                    let _ = reply.send(outcome);
-                });
+                let _ = reply.send(grant);
             }
             ConnectionMsg::ProcessExited(status) => {
                 myself.stop(Some(format!(

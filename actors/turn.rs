@@ -18,7 +18,6 @@ use crate::core::{ApprovalPolicy, CoreErrors, Declaration};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
 use crate::result::ToolResult;
-use crate::transport::CallFailure;
 
 /// Why a turn could not be prepared.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -284,33 +283,32 @@ impl TurnCatalog {
             .redactor
             .with_call_arguments(&arguments.clone().map(Value::Object).unwrap_or(Value::Null));
         let started = Instant::now();
-        // The actor answers within the call timeout; the margin covers a dying actor.
-        let wait = declaration.call_timeout + Duration::from_secs(5);
-        let outcome = binding
+        let grant = binding
             .actor
             .call(
-                |reply| ConnectionMsg::Call {
-                    tool: entry.tool.clone(),
-                    arguments,
+                |reply| ConnectionMsg::Dispatch {
                     catalog_id: binding.catalog_id,
                     reply,
                 },
-                Some(wait),
+                Some(Duration::from_secs(10)),
             )
             .await;
-        let result = match outcome {
-            Ok(ractor::rpc::CallResult::Success(Ok(raw))) => {
-                ToolResult::from_mcp(&entry.name, &raw, &redactor)
+        let result = match grant {
+            Ok(ractor::rpc::CallResult::Success(Ok(dispatch))) => {
+                match dispatch.call(&entry.tool, arguments).await {
+                    Ok(raw) => ToolResult::from_mcp(&entry.name, &raw, &redactor),
+                    Err(failure) => ToolResult::error(&entry.name, &failure.to_string(), &redactor),
+                }
             }
             Ok(ractor::rpc::CallResult::Success(Err(failure))) => {
-                ToolResult::error(&entry.name, &failure.to_string(), &redactor)
+                return Err(CallError::Invalid(format!(
+                    "`{}`: {failure}; prepare a new turn",
+                    entry.name
+                )));
             }
-            Ok(ractor::rpc::CallResult::Timeout) => ToolResult::error(
-                &entry.name,
-                &CallFailure::Timeout(declaration.call_timeout).to_string(),
-                &redactor,
-            ),
-            Ok(ractor::rpc::CallResult::SenderError) | Err(_) => {
+            Ok(ractor::rpc::CallResult::Timeout)
+            | Ok(ractor::rpc::CallResult::SenderError)
+            | Err(_) => {
                 return Err(CallError::Invalid(format!(
                     "the connection behind `{}` is closed (the server failed, changed or the session was evicted); prepare a new turn",
                     entry.name

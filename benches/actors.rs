@@ -1,53 +1,44 @@
-//! Benches of the actor system against baselines measured in the same run.
+//! Criterion benches of the actor system, each against a baseline measured in the same
+//! run (names are fixed so results compare over time; `cargo bench --bench actors`).
 //!
 //! - `call/raw_rmcp`: sequential `echo` calls with a bare rmcp client to the demo server
-//!   over stdio (the baseline).
-//! - `call/runtime`: the same calls through a warm catalog (capability check, approval
-//!   from policy, bound dispatch through the connection actor, conversion, five views).
-//! - `prepare/warm_2`: a turn for a session whose servers are connected and unchanged.
-//!
-//! Run with `cargo bench`; the ratio of the two `call/*` medians is the runtime's cost.
+//!   over stdio: the baseline.
+//! - `call/runtime`: the same calls through a warm catalog (capability, approval from
+//!   policy, bound dispatch through the connection actor, conversion, five views,
+//!   event). Target: median at most 1.10x `call/raw_rmcp`.
+//! - `call/parallel_16`, `call/serial_16`: 16 concurrent callers on one server declared
+//!   with and without `supports_parallel_tool_calls` (one iteration = 16 calls).
+//! - `prepare/warm_16x50`: a turn for a session whose 16 servers (50 tools each) are all
+//!   connected and unchanged. Target: under 100 microseconds.
+//! - `prepare/cold_1` and `prepare/cold_16`: the first turn of a session with 1 and 16
+//!   servers under the limit of 4. Target: cold_16 within 1.15x of 4 x cold_1.
+//! - `stress/sessions_64`: 64 sessions preparing a turn and calling once, all at once;
+//!   the limiter bound is asserted after the run.
+
+#[path = "common.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use demiurge_mcp::events::NullSink;
-use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig, SessionSpec};
+use demiurge_mcp::SessionSpec;
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use serde_json::json;
 
-const EXE: &str = env!("CARGO_BIN_EXE_demiurge");
-
-fn core(dir: &std::path::Path, servers: usize) -> std::path::PathBuf {
-    let core = dir.join("core");
-    std::fs::create_dir_all(core.join("agent/mcp")).unwrap();
-    let mut manifest = String::from("capabilities:\n  defaults:\n");
-    for i in 0..servers {
-        manifest.push_str(&format!(
-            "    mcp.connect:s{i}: {{scope: core}}\n    mcp.call:s{i}: {{scope: core}}\n"
-        ));
-        std::fs::write(
-            core.join(format!("agent/mcp/s{i}.yaml")),
-            format!(
-                "command: {}\nargs: [demo-server]\napproval_policy: auto\n",
-                serde_json::to_string(EXE).unwrap()
-            ),
-        )
-        .unwrap();
-    }
-    std::fs::write(core.join("agent.yaml"), manifest).unwrap();
-    core
-}
-
-fn calls(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
-    let mut group = c.benchmark_group("call");
+        .unwrap()
+}
 
+fn calls(c: &mut Criterion) {
+    let rt = rt();
+    let mut group = c.benchmark_group("call");
     let raw = rt.block_on(async {
-        let mut cmd = tokio::process::Command::new(EXE);
+        let mut cmd = tokio::process::Command::new(common::EXE);
         cmd.arg("demo-server");
         ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
             .await
@@ -62,57 +53,150 @@ fn calls(c: &mut Criterion) {
     });
 
     let dir = tempfile::tempdir().unwrap();
-    let core = core(dir.path(), 1);
-    let (runtime, catalog) = rt.block_on(async {
-        let config = RuntimeConfig::new(dir.path().join("home"))
-            .with_approver(FixedApprover(ApprovalAnswer::AllowSession))
-            .with_events(NullSink);
-        let runtime = Runtime::start(config).await.unwrap();
+    let core = common::core(dir.path(), 2, 0, false);
+    let parallel_core = common::core(dir.path(), 1, 0, true);
+    let (runtime, catalog, parallel) = rt.block_on(async {
+        let runtime = common::runtime(&dir.path().join("home"), 4).await;
         let (session, _) = runtime
             .start_session(SessionSpec::new(&core))
             .await
             .unwrap();
         let catalog = session.prepare_turn().await.unwrap();
-        (runtime, catalog)
+        let mut spec = SessionSpec::new(&parallel_core);
+        spec.lane = "parallel".into();
+        let (p, _) = runtime.start_session(spec).await.unwrap();
+        (runtime, catalog, p.prepare_turn().await.unwrap())
     });
     let value = json!({"message": "ping"});
     group.bench_function("runtime", |b| {
         b.to_async(&rt)
             .iter(|| async { catalog.call("s0__echo", value.clone()).await.unwrap() })
     });
+
+    for (name, cat, tool) in [
+        ("parallel_16", &parallel, "s0__sleep"),
+        ("serial_16", &catalog, "s1__sleep"),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter(|| async {
+                let calls = (0..16).map(|_| cat.call(tool, json!({"ms": 1})));
+                futures::future::join_all(calls).await
+            })
+        });
+    }
     group.finish();
     rt.block_on(async {
+        let seen = |c: &demiurge_mcp::TurnCatalog, tool: &'static str| {
+            let c = c.clone();
+            async move { c.call(tool, json!({"ms": 0})).await.unwrap().views.operator.data["max_concurrent"].as_u64().unwrap() }
+        };
+        let (serial, par) = (seen(&catalog, "s1__sleep").await, seen(&parallel, "s0__sleep").await);
+        println!("call/serial_16: the server saw at most {serial} call(s) at once (must be 1)");
+        println!("call/parallel_16: the server saw at most {par} calls at once (parallel scales with the server)");
+        assert_eq!(serial, 1, "serial calls overlapped");
         runtime.shutdown().await;
         let _ = raw.cancel().await;
     });
 }
 
 fn prepare(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = rt();
     let dir = tempfile::tempdir().unwrap();
-    let core = core(dir.path(), 2);
+    let warm_core = common::core(dir.path(), 16, 40, false);
     let (runtime, session) = rt.block_on(async {
-        let config = RuntimeConfig::new(dir.path().join("home"))
-            .with_approver(FixedApprover(ApprovalAnswer::AllowSession))
-            .with_events(NullSink);
-        let runtime = Runtime::start(config).await.unwrap();
+        let runtime = common::runtime(&dir.path().join("home"), 4).await;
         let (session, _) = runtime
-            .start_session(SessionSpec::new(&core))
+            .start_session(SessionSpec::new(&warm_core))
             .await
             .unwrap();
-        session.prepare_turn().await.unwrap();
+        let turn = session.prepare_turn().await.unwrap();
+        assert_eq!(turn.tools().len(), 16 * 50);
         (runtime, session)
     });
-    c.bench_function("prepare/warm_2", |b| {
+    let mut group = c.benchmark_group("prepare");
+    group.bench_function("warm_16x50", |b| {
         b.to_async(&rt)
             .iter(|| async { session.prepare_turn().await.unwrap() })
     });
+
+    // Cold turns: every iteration is a fresh session (its own processes), evicted
+    // outside the measured time.
+    for (name, servers) in [("cold_1", 1usize), ("cold_16", 16)] {
+        let core = common::core(dir.path(), servers, 0, false);
+        group.sample_size(10);
+        group.bench_function(name, |b| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let (runtime, core) = (runtime.clone(), core.clone());
+                async move {
+                    let mut total = Duration::ZERO;
+                    for i in 0..iters {
+                        let mut spec = SessionSpec::new(&core);
+                        spec.lane = format!("cold-{i}");
+                        let (s, _) = runtime.start_session(spec).await.unwrap();
+                        let started = Instant::now();
+                        let turn = s.prepare_turn().await.unwrap();
+                        total += started.elapsed();
+                        assert_eq!(turn.tools().len(), servers * 10);
+                        s.evict().await.unwrap();
+                    }
+                    total
+                }
+            })
+        });
+    }
+    group.finish();
     rt.block_on(runtime.shutdown());
 }
 
-criterion_group!(benches, calls, prepare);
+fn stress(c: &mut Criterion) {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let core = common::core(dir.path(), 2, 0, true);
+    let (runtime, sessions) = rt.block_on(async {
+        let runtime = common::runtime(&dir.path().join("home"), 4).await;
+        let mut sessions = Vec::new();
+        for i in 0..64 {
+            let mut spec = SessionSpec::new(&core);
+            spec.lane = format!("stress-{i}");
+            sessions.push(runtime.start_session(spec).await.unwrap().0);
+        }
+        (runtime, sessions)
+    });
+    let latencies = std::sync::Mutex::new(Vec::new());
+    let mut group = c.benchmark_group("stress");
+    group.sample_size(10);
+    group.bench_function("sessions_64", |b| {
+        b.to_async(&rt).iter(|| async {
+            let turns = sessions.iter().map(|s| async move {
+                let started = Instant::now();
+                let turn = s.prepare_turn().await.unwrap();
+                turn.call("s0__echo", json!({"message": "x"}))
+                    .await
+                    .unwrap();
+                started.elapsed()
+            });
+            let done = futures::future::join_all(turns).await;
+            latencies.lock().unwrap().extend(done);
+        })
+    });
+    group.finish();
+    let samples = latencies.into_inner().unwrap();
+    let count = samples.len();
+    let total: Duration = samples.iter().sum();
+    let (median, p99) = common::median_p99(samples);
+    let stats = rt.block_on(runtime.limiter_stats());
+    println!(
+        "stress/sessions_64: {count} turns, median {median:.0} us, p99 {p99:.0} us, {:.0} turns/s per session lane; limiter max in use {} of {}",
+        count as f64 / total.as_secs_f64(),
+        stats.max_in_use,
+        stats.limit
+    );
+    assert!(
+        stats.max_in_use <= stats.limit,
+        "the discovery limit was exceeded"
+    );
+    rt.block_on(runtime.shutdown());
+}
+
+criterion_group!(benches, calls, prepare, stress);
 criterion_main!(benches);

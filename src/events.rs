@@ -273,8 +273,19 @@ impl EventSink for NullSink {
 pub struct EventHub {
     sink: Arc<dyn EventSink>,
     log_dir: Option<PathBuf>,
-    writer: Option<Mutex<std::sync::mpsc::Sender<LogOp>>>,
+    writer: Option<Writer>,
 }
+
+/// The writer thread's queue. Senders never wake the thread: it wakes on its own every
+/// [`LOG_BATCH`] (or when unparked by a flush), so events on the hot path cost a queue
+/// push, not a context switch.
+struct Writer {
+    tx: Mutex<std::sync::mpsc::Sender<LogOp>>,
+    thread: std::thread::Thread,
+}
+
+/// How long events may wait in memory before reaching the log.
+pub const LOG_BATCH: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl std::fmt::Debug for EventHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -297,9 +308,13 @@ impl EventHub {
             let (tx, rx) = std::sync::mpsc::channel();
             std::thread::Builder::new()
                 .name("demiurge-event-log".into())
+                .stack_size(256 * 1024)
                 .spawn(move || write_logs(&dir, rx))
                 .ok()
-                .map(|_| Mutex::new(tx))
+                .map(|handle| Writer {
+                    tx: Mutex::new(tx),
+                    thread: handle.thread().clone(),
+                })
         });
         EventHub {
             sink,
@@ -326,9 +341,13 @@ impl EventHub {
 
     fn send(&self, op: LogOp) {
         if let Some(w) = &self.writer
-            && let Ok(tx) = w.lock()
+            && let Ok(tx) = w.tx.lock()
         {
+            let flush = matches!(op, LogOp::Flush(_));
             let _ = tx.send(op);
+            if flush {
+                w.thread.unpark();
+            }
         }
     }
 
@@ -349,8 +368,13 @@ impl EventHub {
 fn write_logs(dir: &std::path::Path, rx: std::sync::mpsc::Receiver<LogOp>) {
     let mut files: HashMap<String, std::io::BufWriter<File>> = HashMap::new();
     let mut waiting: Vec<std::sync::mpsc::Sender<()>> = Vec::new();
-    while let Ok(first) = rx.recv() {
-        let mut op = Some(first);
+    loop {
+        std::thread::park_timeout(LOG_BATCH);
+        let mut op = match rx.try_recv() {
+            Ok(op) => Some(op),
+            Err(std::sync::mpsc::TryRecvError::Empty) => continue,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+        };
         while let Some(current) = op.take() {
             match current {
                 LogOp::Write(event) => {

@@ -16,29 +16,38 @@ pub trait Resolver: Send + Sync + 'static {
 }
 
 /// hickory-resolver with the system's configuration (and hosts file), asking for both
-/// A and AAAA records.
+/// A and AAAA records. Built on first use, so hosts without HTTP servers pay nothing.
 pub struct HickoryResolver {
-    inner: Option<hickory_resolver::TokioResolver>,
+    inner: std::sync::OnceLock<Option<hickory_resolver::TokioResolver>>,
 }
 
 impl HickoryResolver {
     /// A resolver from the system configuration. If it cannot be built, every lookup
     /// fails (closed).
     pub fn from_system() -> Self {
-        let inner = hickory_resolver::TokioResolver::builder_tokio()
-            .ok()
-            .and_then(|mut b| {
-                b.options_mut().ip_strategy =
-                    hickory_resolver::config::LookupIpStrategy::Ipv4AndIpv6;
-                b.build().ok()
-            });
-        HickoryResolver { inner }
+        HickoryResolver {
+            inner: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> Option<hickory_resolver::TokioResolver> {
+        self.inner
+            .get_or_init(|| {
+                hickory_resolver::TokioResolver::builder_tokio()
+                    .ok()
+                    .and_then(|mut b| {
+                        b.options_mut().ip_strategy =
+                            hickory_resolver::config::LookupIpStrategy::Ipv4AndIpv6;
+                        b.build().ok()
+                    })
+            })
+            .clone()
     }
 }
 
 impl Resolver for HickoryResolver {
     fn resolve(&self, name: &str) -> BoxFuture<'static, Answer> {
-        let Some(inner) = self.inner.clone() else {
+        let Some(inner) = self.get() else {
             return Box::pin(async { Answer::Error });
         };
         let name = name.to_string();

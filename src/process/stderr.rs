@@ -45,7 +45,8 @@ impl StderrCapture {
     pub fn start(mut stderr: ChildStderr) -> std::io::Result<Self> {
         let mut file = tempfile::tempfile()?;
         let task = tokio::spawn(async move {
-            let mut buf = vec![0u8; 8192];
+            // Small: one of these lives per connection for its whole life.
+            let mut buf = vec![0u8; 1024];
             let mut total: u64 = 0;
             loop {
                 let n = match stderr.read(&mut buf).await {
