@@ -159,6 +159,8 @@ struct Live {
     peer: Option<rmcp::Peer<rmcp::RoleClient>>,
     /// Set by the connection actor on `tools/list_changed`, cleared by the next turn.
     tools_changed: Arc<std::sync::atomic::AtomicBool>,
+    /// The dispatch rights the actor granted this catalog (asked once, at connect).
+    dispatch: super::connection::Dispatch,
 }
 
 struct Failure {
@@ -468,6 +470,23 @@ impl CatalogState {
                     };
                     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
                         Ok((actor, _)) => {
+                            let catalog_id = self.catalog_id;
+                            let grant = actor
+                                .call(
+                                    |reply| ConnectionMsg::Dispatch { catalog_id, reply },
+                                    Some(std::time::Duration::from_secs(10)),
+                                )
+                                .await;
+                            let Ok(ractor::rpc::CallResult::Success(Ok(dispatch))) = grant else {
+                                actor.stop(Some("closed: no dispatch grant".into()));
+                                diagnostics.push(self.fail(
+                                    &declaration,
+                                    "the connection actor did not answer".into(),
+                                    now,
+                                    ttl,
+                                ));
+                                continue;
+                            };
                             self.emit(EventKind::ServerConnected {
                                 server: declaration.server_id.clone(),
                                 path: declaration.path.clone(),
@@ -485,6 +504,7 @@ impl CatalogState {
                                     pid,
                                     peer: Some(peer),
                                     tools_changed,
+                                    dispatch,
                                 },
                             );
                         }
@@ -698,6 +718,7 @@ impl CatalogState {
                         actor: l.actor.clone(),
                         declaration: Arc::clone(&l.declaration),
                         redactor: l.redactor.clone(),
+                        dispatch: l.dispatch.clone(),
                         call_allowed,
                     },
                 });

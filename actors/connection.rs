@@ -29,9 +29,10 @@ pub(crate) const FAILED: &str = "failed: ";
 
 /// Messages of a connection actor.
 pub enum ConnectionMsg {
-    /// Grant one call: the actor checks the binding and that the connection is open,
-    /// and answers with what the caller needs to send the request itself (so the call
-    /// costs one message and no task of the actor's).
+    /// Grant dispatch rights for one catalog: the actor checks the binding and that the
+    /// connection is open, and answers with what callers need to send requests
+    /// themselves. Asked once per connection, so a call costs no actor message; closing
+    /// the connection revokes every grant (requests then fail as closed).
     Dispatch {
         /// The catalog this call's entry was bound by; a mismatch is refused.
         catalog_id: u64,
@@ -46,7 +47,8 @@ pub enum ConnectionMsg {
     Signal(ServerSignal),
 }
 
-/// The right to send one request on a connection.
+/// The right to send requests on a connection, bound to its catalog.
+#[derive(Clone)]
 pub struct Dispatch {
     peer: rmcp::Peer<rmcp::RoleClient>,
     /// One permit when calls to this server must not overlap.
@@ -61,13 +63,13 @@ impl Dispatch {
     /// # Errors
     /// [`CallFailure`], unredacted.
     pub async fn call(
-        self,
+        &self,
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<serde_json::Value, CallFailure> {
-        let _turn = match self.serial {
+        let _turn = match &self.serial {
             Some(s) => Some(
-                s.acquire_owned()
+                s.acquire()
                     .await
                     .map_err(|_| CallFailure::Closed("connection closed".into()))?,
             ),

@@ -14,7 +14,9 @@ use super::approval::{Broker, BrokerArgs, BrokerHandle};
 use super::catalog::ServerStatus;
 use super::config::{RuntimeConfig, Shared};
 use super::limiter::{Limiter, LimiterHandle, LimiterStats};
-use super::session::{EvictionReport, SessionActor, SessionArgs, SessionMsg, SessionSpec};
+use super::session::{
+    EvictionReport, SessionActor, SessionArgs, SessionMsg, SessionSpec, SharedSpec,
+};
 use super::turn::{PrepareError, TurnCatalog};
 use crate::authority::CapabilitySet;
 use crate::events::{EventHub, EventKind};
@@ -61,6 +63,7 @@ impl Eviction {
 pub struct Opened {
     id: String,
     actor: ActorRef<SessionMsg>,
+    spec: SharedSpec,
     scope: Option<CapabilitySet>,
     eviction: Option<Eviction>,
 }
@@ -68,10 +71,18 @@ pub struct Opened {
 type OpenReply = RpcReplyPort<Result<Opened, RuntimeError>>;
 
 struct Record {
-    spec: SessionSpec,
-    workspace: PathBuf,
+    spec: SharedSpec,
     scope: Option<CapabilitySet>,
     actor: Option<ActorRef<SessionMsg>>,
+}
+
+impl Record {
+    fn lane(&self) -> String {
+        self.spec
+            .read()
+            .map(|s| s.0.lane.clone())
+            .unwrap_or_default()
+    }
 }
 
 /// Messages of the runtime actor.
@@ -207,8 +218,7 @@ impl RuntimeState {
         self.sessions.insert(
             id.clone(),
             Record {
-                spec,
-                workspace,
+                spec: Arc::new(std::sync::RwLock::new((spec, workspace))),
                 scope,
                 actor: None,
             },
@@ -228,7 +238,7 @@ impl RuntimeState {
         if let Some(actor) = &record.actor {
             let mut opened = opened(id, actor.clone(), record);
             if record.scope.is_none() {
-                let lane = record.spec.lane.clone();
+                let lane = record.lane();
                 opened.eviction = self.replace_in_lane(&lane, id);
             }
             return Ok(opened);
@@ -250,13 +260,16 @@ impl RuntimeState {
         let args = SessionArgs {
             shared: Arc::clone(&self.shared),
             id: id.to_string(),
-            spec: record.spec.clone(),
-            workspace: record.workspace.clone(),
+            spec: Arc::clone(&record.spec),
             scope: record.scope.clone(),
         };
         let is_child = record.scope.is_some();
-        let lane = record.spec.lane.clone();
-        let principal = record.spec.principal.clone();
+        let lane = record.lane();
+        let principal = record
+            .spec
+            .read()
+            .map(|s| s.0.principal.clone())
+            .unwrap_or_default();
         let (actor, _) = Actor::spawn_linked(None, SessionActor, args, myself.get_cell())
             .await
             .map_err(|e| RuntimeError::Unavailable(e.to_string()))?;
@@ -329,6 +342,7 @@ fn opened(id: &str, actor: ActorRef<SessionMsg>, record: &Record) -> Opened {
     Opened {
         id: id.to_string(),
         actor,
+        spec: Arc::clone(&record.spec),
         scope: record.scope.clone(),
         eviction: None,
     }
@@ -435,12 +449,14 @@ impl Runtime {
                 let Opened {
                     id,
                     actor,
+                    spec,
                     scope,
                     eviction,
                 } = opened;
                 let session = Session {
                     id,
                     actor,
+                    spec,
                     scope,
                     runtime: self.clone(),
                 };
@@ -539,6 +555,8 @@ impl Runtime {
 pub struct Session {
     id: String,
     actor: ActorRef<SessionMsg>,
+    /// The spec, shared with the session actor and the runtime's record.
+    spec: SharedSpec,
     /// The delegated scope of a child session (children of children narrow it further).
     scope: Option<CapabilitySet>,
     runtime: Runtime,
@@ -562,22 +580,17 @@ impl Session {
     /// # Errors
     /// [`PrepareError`]: load errors, eviction, collisions.
     pub async fn prepare_turn(&self) -> Result<TurnCatalog, PrepareError> {
-        let spec = match self.actor.call(SessionMsg::Spec, None).await {
-            Ok(ractor::rpc::CallResult::Success(spec)) => spec,
-            _ => return Err(PrepareError::Evicted),
-        };
+        let spec = self.spec().await.map_err(|_| PrepareError::Evicted)?;
         let track_live = spec.core_revision == super::session::LIVE_REVISION;
         let root = spec.core_root;
         let cache = Arc::clone(&self.runtime.shared.load_cache);
-        let (core, revision) = tokio::task::spawn_blocking(move || {
-            let revision = track_live.then(|| {
-                let live = crate::evolution::live_revision(&root);
-                format!("live:{}", live.as_deref().unwrap_or("none"))
-            });
-            (crate::core::load_cached(&root, &cache), revision)
-        })
-        .await
-        .map_err(|e| PrepareError::Unavailable(e.to_string()))?;
+        // Inline, not on a blocking thread: a warm load lists one directory and stats
+        // its files (reusing parsed declarations), which costs less than a thread hop.
+        let revision = track_live.then(|| {
+            let live = crate::evolution::live_revision(&root);
+            format!("live:{}", live.as_deref().unwrap_or("none"))
+        });
+        let core = crate::core::load_cached(&root, &cache);
         let core = core?;
         match self
             .actor
@@ -605,7 +618,9 @@ impl Session {
     /// [`RuntimeError::Unavailable`] when the session is gone.
     pub async fn update(&self, change: impl FnOnce(&mut SessionSpec)) -> Result<(), RuntimeError> {
         let mut spec = self.spec().await?;
+        let (id, lane) = (spec.id.clone(), spec.lane.clone());
         change(&mut spec);
+        (spec.id, spec.lane) = (id, lane);
         let dir = spec
             .workspace
             .clone()
@@ -613,26 +628,23 @@ impl Session {
         let workspace = dir
             .canonicalize()
             .map_err(|_| RuntimeError::Workspace(dir.display().to_string()))?;
-        self.actor
-            .cast(SessionMsg::Update {
-                spec: Box::new(spec),
-                workspace,
-            })
-            .map_err(|_| RuntimeError::Unavailable(format!("session {} is gone", self.id)))
+        let mut shared = self
+            .spec
+            .write()
+            .map_err(|_| RuntimeError::Unavailable("the session spec is poisoned".into()))?;
+        *shared = (spec, workspace);
+        Ok(())
     }
 
     /// The session's current spec.
     ///
     /// # Errors
-    /// [`RuntimeError::Unavailable`] when the session is gone.
+    /// [`RuntimeError::Unavailable`] when the spec lock is poisoned.
     pub async fn spec(&self) -> Result<SessionSpec, RuntimeError> {
-        match self.actor.call(SessionMsg::Spec, None).await {
-            Ok(ractor::rpc::CallResult::Success(spec)) => Ok(spec),
-            _ => Err(RuntimeError::Unavailable(format!(
-                "session {} is gone",
-                self.id
-            ))),
-        }
+        self.spec
+            .read()
+            .map(|s| s.0.clone())
+            .map_err(|_| RuntimeError::Unavailable("the session spec is poisoned".into()))
     }
 
     /// Per-server state of the current catalog.

@@ -60,6 +60,10 @@ impl SessionSpec {
     }
 }
 
+/// The spec of a session and its canonical workspace, shared by the runtime's record,
+/// the session actor and every handle: `Session::update` writes it, each turn reads it.
+pub(crate) type SharedSpec = std::sync::Arc<std::sync::RwLock<(SessionSpec, PathBuf)>>;
+
 /// What an eviction closed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct EvictionReport {
@@ -91,23 +95,12 @@ pub enum SessionMsg {
     },
     /// Per-server state of the current catalog.
     Status(RpcReplyPort<Vec<ServerStatus>>),
-    /// The current spec (its core root is where the next turn loads from).
-    Spec(RpcReplyPort<SessionSpec>),
-    /// Replace the authority of the session (id and lane are kept); the next turn
-    /// sees a new catalog identity if anything that makes one changed.
-    Update {
-        /// The new spec.
-        spec: Box<SessionSpec>,
-        /// The canonical workspace of the new spec.
-        workspace: PathBuf,
-    },
 }
 
 pub(crate) struct SessionArgs {
     pub shared: Arc<Shared>,
     pub id: String,
-    pub spec: SessionSpec,
-    pub workspace: PathBuf,
+    pub spec: SharedSpec,
     /// A delegated child's host-issued scope: it can only narrow.
     pub scope: Option<CapabilitySet>,
 }
@@ -200,16 +193,6 @@ impl Actor for SessionActor {
                     me.stop(Some("evicted".into()));
                 });
             }
-            SessionMsg::Spec(reply) => {
-                let _ = reply.send(state.args.spec.clone());
-            }
-            SessionMsg::Update { spec, workspace } => {
-                let (id, lane) = (state.args.spec.id.clone(), state.args.spec.lane.clone());
-                state.args.spec = *spec;
-                state.args.spec.id = id;
-                state.args.spec.lane = lane;
-                state.args.workspace = workspace;
-            }
             SessionMsg::Status(reply) => match &state.current {
                 Some((_, c)) => {
                     let c = c.clone();
@@ -272,9 +255,15 @@ impl SessionState {
         core: &AgentCore,
         revision: Option<String>,
     ) -> Result<ActorRef<CatalogMsg>, PrepareError> {
-        let base = self
-            .args
-            .spec
+        let (spec, workspace) = match self.args.spec.read() {
+            Ok(guard) => guard.clone(),
+            Err(_) => {
+                return Err(PrepareError::Unavailable(
+                    "the session spec is poisoned".into(),
+                ));
+            }
+        };
+        let base = spec
             .capabilities
             .clone()
             .unwrap_or_else(|| core.grants.clone());
@@ -284,16 +273,12 @@ impl SessionState {
         };
         let identity = CatalogIdentity {
             session: self.args.id.clone(),
-            principal: self.args.spec.principal.clone(),
+            principal: spec.principal.clone(),
             capabilities: capabilities.fingerprint(),
             core_root: core.root.clone(),
-            core_revision: revision.unwrap_or_else(|| self.args.spec.core_revision.clone()),
-            workspace: self.args.workspace.clone(),
-            policy: self
-                .args
-                .spec
-                .policy
-                .unwrap_or(self.args.shared.config.host_policy),
+            core_revision: revision.unwrap_or_else(|| spec.core_revision.clone()),
+            workspace: workspace.clone(),
+            policy: spec.policy.unwrap_or(self.args.shared.config.host_policy),
         };
         if let Some((current, catalog)) = &self.current {
             if *current == identity {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ractor::ActorRef;
 use rmcp::model::JsonObject;
@@ -12,12 +12,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::config::{Action, ApprovalRequest, Shared};
-use super::connection::ConnectionMsg;
+use super::connection::{ConnectionMsg, Dispatch};
 use crate::authority::{ConnectPreview, HostPolicy};
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
 use crate::result::ToolResult;
+use crate::transport::CallFailure;
 
 /// Why a turn could not be prepared.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -85,6 +86,8 @@ pub(crate) struct Binding {
     pub actor: ActorRef<ConnectionMsg>,
     pub declaration: Arc<Declaration>,
     pub redactor: Redactor,
+    /// The dispatch rights the connection actor granted this catalog.
+    pub dispatch: Dispatch,
     /// Whether the catalog's capability snapshot grants the call capability (decided
     /// once per catalog build, not per call).
     pub call_allowed: bool,
@@ -282,38 +285,20 @@ impl TurnCatalog {
         let redactor = binding
             .redactor
             .with_call_arguments(&arguments.clone().map(Value::Object).unwrap_or(Value::Null));
+        if binding.actor.get_status() != ractor::ActorStatus::Running {
+            return Err(closed(&entry.name));
+        }
         let started = Instant::now();
-        let grant = binding
-            .actor
-            .call(
-                |reply| ConnectionMsg::Dispatch {
-                    catalog_id: binding.catalog_id,
-                    reply,
-                },
-                Some(Duration::from_secs(10)),
-            )
-            .await;
-        let result = match grant {
-            Ok(ractor::rpc::CallResult::Success(Ok(dispatch))) => {
-                match dispatch.call(&entry.tool, arguments).await {
-                    Ok(raw) => ToolResult::from_mcp(&entry.name, &raw, &redactor),
-                    Err(failure) => ToolResult::error(&entry.name, &failure.to_string(), &redactor),
-                }
+        let result = match binding.dispatch.call(&entry.tool, arguments).await {
+            Ok(raw) => ToolResult::from_mcp(&entry.name, &raw, &redactor),
+            // A connection closed before the call left is a stale entry; one that dies
+            // during the call is that call's error.
+            Err(CallFailure::Closed(_))
+                if binding.actor.get_status() != ractor::ActorStatus::Running =>
+            {
+                return Err(closed(&entry.name));
             }
-            Ok(ractor::rpc::CallResult::Success(Err(failure))) => {
-                return Err(CallError::Invalid(format!(
-                    "`{}`: {failure}; prepare a new turn",
-                    entry.name
-                )));
-            }
-            Ok(ractor::rpc::CallResult::Timeout)
-            | Ok(ractor::rpc::CallResult::SenderError)
-            | Err(_) => {
-                return Err(CallError::Invalid(format!(
-                    "the connection behind `{}` is closed (the server failed, changed or the session was evicted); prepare a new turn",
-                    entry.name
-                )));
-            }
+            Err(failure) => ToolResult::error(&entry.name, &failure.to_string(), &redactor),
         };
         self.shared.hub.emit(
             &self.session,
@@ -327,4 +312,10 @@ impl TurnCatalog {
         );
         Ok(result)
     }
+}
+
+fn closed(name: &str) -> CallError {
+    CallError::Invalid(format!(
+        "the connection behind `{name}` is closed (the server failed, changed or the session was evicted); prepare a new turn"
+    ))
 }

@@ -182,6 +182,10 @@ fn stress(c: &mut Criterion) {
     group.finish();
     let samples = latencies.into_inner().unwrap();
     let count = samples.len();
+    if count == 0 {
+        rt.block_on(runtime.shutdown());
+        return;
+    }
     let total: Duration = samples.iter().sum();
     let (median, p99) = common::median_p99(samples);
     let stats = rt.block_on(runtime.limiter_stats());

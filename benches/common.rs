@@ -52,6 +52,9 @@ pub fn rss_kib(pid: u32) -> u64 {
 
 /// Median and 99th percentile of durations, in microseconds.
 pub fn median_p99(mut samples: Vec<std::time::Duration>) -> (f64, f64) {
+    if samples.is_empty() {
+        return (0.0, 0.0);
+    }
     samples.sort();
     let at =
         |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e6;

@@ -174,12 +174,25 @@ impl Stamp {
 pub struct LoadCache {
     declarations: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Arc<Declaration>)>>,
     manifests: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Manifest)>>,
+    /// Canonical core roots, resolved once per root.
+    roots: std::sync::Mutex<BTreeMap<PathBuf, PathBuf>>,
 }
 
 impl LoadCache {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    fn canonical(&self, root: &Path) -> PathBuf {
+        if let Some(known) = self.roots.lock().ok().and_then(|m| m.get(root).cloned()) {
+            return known;
+        }
+        let real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+        if let Ok(mut m) = self.roots.lock() {
+            m.insert(root.to_path_buf(), real.clone());
+        }
+        real
     }
 
     fn get(&self, file: &Path, stamp: Stamp, rel: &str) -> Option<Arc<Declaration>> {
@@ -277,7 +290,10 @@ pub fn load_cached(root: &Path, cache: &LoadCache) -> Result<AgentCore, CoreErro
 
 fn load_report_with(root: &Path, cache: Option<&LoadCache>) -> LoadReport {
     let mut errors = Vec::new();
-    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    let root = match cache {
+        Some(c) => c.canonical(root),
+        None => root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
+    };
     let manifest_path = root.join("agent.yaml");
     // Stamp before reading: a write racing the read then misses the cache next time.
     let manifest_stamp = cache.and_then(|_| Stamp::of(&manifest_path));
@@ -379,11 +395,18 @@ fn load_declarations(
     let dir = root.join(mcp_root);
     let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_file()
-                    && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let p = e.path();
+                // The entry's own type needs no syscall; only symlinks are followed.
+                let is_file = match e.file_type() {
+                    Ok(t) if t.is_symlink() => p.is_file(),
+                    Ok(t) => t.is_file(),
+                    Err(_) => false,
+                };
+                is_file && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
             })
+            .map(|e| e.path())
             .collect(),
         Err(_) => return Vec::new(),
     };
