@@ -152,7 +152,8 @@ struct Live {
     actor: ActorRef<ConnectionMsg>,
     declaration: Arc<Declaration>,
     tools: Arc<Vec<Tool>>,
-    truncated: bool,
+    /// What listing found wrong (cut lists, duplicate names): a diagnostic every turn.
+    notes: Vec<String>,
     redactor: Redactor,
     pid: Option<u32>,
     /// A request handle for relisting after `tools/list_changed`.
@@ -498,8 +499,8 @@ impl CatalogState {
                                 Live {
                                     actor,
                                     declaration,
-                                    tools: redacted_tools(listed.tools, &redactor),
-                                    truncated: listed.truncated,
+                                    notes: listing_notes(&listed),
+                                    tools: prepared_tools(listed.tools, &redactor),
                                     redactor,
                                     pid,
                                     peer: Some(peer),
@@ -517,8 +518,8 @@ impl CatalogState {
                 Outcome::Relisted { server, result } => match result {
                     Ok(listed) => {
                         if let Some(l) = self.live.get_mut(&server) {
-                            l.tools = redacted_tools(listed.tools, &l.redactor);
-                            l.truncated = listed.truncated;
+                            l.notes = listing_notes(&listed);
+                            l.tools = prepared_tools(listed.tools, &l.redactor);
                         }
                     }
                     Err(e) => {
@@ -627,14 +628,11 @@ impl CatalogState {
             .filter(|d| self.live.contains_key(&d.server_id))
             .collect();
         for decl in &connected {
-            if self.live[&decl.server_id].truncated {
+            for note in &self.live[&decl.server_id].notes {
                 diagnostics.push(Diagnostic {
                     server: decl.server_id.clone(),
                     path: decl.path.clone(),
-                    message: format!(
-                        "the tool list was cut at {} tools",
-                        crate::transport::MAX_TOOLS
-                    ),
+                    message: note.clone(),
                 });
             }
         }
@@ -1170,14 +1168,49 @@ pub(crate) fn connection_redactor(
         .with_secrets(crate::authority::preview::secret_arg_values(args))
 }
 
-/// Tools as the model may see them: descriptions and schemas redacted with the
-/// connection's secrets once, when listed (not per turn).
-fn redacted_tools(tools: Vec<Tool>, redactor: &Redactor) -> Arc<Vec<Tool>> {
+/// Longest tool description kept (a hostile server could send megabytes).
+pub const MAX_DESCRIPTION: usize = 4_096;
+
+/// What a listing got wrong, as diagnostics: a cut list, names listed twice.
+fn listing_notes(listed: &ListedTools) -> Vec<String> {
+    let mut notes = Vec::new();
+    if listed.truncated {
+        notes.push(format!(
+            "the tool list was cut at {} tools",
+            crate::transport::MAX_TOOLS
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut twice: Vec<&str> = listed
+        .tools
+        .iter()
+        .map(|t| t.name.as_ref())
+        .filter(|n| !seen.insert(*n))
+        .collect();
+    twice.dedup();
+    if !twice.is_empty() {
+        notes.push(format!(
+            "tool names listed more than once, later ones ignored: {}",
+            twice.join(", ")
+        ));
+    }
+    notes
+}
+
+/// Tools as the model may see them: the first of each name, descriptions capped, and
+/// descriptions and schemas redacted with the connection's secrets once, when listed
+/// (not per turn).
+fn prepared_tools(tools: Vec<Tool>, redactor: &Redactor) -> Arc<Vec<Tool>> {
+    let mut seen = std::collections::HashSet::new();
     let tools = tools
         .into_iter()
+        .filter(|t| seen.insert(t.name.to_string()))
         .map(|mut tool| {
             if let Some(d) = &tool.description {
-                tool.description = Some(redactor.text(d, View::Model).into());
+                tool.description = Some(
+                    crate::result::cap_chars(&redactor.text(d, View::Model), MAX_DESCRIPTION)
+                        .into(),
+                );
             }
             let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
             if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {

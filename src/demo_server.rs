@@ -30,6 +30,80 @@ pub struct DemoOptions {
     pub extra_tools: usize,
     /// Tools per `tools/list` page (0: everything in one page).
     pub page_size: usize,
+    /// A way to misbehave, for fault-injection tests.
+    pub fault: Option<Fault>,
+}
+
+/// How the demo server misbehaves (`demiurge demo-server --fault MODE [N]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Exit with status 1 before speaking MCP.
+    ExitAtStart,
+    /// Never answer `initialize`.
+    HangInitialize,
+    /// Never answer `tools/list`.
+    HangList,
+    /// Exit in the middle of any tool call.
+    CrashOnCall,
+    /// Never answer a tool call (and ignore cancellation).
+    HangCall,
+    /// Write non-JSON lines to stdout before serving.
+    GarbageStdout,
+    /// Serve N generated tools, 100 per page.
+    HugeTools(usize),
+    /// Answer every tool call with N bytes of text.
+    HugeResult(usize),
+    /// Write N bytes to stderr before serving.
+    StderrFlood(usize),
+    /// Write every answer one byte at a time.
+    SlowDrip,
+    /// Start a grandchild (`sleep 300`) and leave it behind.
+    ForkChild,
+    /// Send `notifications/tools/list_changed` every millisecond once initialized.
+    ListChangedStorm,
+    /// List tools with control characters in names, 10,000-character descriptions and
+    /// duplicate names (a raw JSON-RPC server, not rmcp).
+    HostileTools,
+    /// List a tool whose input schema is not an object (raw JSON-RPC).
+    BadSchema,
+    /// Answer tool calls with JSON nested 2,000 levels deep.
+    NestedResult,
+}
+
+impl Fault {
+    /// Parses `MODE` and its optional size argument.
+    ///
+    /// # Errors
+    /// An unknown mode or a missing/invalid size, with the list of modes.
+    pub fn parse(mode: &str, arg: Option<&str>) -> Result<Fault, String> {
+        let size = || {
+            arg.and_then(|a| a.parse::<usize>().ok()).ok_or_else(|| {
+                format!("fault `{mode}` needs a size, for example `--fault {mode} 1000`")
+            })
+        };
+        Ok(match mode {
+            "exit-at-start" => Fault::ExitAtStart,
+            "hang-initialize" => Fault::HangInitialize,
+            "hang-list" => Fault::HangList,
+            "crash-on-call" => Fault::CrashOnCall,
+            "hang-call" => Fault::HangCall,
+            "garbage-stdout" => Fault::GarbageStdout,
+            "huge-tools" => Fault::HugeTools(size()?),
+            "huge-result" => Fault::HugeResult(size()?),
+            "stderr-flood" => Fault::StderrFlood(size()?),
+            "slow-drip" => Fault::SlowDrip,
+            "fork-child" => Fault::ForkChild,
+            "list-changed-storm" => Fault::ListChangedStorm,
+            "hostile-tools" => Fault::HostileTools,
+            "bad-schema" => Fault::BadSchema,
+            "nested-result" => Fault::NestedResult,
+            other => {
+                return Err(format!(
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result"
+                ));
+            }
+        })
+    }
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -212,6 +286,28 @@ impl DemoServer {
 }
 
 impl ServerHandler for DemoServer {
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        if self.options.fault == Some(Fault::HangInitialize) {
+            std::future::pending::<()>().await;
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        if self.options.fault == Some(Fault::ListChangedStorm) {
+            tokio::spawn(async move {
+                while context.peer.notify_tool_list_changed().await.is_ok() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+        }
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -229,6 +325,9 @@ impl ServerHandler for DemoServer {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        if self.options.fault == Some(Fault::HangList) {
+            std::future::pending::<()>().await;
+        }
         let tools = self.all_tools();
         let start: usize = match request.and_then(|r| r.cursor) {
             Some(c) => c
@@ -261,6 +360,29 @@ impl ServerHandler for DemoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        match self.options.fault {
+            Some(Fault::CrashOnCall) => {
+                eprintln!("demo server: crashing in the middle of a call, as asked");
+                std::process::exit(3);
+            }
+            Some(Fault::HangCall) => std::future::pending::<()>().await,
+            Some(Fault::HugeResult(bytes)) => {
+                let text = "x".repeat(bytes);
+                return Ok(CallToolResponse::Complete(CallToolResult::success(vec![
+                    ContentBlock::text(text),
+                ])));
+            }
+            Some(Fault::NestedResult) => {
+                let mut value = json!("bottom");
+                for _ in 0..2000 {
+                    value = json!([value]);
+                }
+                return Ok(CallToolResponse::Complete(CallToolResult::structured(
+                    json!({ "deep": value }),
+                )));
+            }
+            _ => {}
+        }
         let added = self
             .added
             .lock()
@@ -287,11 +409,132 @@ impl ServerHandler for DemoServer {
 ///
 /// # Errors
 /// When the MCP session cannot be established.
-pub async fn serve_stdio(options: DemoOptions) -> anyhow::Result<()> {
+pub async fn serve_stdio(mut options: DemoOptions) -> anyhow::Result<()> {
+    use std::io::Write;
+    match options.fault {
+        Some(Fault::ExitAtStart) => {
+            eprintln!("demo server: exiting at start, as asked");
+            std::process::exit(1);
+        }
+        Some(Fault::StderrFlood(bytes)) => {
+            let chunk = vec![b'e'; 64 * 1024];
+            let mut left = bytes;
+            let mut err = std::io::stderr().lock();
+            while left > 0 {
+                let n = left.min(chunk.len());
+                err.write_all(&chunk[..n])?;
+                left -= n;
+            }
+        }
+        Some(Fault::GarbageStdout) => {
+            let mut out = std::io::stdout().lock();
+            for line in ["this is not JSON", "{\"half\": ", "Content-Length: 12"] {
+                writeln!(out, "{line}")?;
+            }
+            out.flush()?;
+        }
+        Some(Fault::ForkChild) => {
+            // Deliberately not waited for: the runtime must clean it up.
+            let _ = std::process::Command::new("sleep").arg("300").spawn();
+        }
+        Some(Fault::HugeTools(n)) => {
+            options.extra_tools = n;
+            options.page_size = 100;
+        }
+        Some(Fault::HostileTools) | Some(Fault::BadSchema) => {
+            return serve_raw(options.fault).await;
+        }
+        _ => {}
+    }
+    if options.fault == Some(Fault::SlowDrip) {
+        let service = DemoServer::new(options)
+            .serve((tokio::io::stdin(), Drip(tokio::io::stdout())))
+            .await?;
+        service.waiting().await?;
+        return Ok(());
+    }
     let service = DemoServer::new(options)
         .serve(rmcp::transport::stdio())
         .await?;
     service.waiting().await?;
+    Ok(())
+}
+
+/// A writer that passes one byte per write: every answer arrives in fragments.
+struct Drip<W>(W);
+
+impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Drip<W> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let one = &buf[..buf.len().min(1)];
+        match std::pin::Pin::new(&mut self.0).poll_write(cx, one) {
+            std::task::Poll::Ready(Ok(n)) => {
+                // Flush each byte so it leaves as its own write.
+                let _ = std::pin::Pin::new(&mut self.0).poll_flush(cx);
+                std::task::Poll::Ready(Ok(n))
+            }
+            other => other,
+        }
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// A hand-written JSON-RPC server over stdio for answers rmcp's types cannot express.
+async fn serve_raw(fault: Option<Fault>) -> anyhow::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let tools = match fault {
+        Some(Fault::BadSchema) => {
+            json!([{ "name": "bad", "description": "schema is a string", "inputSchema": "not an object" }])
+        }
+        _ => json!([
+            { "name": "bell\u{7}and\nnewline", "description": "control characters in the name", "inputSchema": {"type": "object"} },
+            { "name": "long", "description": "d".repeat(10_000), "inputSchema": {"type": "object"} },
+            { "name": "twin", "description": "first", "inputSchema": {"type": "object"} },
+            { "name": "twin", "description": "second", "inputSchema": {"type": "object"} },
+            { "name": "\u{0}", "description": "a NUL name", "inputSchema": {"type": "object"} },
+        ]),
+    };
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut out = tokio::io::stdout();
+    while let Some(line) = lines.next_line().await? {
+        let Ok(request) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let Some(id) = request.get("id").cloned() else {
+            continue;
+        };
+        let result = match request.get("method").and_then(|m| m.as_str()) {
+            Some("initialize") => json!({
+                "protocolVersion": request["params"]["protocolVersion"].clone(),
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "hostile", "version": "0"}
+            }),
+            Some("tools/list") => json!({ "tools": tools }),
+            Some("tools/call") => {
+                json!({ "content": [{"type": "text", "text": "hostile answer"}] })
+            }
+            _ => json!({}),
+        };
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
+        out.write_all(format!("{answer}\n").as_bytes()).await?;
+        out.flush().await?;
+    }
     Ok(())
 }
 

@@ -109,15 +109,19 @@ fn failed_if_any(views: Views<ResultView>) -> Views<ResultView> {
 
 /// Caps text at [`ERROR_TEXT_CAP`] characters.
 pub fn cap(text: &str) -> String {
+    cap_chars(text, ERROR_TEXT_CAP)
+}
+
+/// Caps text at `max` characters, marking a cut with `…`.
+pub fn cap_chars(text: &str, max: usize) -> String {
     let mut chars = text.chars();
-    let head: String = chars.by_ref().take(ERROR_TEXT_CAP).collect();
+    let head: String = chars.by_ref().take(max).collect();
     if chars.next().is_some() {
         format!("{head}…")
     } else {
         head
     }
 }
-
 fn content_text(content: Option<&Value>) -> String {
     let Some(Value::Array(blocks)) = content else {
         return String::new();

@@ -122,6 +122,9 @@ enum Command {
         /// Tools per tools/list page (0: one page).
         #[arg(long, default_value_t = 0)]
         page_size: usize,
+        /// Misbehave for fault-injection tests: MODE [N] (see the README's fault table).
+        #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"])]
+        fault: Vec<String>,
     },
 }
 
@@ -180,11 +183,34 @@ async fn run(cli: Cli) -> u8 {
             allowed_hosts,
             extra_tools,
             page_size,
+            fault,
         }) => {
-            let options = demiurge_mcp::demo_server::DemoOptions {
+            let fault = match fault.as_slice() {
+                [] => None,
+                [mode, rest @ ..] => match demiurge_mcp::demo_server::Fault::parse(
+                    mode,
+                    rest.first().map(String::as_str),
+                ) {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return USAGE;
+                    }
+                },
+            };
+            if fault == Some(demiurge_mcp::demo_server::Fault::ExitAtStart) && http.is_some() {
+                eprintln!("demo server: exiting at start, as asked");
+                return 1;
+            }
+            let mut options = demiurge_mcp::demo_server::DemoOptions {
                 extra_tools: *extra_tools,
                 page_size: *page_size,
+                fault,
             };
+            if let Some(demiurge_mcp::demo_server::Fault::HugeTools(n)) = fault {
+                options.extra_tools = n;
+                options.page_size = 100;
+            }
             let served = match http {
                 Some(addr) => match tokio::net::TcpListener::bind(addr).await {
                     Ok(listener) => {

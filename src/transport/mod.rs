@@ -6,6 +6,7 @@
 
 mod client;
 mod http;
+mod limit;
 mod stdio;
 
 pub use client::{
@@ -13,4 +14,5 @@ pub use client::{
     ServerSignal, call_tool, list_tools,
 };
 pub use http::connect_http;
+pub use limit::{LineLimit, MAX_MESSAGE_BYTES};
 pub use stdio::{StdioLaunch, connect_stdio};

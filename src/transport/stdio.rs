@@ -156,7 +156,10 @@ pub async fn connect_stdio(
         ));
     };
 
-    let (transport, transport_closed) = Watched::new(AsyncRwTransport::new_client(stdout, stdin));
+    let (transport, transport_closed) = Watched::new(AsyncRwTransport::new_client(
+        super::limit::LineLimit::new(stdout),
+        stdin,
+    ));
     let started = tokio::time::timeout(timeout, async {
         let service = ClientHandler::new(signals)
             .serve(transport)
