@@ -29,6 +29,6 @@ pub use config::{
     RuntimeConfig, SystemClock,
 };
 pub use limiter::{LimiterStats, Permit};
-pub use runtime::{ChildSession, Eviction, Runtime, RuntimeError, Session};
+pub use runtime::{ChildSession, Eviction, RESUMABLE, Runtime, RuntimeError, Session};
 pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
 pub use turn::{CallError, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};

@@ -122,7 +122,12 @@ pub(crate) struct RuntimeState {
     shared: Arc<Shared>,
     sessions: HashMap<String, Record>,
     lanes: HashMap<String, String>,
+    /// Ended sessions kept for resume, oldest first; bounded by [`RESUMABLE`].
+    ended: std::collections::VecDeque<String>,
 }
+
+/// How many ended sessions stay resumable; older ones are forgotten.
+pub const RESUMABLE: usize = 256;
 
 impl Actor for RuntimeActor {
     type Msg = RuntimeMsg;
@@ -138,6 +143,7 @@ impl Actor for RuntimeActor {
             shared,
             sessions: HashMap::new(),
             lanes: HashMap::new(),
+            ended: std::collections::VecDeque::new(),
         })
     }
 
@@ -180,13 +186,14 @@ impl Actor for RuntimeActor {
         if let SupervisionEvent::ActorTerminated(cell, ..)
         | SupervisionEvent::ActorFailed(cell, _) = event
         {
-            for record in state.sessions.values_mut() {
+            for (id, record) in state.sessions.iter_mut() {
                 if record
                     .actor
                     .as_ref()
                     .is_some_and(|a| a.get_id() == cell.get_id())
                 {
                     record.actor = None;
+                    state.ended.push_back(id.clone());
                 }
             }
         }
@@ -195,6 +202,18 @@ impl Actor for RuntimeActor {
 }
 
 impl RuntimeState {
+    /// Keeps the table of sessions bounded: live ones stay, ended ones up to
+    /// [`RESUMABLE`], oldest forgotten first.
+    fn forget_oldest_ended(&mut self) {
+        self.ended
+            .retain(|id| self.sessions.get(id).is_some_and(|r| r.actor.is_none()));
+        while self.ended.len() >= RESUMABLE {
+            if let Some(old) = self.ended.pop_front() {
+                self.sessions.remove(&old);
+            }
+        }
+    }
+
     async fn start(
         &mut self,
         myself: &ActorRef<RuntimeMsg>,
@@ -215,6 +234,7 @@ impl RuntimeState {
         let workspace = workspace_dir
             .canonicalize()
             .map_err(|_| RuntimeError::Workspace(workspace_dir.display().to_string()))?;
+        self.forget_oldest_ended();
         self.sessions.insert(
             id.clone(),
             Record {
@@ -298,6 +318,7 @@ impl RuntimeState {
 
     fn evict(&mut self, id: &str, reason: &str) -> Option<Eviction> {
         let actor = self.sessions.get_mut(id)?.actor.take()?;
+        self.ended.push_back(id.to_string());
         self.lanes.retain(|_, current| current != id);
         let (tx, rx) = oneshot::channel();
         let reason = reason.to_string();

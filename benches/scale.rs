@@ -94,10 +94,22 @@ fn process_rss() {
     }
     std::thread::sleep(Duration::from_millis(300));
     let rss = common::rss_kib(child.id());
+    let rollup =
+        std::fs::read_to_string(format!("/proc/{}/smaps_rollup", child.id())).unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        rollup
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
     println!(
-        "memory/process_16: the demiurge process holds {:.1} MB RSS with 16 connected servers (target < 15 MB: {})",
+        "memory/process_16: the demiurge process holds {:.1} MB RSS with 16 connected servers (target < 15 MB: {}); of it {:.1} MB are code pages shared with the servers (same binary), {:.1} MB anonymous; PSS {:.1} MB",
         rss as f64 / 1024.0,
-        if rss < 15 * 1024 { "met" } else { "MISSED" }
+        if rss < 15 * 1024 { "met" } else { "MISSED" },
+        field("Shared_Clean:") as f64 / 1024.0,
+        field("Anonymous:") as f64 / 1024.0,
+        field("Pss:") as f64 / 1024.0
     );
     stdin.write_all(b"/quit\n").unwrap();
     drop(stdin);

@@ -17,6 +17,16 @@ fn loopback() -> IpAddr {
     "127.0.0.1".parse().unwrap()
 }
 
+/// A pinned client trusting loopback, resolving nothing.
+fn loopback_client(
+    declared: Vec<http::HeaderName>,
+    hook: demiurge_mcp::net::client::DecisionHook,
+) -> PinnedClient {
+    let trusted = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
+    let net = NetContext::new(trusted, Arc::new(StaticResolver::new()), &[]).unwrap();
+    PinnedClient::new(Arc::new(net), declared, hook)
+}
+
 fn trusting(
     resolver: StaticResolver,
     nets: &[&str],
@@ -309,14 +319,8 @@ async fn cross_origin_redirects_drop_credentials_and_declared_headers() {
         None,
     )
     .await;
-    let net = NetContext::new(
-        UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]),
-        Arc::new(StaticResolver::new()),
-        &[],
-    )
-    .unwrap();
     let declared = vec![http::HeaderName::from_static("x-api-key")];
-    let client = PinnedClient::new(Arc::new(net), declared, Arc::new(|_| {}));
+    let client = loopback_client(declared, Arc::new(|_| {}));
     let mut headers = http::HeaderMap::new();
     headers.insert("authorization", "Bearer tok".parse().unwrap());
     headers.insert("cookie", "sid=1".parse().unwrap());
@@ -353,14 +357,7 @@ async fn redirect_loops_stop_after_ten_hops() {
     .await;
     let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let c2 = Arc::clone(&count);
-    let net = NetContext::new(
-        UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]),
-        Arc::new(StaticResolver::new()),
-        &[],
-    )
-    .unwrap();
-    let client = PinnedClient::new(
-        Arc::new(net),
+    let client = loopback_client(
         vec![],
         Arc::new(move |_| {
             c2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -444,13 +441,7 @@ async fn oversized_responses_are_refused_at_the_limit() {
         None,
     )
     .await;
-    let net = NetContext::new(
-        UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]),
-        Arc::new(StaticResolver::new()),
-        &[],
-    )
-    .unwrap();
-    let client = PinnedClient::new(Arc::new(net), vec![], Arc::new(|_| {}));
+    let client = loopback_client(vec![], Arc::new(|_| {}));
     let message: rmcp::model::ClientJsonRpcMessage =
         serde_json::from_value(json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).unwrap();
     let mut limits = StreamableHttpResponseLimits::default();
@@ -476,13 +467,7 @@ async fn an_oversized_sse_event_is_refused() {
         None,
     )
     .await;
-    let net = NetContext::new(
-        UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]),
-        Arc::new(StaticResolver::new()),
-        &[],
-    )
-    .unwrap();
-    let client = PinnedClient::new(Arc::new(net), vec![], Arc::new(|_| {}));
+    let client = loopback_client(vec![], Arc::new(|_| {}));
     let url: Arc<str> = format!("http://127.0.0.1:{}/mcp", server.port()).into();
     let mut stream = client
         .get_stream_with_max_sse_event_size(url, None, None, None, Default::default(), 1024)

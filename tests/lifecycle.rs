@@ -175,3 +175,24 @@ async fn a_dead_server_is_noticed_by_its_supervisor_at_once() {
     assert_eq!(pid_of(&next, "peer__whoami").await, peer);
     h.finish().await;
 }
+
+#[tokio::test]
+async fn only_the_latest_ended_sessions_stay_resumable() {
+    let core = Core::new();
+    let h = harness(Recorder::allow()).await;
+    let mut ids = Vec::new();
+    for _ in 0..(demiurge_mcp::actors::RESUMABLE + 20) {
+        let (s, eviction) = h.runtime.start_session(core.spec()).await.unwrap();
+        if let Some(e) = eviction {
+            e.wait().await.unwrap();
+        }
+        ids.push(s.id().to_string());
+    }
+    let err = h.runtime.resume_session(&ids[0]).await.unwrap_err();
+    assert!(
+        matches!(err, demiurge_mcp::RuntimeError::UnknownSession(_)),
+        "{err}"
+    );
+    assert!(h.runtime.resume_session(&ids[ids.len() - 5]).await.is_ok());
+    h.finish().await;
+}

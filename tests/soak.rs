@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Core, Recorder, demo, eventually, harness, processes_with_env};
+use common::{Core, Recorder, demo, eventually, processes_with_env};
 use serde_json::json;
 
 fn rss_kib() -> u64 {
@@ -51,7 +51,15 @@ async fn soak_cycles_leave_nothing_behind() {
         .server("flaky", &fault("exit-at-start"))
         .server("crashy", &fault("crash-on-call"));
     let baseline_fds = fds();
-    let h = harness(Recorder::allow()).await;
+    // Drop events and record no approvals: the harness's own memory must not count.
+    let h = common::harness_with(Recorder::allow(), |mut c| {
+        c.events = std::sync::Arc::new(demiurge_mcp::events::NullSink);
+        c.approver = std::sync::Arc::new(demiurge_mcp::FixedApprover(
+            demiurge_mcp::ApprovalAnswer::AllowSession,
+        ));
+        c
+    })
+    .await;
     let started = Instant::now();
     let mut ids: Vec<String> = Vec::new();
     let mut rss_at_100 = 0;

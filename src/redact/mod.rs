@@ -229,11 +229,6 @@ impl Redactor {
         self.with_secrets(found)
     }
 
-    /// Whether any declared secret is known.
-    pub fn has_secrets(&self) -> bool {
-        !self.secrets.is_empty()
-    }
-
     /// `text` in one view; [`REDACTION_FAILED`] if it cannot be redacted.
     pub fn text(&self, text: &str, view: View) -> String {
         self.try_text(text, view)
