@@ -65,6 +65,11 @@ impl ChildProcess {
     }
 
     fn signal_group(&self, signal: Signal) {
+        // Never signal group 0 or 1: `killpg(0)` is our own group. (A spawned child
+        // always has a pid; this only guards against an impossible zero.)
+        if self.pid <= 1 || self.pid > i32::MAX as u32 {
+            return;
+        }
         // ESRCH (group already gone) is the expected outcome after a clean exit.
         let _ = killpg(Pid::from_raw(self.pid as i32), signal);
     }
