@@ -27,7 +27,7 @@ use crate::events::EventKind;
 use crate::naming::{self, Names, ServerTools};
 use crate::net::PinnedClient;
 use crate::process::{
-    append_stderr_log, child_environment, interpolate, private_dir, referenced_values,
+    append_stderr_log, child_environment, interpolate_all, private_dir, referenced_values,
 };
 use crate::redact::{Redactor, View};
 use crate::transport::{
@@ -914,20 +914,15 @@ impl ResolveContext {
             return denied("connect approval denied".into());
         }
         // 4. interpolation, only now.
-        let mut declared_env = std::collections::BTreeMap::new();
-        for (name, value) in env {
-            match interpolate(value, &self.shared.config.host_env) {
-                Ok(v) => {
-                    declared_env.insert(name.clone(), v);
-                }
-                Err(missing) => {
-                    return Outcome::Skipped {
-                        declaration: Arc::clone(&declaration),
-                        message: missing.to_string(),
-                    };
-                }
+        let declared_env = match interpolate_all(env, &self.shared.config.host_env) {
+            Ok(values) => values,
+            Err(missing) => {
+                return Outcome::Skipped {
+                    declaration: Arc::clone(&declaration),
+                    message: missing.to_string(),
+                };
             }
-        }
+        };
         let redactor = connection_redactor(&declared_env, &Default::default(), args).with_secrets(
             env.values()
                 .flat_map(|v| referenced_values(v, &self.shared.config.host_env)),
@@ -1050,20 +1045,15 @@ impl ResolveContext {
             return denied("connect approval denied".into());
         }
         // 5. header interpolation, only now.
-        let mut values = BTreeMap::new();
-        for (name, value) in headers {
-            match interpolate(value, &self.shared.config.host_env) {
-                Ok(v) => {
-                    values.insert(name.clone(), v);
-                }
-                Err(missing) => {
-                    return Outcome::Skipped {
-                        declaration: Arc::clone(&declaration),
-                        message: missing.to_string(),
-                    };
-                }
+        let values = match interpolate_all(headers, &self.shared.config.host_env) {
+            Ok(values) => values,
+            Err(missing) => {
+                return Outcome::Skipped {
+                    declaration: Arc::clone(&declaration),
+                    message: missing.to_string(),
+                };
             }
-        }
+        };
         let redactor = connection_redactor(&BTreeMap::new(), &values, &[])
             .with_secrets(url_secrets(url))
             .with_secrets(

@@ -83,6 +83,19 @@ pub fn interpolate(value: &str, env: &HostEnv) -> Result<String, MissingVariable
     Ok(out)
 }
 
+/// [`interpolate`] over every value of a map (declared env or headers).
+///
+/// # Errors
+/// The first [`MissingVariable`].
+pub fn interpolate_all(
+    map: &BTreeMap<String, String>,
+    env: &HostEnv,
+) -> Result<BTreeMap<String, String>, MissingVariable> {
+    map.iter()
+        .map(|(k, v)| Ok((k.clone(), interpolate(v, env)?)))
+        .collect()
+}
+
 /// The `${NAME}` references of `value`, with their host values: secrets in their own
 /// right (`Bearer ${TOKEN}` makes the token secret, not only the whole header).
 pub fn referenced_values(value: &str, env: &HostEnv) -> Vec<(String, String)> {

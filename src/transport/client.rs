@@ -290,3 +290,37 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
         self.inner.close()
     }
 }
+
+/// Why a connection did not get through initialize and `tools/list`.
+pub(crate) enum StartError {
+    /// The server answered with an error or the transport failed (unredacted).
+    Failed(String),
+    /// Nothing came back within the connect timeout.
+    TimedOut,
+}
+
+/// Initializes MCP over `transport` and lists every page of tools, within `timeout`.
+pub(crate) async fn initialize_and_list<T>(
+    transport: T,
+    signals: UnboundedSender<ServerSignal>,
+    timeout: Duration,
+) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), StartError>
+where
+    T: Transport<RoleClient> + 'static,
+{
+    let started = tokio::time::timeout(timeout, async {
+        let service = rmcp::ServiceExt::serve(ClientHandler::new(signals), transport)
+            .await
+            .map_err(|e| format!("initialize failed: {e}"))?;
+        let listed = list_tools(service.peer())
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        Ok::<_, String>((service, listed))
+    })
+    .await;
+    match started {
+        Ok(Ok(pair)) => Ok(pair),
+        Ok(Err(message)) => Err(StartError::Failed(message)),
+        Err(_) => Err(StartError::TimedOut),
+    }
+}

@@ -5,12 +5,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
-use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::client::{ClientHandler, ListedTools, McpClient, ServerSignal, Watched};
+use super::client::{ListedTools, McpClient, ServerSignal, StartError, Watched};
 use crate::net::PinnedClient;
 
 /// Connects, initializes and lists tools within `timeout`.
@@ -43,21 +42,10 @@ pub async fn connect_http(
     let config = StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
     let (transport, closed) =
         Watched::new(StreamableHttpClientTransport::with_client(client, config));
-    let started = tokio::time::timeout(timeout, async {
-        let service = ClientHandler::new(signals)
-            .serve(transport)
-            .await
-            .map_err(|e| format!("initialize failed: {e}"))?;
-        let listed = super::client::list_tools(service.peer())
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok::<_, String>((service, listed))
-    })
-    .await;
-    match started {
-        Ok(Ok((service, listed))) => Ok((McpClient::new(service, None, closed), listed)),
-        Ok(Err(message)) => Err(message),
-        Err(_) => Err(format!(
+    match super::client::initialize_and_list(transport, signals, timeout).await {
+        Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
+        Err(StartError::Failed(message)) => Err(message),
+        Err(StartError::TimedOut) => Err(format!(
             "no answer within the connect timeout of {:.1}s (initialize and tools/list)",
             timeout.as_secs_f64()
         )),

@@ -11,14 +11,13 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use rmcp::ServiceExt;
 use tokio::process::Command;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
 use rmcp::transport::async_rw::AsyncRwTransport;
 
-use super::client::{ClientHandler, CloseReport, ListedTools, McpClient, ServerSignal, Watched};
+use super::client::{CloseReport, ListedTools, McpClient, ServerSignal, StartError, Watched};
 use crate::process::{CapturedStderr, StderrCapture};
 
 /// Everything needed to start one stdio server, already authorized and interpolated.
@@ -165,24 +164,13 @@ pub async fn connect_stdio(
         super::limit::LineLimit::new(stdout),
         stdin,
     ));
-    let started = tokio::time::timeout(timeout, async {
-        let service = ClientHandler::new(signals)
-            .serve(transport)
-            .await
-            .map_err(|e| format!("initialize failed: {e}"))?;
-        let listed = super::client::list_tools(service.peer())
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok::<_, String>((service, listed))
-    })
-    .await;
-
+    let started = super::client::initialize_and_list(transport, signals, timeout).await;
     match started {
-        Ok(Ok((service, listed))) => Ok((
+        Ok((service, listed)) => Ok((
             McpClient::new(service, Some(process), transport_closed),
             listed,
         )),
-        Ok(Err(message)) => {
+        Err(StartError::Failed(message)) => {
             let exited = process.exit.borrow().clone();
             let report = close_failed(process, grace).await;
             let message = match exited.or(report.exit) {
@@ -191,7 +179,7 @@ pub async fn connect_stdio(
             };
             Err((message, report.stderr))
         }
-        Err(_) => {
+        Err(StartError::TimedOut) => {
             let report = close_failed(process, grace).await;
             Err((
                 format!(
