@@ -500,7 +500,11 @@ impl CatalogState {
                                     actor,
                                     declaration,
                                     notes: listing_notes(&listed),
-                                    tools: prepared_tools(listed.tools, &redactor),
+                                    tools: prepared_tools(
+                                        listed.tools,
+                                        &redactor,
+                                        &self.shared.schemas,
+                                    ),
                                     redactor,
                                     pid,
                                     peer: Some(peer),
@@ -519,7 +523,8 @@ impl CatalogState {
                     Ok(listed) => {
                         if let Some(l) = self.live.get_mut(&server) {
                             l.notes = listing_notes(&listed);
-                            l.tools = prepared_tools(listed.tools, &l.redactor);
+                            l.tools =
+                                prepared_tools(listed.tools, &l.redactor, &self.shared.schemas);
                         }
                     }
                     Err(e) => {
@@ -1190,7 +1195,7 @@ fn listing_notes(listed: &ListedTools) -> Vec<String> {
 /// Tools as the model may see them: the first of each name, descriptions capped, and
 /// descriptions and schemas redacted with the connection's secrets once, when listed
 /// (not per turn).
-fn prepared_tools(tools: Vec<Tool>, redactor: &Redactor) -> Arc<Vec<Tool>> {
+fn prepared_tools(tools: Vec<Tool>, redactor: &Redactor, schemas: &SchemaPool) -> Arc<Vec<Tool>> {
     let mut seen = std::collections::HashSet::new();
     let tools = tools
         .into_iter()
@@ -1204,12 +1209,39 @@ fn prepared_tools(tools: Vec<Tool>, redactor: &Redactor) -> Arc<Vec<Tool>> {
             }
             let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
             if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {
-                tool.input_schema = Arc::new(clean);
+                tool.input_schema = schemas.intern(clean);
             }
             tool
         })
         .collect();
     Arc::new(tools)
+}
+
+/// Identical input schemas shared across connections and sessions: sixty sessions on the
+/// same servers hold one copy of each schema, not sixty. Entries are weak, so a schema
+/// no connection uses any more is freed.
+#[derive(Default)]
+pub(crate) struct SchemaPool {
+    entries: std::sync::Mutex<HashMap<String, std::sync::Weak<rmcp::model::JsonObject>>>,
+}
+
+impl SchemaPool {
+    fn intern(&self, schema: rmcp::model::JsonObject) -> Arc<rmcp::model::JsonObject> {
+        // serde_json maps are sorted, so equal schemas serialize equally.
+        let key = serde_json::to_string(&schema).unwrap_or_default();
+        let Ok(mut entries) = self.entries.lock() else {
+            return Arc::new(schema);
+        };
+        if let Some(shared) = entries.get(&key).and_then(std::sync::Weak::upgrade) {
+            return shared;
+        }
+        if entries.len() >= 1024 && entries.len().is_power_of_two() {
+            entries.retain(|_, w| w.strong_count() > 0);
+        }
+        let shared = Arc::new(schema);
+        entries.insert(key, Arc::downgrade(&shared));
+        shared
+    }
 }
 
 /// Resolves a declared cwd (relative to the workspace), following symlinks, and checks

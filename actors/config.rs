@@ -274,6 +274,8 @@ pub(crate) struct Shared {
     pub net: Arc<crate::net::NetContext>,
     /// Parsed declarations reused across turns and sessions while their files are unchanged.
     pub load_cache: Arc<crate::core::LoadCache>,
+    /// Tool input schemas shared by every connection that lists the same one.
+    pub schemas: super::catalog::SchemaPool,
     pub limiter: LimiterHandle,
     pub broker: BrokerHandle,
     ids: AtomicU64,
@@ -292,6 +294,7 @@ impl Shared {
             hub,
             net,
             load_cache: Arc::default(),
+            schemas: Default::default(),
             limiter,
             broker,
             ids: AtomicU64::new(1),

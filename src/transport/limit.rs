@@ -47,7 +47,8 @@ impl<R> LineLimit<R> {
             ready: Vec::new(),
             handed: 0,
             discarding: None,
-            buf: vec![0u8; 4 * 1024].into_boxed_slice(),
+            // Small: one lives per connection; rmcp buffers behind it anyway.
+            buf: vec![0u8; 1024].into_boxed_slice(),
             eof: false,
         }
     }
