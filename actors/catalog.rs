@@ -17,7 +17,6 @@ use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, Super
 use rmcp::model::Tool;
 use tokio::sync::mpsc;
 
-use super::approval::Approval;
 use super::config::{Action, ApprovalRequest, Shared};
 use super::connection::{Connection, ConnectionArgs, ConnectionMsg, FAILED};
 use super::turn::{Binding, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};
@@ -901,32 +900,13 @@ impl ResolveContext {
             Err(reason) => return denied(reason),
         };
         // 3. connect approval (never weaker than prompt).
-        let policy = self.policy.connect_policy(&declaration);
-        let preview = ConnectPreview::new(&declaration, policy, Some(&cwd), &[]);
-        let request = ApprovalRequest {
-            session: self.session.clone(),
-            action: Action::Connect,
-            server: declaration.server_id.clone(),
-            tool: None,
-            preview,
-        };
-        let Approval { allowed, .. } = self
-            .shared
-            .broker
-            .decide(request, declaration.fingerprint, policy)
-            .await;
-        if !allowed {
+        if !self.approve_connect(&declaration, Some(&cwd), &[]).await {
             return denied("connect approval denied".into());
         }
         // 4. interpolation, only now.
-        let declared_env = match interpolate_all(env, &self.shared.config.host_env) {
+        let declared_env = match self.interpolated(&declaration, env) {
             Ok(values) => values,
-            Err(missing) => {
-                return Outcome::Skipped {
-                    declaration: Arc::clone(&declaration),
-                    message: missing.to_string(),
-                };
-            }
+            Err(skipped) => return skipped,
         };
         let redactor = connection_redactor(&declared_env, &Default::default(), args).with_secrets(
             env.values()
@@ -946,19 +926,10 @@ impl ResolveContext {
             cwd,
         };
         // 5. spawn, initialize and list under a discovery permit.
-        let Some(_permit) = self.shared.limiter.acquire().await else {
-            return Outcome::Failed {
-                declaration: Arc::clone(&declaration),
-                message: "the runtime is shutting down".into(),
-            };
+        let _permit = match self.start_connecting(&declaration).await {
+            Ok(permit) => permit,
+            Err(failed) => return failed,
         };
-        self.shared.hub.emit(
-            &self.session,
-            EventKind::ServerConnecting {
-                server: declaration.server_id.clone(),
-                path: declaration.path.clone(),
-            },
-        );
         let (tx, rx) = mpsc::unbounded_channel();
         match connect_stdio(
             &launch,
@@ -999,9 +970,6 @@ impl ResolveContext {
             }
         }
     }
-}
-
-impl ResolveContext {
     /// The streamable HTTP part of [`ResolveContext::resolve`]: URL policy before
     /// approval and before any client exists, then approval, header interpolation, and
     /// a pinned client that checks every request again.
@@ -1031,33 +999,16 @@ impl ResolveContext {
             ));
         }
         // 4. connect approval, showing the origin and the validated addresses.
-        let policy = self.policy.connect_policy(&declaration);
-        let preview = ConnectPreview::new(&declaration, policy, None, &decision.resolved_addresses);
-        let request = ApprovalRequest {
-            session: self.session.clone(),
-            action: Action::Connect,
-            server: server.clone(),
-            tool: None,
-            preview,
-        };
         if !self
-            .shared
-            .broker
-            .decide(request, declaration.fingerprint, policy)
+            .approve_connect(&declaration, None, &decision.resolved_addresses)
             .await
-            .allowed
         {
             return denied("connect approval denied".into());
         }
         // 5. header interpolation, only now.
-        let values = match interpolate_all(headers, &self.shared.config.host_env) {
+        let values = match self.interpolated(&declaration, headers) {
             Ok(values) => values,
-            Err(missing) => {
-                return Outcome::Skipped {
-                    declaration: Arc::clone(&declaration),
-                    message: missing.to_string(),
-                };
-            }
+            Err(skipped) => return skipped,
         };
         let redactor = connection_redactor(&BTreeMap::new(), &values, &[])
             .with_secrets(url_secrets(url))
@@ -1066,19 +1017,10 @@ impl ResolveContext {
                     .values()
                     .flat_map(|v| referenced_values(v, &self.shared.config.host_env)),
             );
-        let Some(_permit) = self.shared.limiter.acquire().await else {
-            return Outcome::Failed {
-                declaration: Arc::clone(&declaration),
-                message: "the runtime is shutting down".into(),
-            };
+        let _permit = match self.start_connecting(&declaration).await {
+            Ok(permit) => permit,
+            Err(failed) => return failed,
         };
-        self.shared.hub.emit(
-            &self.session,
-            EventKind::ServerConnecting {
-                server: server.clone(),
-                path: declaration.path.clone(),
-            },
-        );
         let declared = headers
             .keys()
             .filter_map(|h| http::HeaderName::try_from(h.as_str()).ok())
@@ -1110,6 +1052,70 @@ impl ResolveContext {
                 declaration,
             },
         }
+    }
+
+    /// Asks the broker for connect approval under the effective (never weaker than
+    /// prompt) policy, with the preview of what would start or be reached.
+    async fn approve_connect(
+        &self,
+        declaration: &Declaration,
+        cwd: Option<&Path>,
+        addresses: &[String],
+    ) -> bool {
+        let policy = self.policy.connect_policy(declaration);
+        let request = ApprovalRequest {
+            session: self.session.clone(),
+            action: Action::Connect,
+            server: declaration.server_id.clone(),
+            tool: None,
+            preview: ConnectPreview::new(declaration, policy, cwd, addresses),
+        };
+        self.shared
+            .broker
+            .decide(request, declaration.fingerprint, policy)
+            .await
+            .allowed
+    }
+
+    /// `${NAME}` interpolation of declared env or headers; a missing variable skips the
+    /// server for this turn (not failure-cached).
+    // The error is the turn's outcome for this server, returned as is (never `Connected`).
+    #[allow(clippy::result_large_err)]
+    fn interpolated(
+        &self,
+        declaration: &Arc<Declaration>,
+        map: &BTreeMap<String, String>,
+    ) -> Result<BTreeMap<String, String>, Outcome> {
+        interpolate_all(map, &self.shared.config.host_env).map_err(|missing| Outcome::Skipped {
+            declaration: Arc::clone(declaration),
+            message: missing.to_string(),
+        })
+    }
+
+    /// Waits for a discovery permit and reports that the server is being reached.
+    // The error is the turn's outcome for this server, returned as is (never `Connected`).
+    #[allow(clippy::result_large_err)]
+    async fn start_connecting(
+        &self,
+        declaration: &Arc<Declaration>,
+    ) -> Result<super::limiter::Permit, Outcome> {
+        let permit = self
+            .shared
+            .limiter
+            .acquire()
+            .await
+            .ok_or_else(|| Outcome::Failed {
+                declaration: Arc::clone(declaration),
+                message: "the runtime is shutting down".into(),
+            })?;
+        self.shared.hub.emit(
+            &self.session,
+            EventKind::ServerConnecting {
+                server: declaration.server_id.clone(),
+                path: declaration.path.clone(),
+            },
+        );
+        Ok(permit)
     }
 
     fn emit_decision(&self, phase: &'static str, server: &str, decision: &crate::net::Decision) {
