@@ -205,12 +205,8 @@ async fn unknown_tools_and_entries_of_other_sessions_are_refused() {
         .grant_servers(&["d"])
         .server("d", &demo("approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let mut a = core.spec();
-    a.lane = "a".into();
-    let mut b = core.spec();
-    b.lane = "b".into();
-    let (sa, _) = h.runtime.start_session(a).await.unwrap();
-    let (sb, _) = h.runtime.start_session(b).await.unwrap();
+    let (sa, _) = h.runtime.start_session(core.spec_in("a")).await.unwrap();
+    let (sb, _) = h.runtime.start_session(core.spec_in("b")).await.unwrap();
     let ca = sa.prepare_turn().await.unwrap();
     let cb = sb.prepare_turn().await.unwrap();
     assert!(matches!(

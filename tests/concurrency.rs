@@ -23,9 +23,13 @@ async fn sixteen_sessions_at_once_stay_within_the_limit_and_their_own_connection
     let h = harness(Recorder::allow()).await;
     let mut sessions = Vec::new();
     for i in 0..16 {
-        let mut spec = core.spec();
-        spec.lane = format!("lane-{i}");
-        sessions.push(h.runtime.start_session(spec).await.unwrap().0);
+        sessions.push(
+            h.runtime
+                .start_session(core.spec_in(&format!("lane-{i}")))
+                .await
+                .unwrap()
+                .0,
+        );
     }
     let turns = futures::future::join_all(sessions.iter().map(|s| async move {
         let catalog = s.prepare_turn().await.unwrap();

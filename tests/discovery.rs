@@ -142,12 +142,8 @@ async fn discovery_never_exceeds_the_runtime_wide_limit_across_sessions() {
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
     let core = core.grant_servers(&refs);
     let h = harness(Recorder::allow()).await;
-    let mut a = core.spec();
-    a.lane = "a".into();
-    let mut b = core.spec();
-    b.lane = "b".into();
-    let (sa, _) = h.runtime.start_session(a).await.unwrap();
-    let (sb, _) = h.runtime.start_session(b).await.unwrap();
+    let (sa, _) = h.runtime.start_session(core.spec_in("a")).await.unwrap();
+    let (sb, _) = h.runtime.start_session(core.spec_in("b")).await.unwrap();
     let (ca, cb) = tokio::join!(sa.prepare_turn(), sb.prepare_turn());
     assert_eq!(ca.unwrap().tools().len(), 6 * common::DEMO_TOOLS);
     assert_eq!(cb.unwrap().tools().len(), 6 * common::DEMO_TOOLS);

@@ -12,12 +12,8 @@ async fn evicting_a_session_kills_its_servers_only() {
         .grant_servers(&["d"])
         .server("d", &demo("approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let mut a = core.spec();
-    a.lane = "a".into();
-    let mut b = core.spec();
-    b.lane = "b".into();
-    let (sa, _) = h.runtime.start_session(a).await.unwrap();
-    let (sb, _) = h.runtime.start_session(b).await.unwrap();
+    let (sa, _) = h.runtime.start_session(core.spec_in("a")).await.unwrap();
+    let (sb, _) = h.runtime.start_session(core.spec_in("b")).await.unwrap();
     let pa = pid_of(&sa.prepare_turn().await.unwrap(), "d__whoami").await;
     let cb = sb.prepare_turn().await.unwrap();
     let pb = pid_of(&cb, "d__whoami").await;
@@ -76,9 +72,7 @@ async fn shutdown_closes_every_server_of_every_session() {
     let h = harness(Recorder::allow()).await;
     let mut pids = Vec::new();
     for lane in ["a", "b", "c"] {
-        let mut spec = core.spec();
-        spec.lane = lane.into();
-        let (s, _) = h.runtime.start_session(spec).await.unwrap();
+        let (s, _) = h.runtime.start_session(core.spec_in(lane)).await.unwrap();
         let c = s.prepare_turn().await.unwrap();
         pids.push(pid_of(&c, "x__whoami").await);
         pids.push(pid_of(&c, "y__whoami").await);

@@ -128,6 +128,13 @@ impl Core {
     pub fn spec(&self) -> SessionSpec {
         SessionSpec::new(self.root())
     }
+
+    /// A spec in its own lane, so it does not evict the sessions of other lanes.
+    pub fn spec_in(&self, lane: &str) -> SessionSpec {
+        let mut spec = self.spec();
+        spec.lane = lane.to_string();
+        spec
+    }
 }
 
 /// An approver that records every request and answers with `answer(request)`.
