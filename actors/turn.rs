@@ -282,9 +282,7 @@ impl TurnCatalog {
             }
         }
 
-        let redactor = binding
-            .redactor
-            .with_call_arguments(&arguments.clone().map(Value::Object).unwrap_or(Value::Null));
+        let redactor = binding.redactor.with_call_object(arguments.as_ref());
         if binding.actor.get_status() != ractor::ActorStatus::Running {
             return Err(closed(&entry.name));
         }

@@ -221,8 +221,18 @@ impl Redactor {
 
     /// Adds the values of sensitive fields of call arguments (at any depth).
     pub fn with_call_arguments(&self, args: &Value) -> Redactor {
+        match args {
+            Value::Object(map) => self.with_call_object(Some(map)),
+            _ => self.clone(),
+        }
+    }
+
+    /// [`Redactor::with_call_arguments`] for an arguments object, without copying it.
+    pub fn with_call_object(&self, args: Option<&Map<String, Value>>) -> Redactor {
         let mut found = Vec::new();
-        collect_sensitive(args, None, &mut found);
+        for (key, value) in args.into_iter().flatten() {
+            collect_sensitive(value, Some(key), &mut found);
+        }
         if found.is_empty() {
             return self.clone();
         }
