@@ -5,14 +5,14 @@
 //! knows about sessions or authority.
 
 mod client;
+mod framing;
 mod http;
-mod limit;
 mod stdio;
 
 pub use client::{
     CallFailure, ClientHandler, CloseReport, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient,
     ServerSignal, call_tool, list_tools,
 };
+pub use framing::MAX_MESSAGE_BYTES;
 pub use http::connect_http;
-pub use limit::{LineLimit, MAX_MESSAGE_BYTES};
 pub use stdio::{StdioLaunch, connect_stdio};

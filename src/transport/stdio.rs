@@ -15,9 +15,8 @@ use tokio::process::Command;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
 
-use rmcp::transport::async_rw::AsyncRwTransport;
-
 use super::client::{CloseReport, ListedTools, McpClient, ServerSignal, StartError, Watched};
+use super::framing::StdioTransport;
 use crate::process::{CapturedStderr, StderrCapture};
 
 /// Everything needed to start one stdio server, already authorized and interpolated.
@@ -160,10 +159,7 @@ pub async fn connect_stdio(
         ));
     };
 
-    let (transport, transport_closed) = Watched::new(AsyncRwTransport::new_client(
-        super::limit::LineLimit::new(stdout),
-        stdin,
-    ));
+    let (transport, transport_closed) = Watched::new(StdioTransport::new(stdout, stdin));
     let started = super::client::initialize_and_list(transport, signals, timeout).await;
     match started {
         Ok((service, listed)) => Ok((

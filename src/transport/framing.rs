@@ -1,0 +1,497 @@
+//! Newline-delimited JSON-RPC over a child's stdin and stdout, holding nothing between
+//! messages.
+//!
+//! rmcp's own stdio transport keeps an 8 KiB read buffer, an 8 KiB write buffer and a
+//! line buffer as large as the largest message seen, for the whole life of the
+//! connection, and drops an over-long line silently, which leaves the request it
+//! answered waiting for its timeout. [`StdioTransport`] reads each line into a buffer
+//! that leaves with the message and writes each message from a buffer freed once it is
+//! sent, so an idle connection holds no message memory. A line longer than
+//! [`MAX_MESSAGE_BYTES`] is discarded as it streams (never held in memory) and, when it
+//! answered a request, becomes a JSON-RPC error for that request, so the call fails at
+//! once with a clear message. A well-formed answer that is not a valid MCP response
+//! fails its request the same way.
+
+use std::collections::VecDeque;
+use std::future::{Future, poll_fn};
+use std::mem::MaybeUninit;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+
+use rmcp::RoleClient;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::Mutex;
+
+/// Most bytes of one message from a stdio server.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// How much of an over-long line is kept to find its JSON-RPC id.
+const HEAD: usize = 256;
+
+/// Bytes read from the pipe at once (on the stack of the poll, never kept).
+const READ_CHUNK: usize = 8 * 1024;
+
+/// The JSON-RPC error code of an answer the transport refused (too long, or not MCP).
+const REFUSED_ANSWER: i64 = -32001;
+
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// One line from the server.
+#[derive(Debug, PartialEq)]
+enum Line {
+    /// A whole line within the limit, without its newline.
+    Text(Vec<u8>),
+    /// A line over the limit: only its first [`HEAD`] bytes were kept.
+    Oversized(Vec<u8>),
+}
+
+/// Splits a byte stream into lines, holding at most the line in progress.
+struct LineReader<R> {
+    inner: R,
+    limit: usize,
+    /// The line in progress while it is within the limit.
+    line: Vec<u8>,
+    /// Set while skipping an over-long line; holds the start of that line.
+    discarding: Option<Vec<u8>>,
+    /// Lines completed by the last read and not yet taken.
+    complete: VecDeque<Line>,
+    eof: bool,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(inner: R, limit: usize) -> Self {
+        LineReader {
+            inner,
+            limit,
+            line: Vec::new(),
+            discarding: None,
+            complete: VecDeque::new(),
+            eof: false,
+        }
+    }
+
+    /// The next line; `None` at the end of the stream, where a last line without a
+    /// newline is dropped (it cannot be a whole message). Cancel-safe: every byte read
+    /// is in `self` before this returns.
+    fn poll_line(&mut self, cx: &mut Context<'_>) -> Poll<Option<std::io::Result<Line>>> {
+        loop {
+            if let Some(line) = self.complete.pop_front() {
+                return Poll::Ready(Some(Ok(line)));
+            }
+            if self.eof {
+                return Poll::Ready(None);
+            }
+            let mut chunk = [MaybeUninit::<u8>::uninit(); READ_CHUNK];
+            let mut read = ReadBuf::uninit(&mut chunk);
+            match ready!(Pin::new(&mut self.inner).poll_read(cx, &mut read)) {
+                Ok(()) if read.filled().is_empty() => self.eof = true,
+                Ok(()) => self.take(read.filled()),
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+        }
+    }
+
+    fn take(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let (segment, newline) = match bytes.iter().position(|&b| b == b'\n') {
+                Some(i) => (&bytes[..i], true),
+                None => (bytes, false),
+            };
+            if let Some(head) = &mut self.discarding {
+                let room = HEAD.saturating_sub(head.len());
+                head.extend_from_slice(&segment[..segment.len().min(room)]);
+            } else if self.line.len() + segment.len() > self.limit {
+                let mut head = std::mem::take(&mut self.line);
+                head.truncate(HEAD);
+                let room = HEAD.saturating_sub(head.len());
+                head.extend_from_slice(&segment[..segment.len().min(room)]);
+                head.shrink_to_fit();
+                self.discarding = Some(head);
+            } else {
+                self.line.extend_from_slice(segment);
+            }
+            if newline {
+                // The finished line leaves with its buffer: nothing stays allocated.
+                let line = match self.discarding.take() {
+                    Some(head) => Line::Oversized(head),
+                    None => Line::Text(std::mem::take(&mut self.line)),
+                };
+                self.complete.push_back(line);
+                bytes = &bytes[segment.len() + 1..];
+            } else {
+                bytes = &bytes[segment.len()..];
+            }
+        }
+    }
+}
+
+/// What a line from the server turns into.
+#[derive(Debug)]
+enum Decoded {
+    /// A message for rmcp (possibly an error standing in for a refused answer).
+    Message(Box<RxJsonRpcMessage<RoleClient>>),
+    /// A request the client cannot read: this error answer goes back to the server.
+    Reply(Vec<u8>),
+    /// Nothing to pass on (an empty line, text that is not JSON, an unknown
+    /// notification, an over-long notification).
+    Skip,
+}
+
+fn decode(line: Line, limit: usize) -> Decoded {
+    let text = match line {
+        Line::Oversized(head) => {
+            return match request_id(&head) {
+                Some(id) => refused(
+                    id,
+                    &format!(
+                        "the server's answer exceeded the {} MiB message limit and was dropped",
+                        limit / (1024 * 1024)
+                    ),
+                ),
+                None => {
+                    tracing::debug!("dropped an over-long message without an id");
+                    Decoded::Skip
+                }
+            };
+        }
+        Line::Text(text) => text,
+    };
+    let text = text.strip_prefix(UTF8_BOM).unwrap_or(&text);
+    let text = text.strip_suffix(b"\r").unwrap_or(text);
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return Decoded::Skip;
+    }
+    let error = match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(text) {
+        Ok(message) => return Decoded::Message(Box::new(message)),
+        Err(e) => e,
+    };
+    // Never log or repeat the line itself: it may carry anything.
+    let Ok(value) = serde_json::from_slice::<Value>(text) else {
+        tracing::debug!("ignored a line that is not JSON from a stdio server");
+        return Decoded::Skip;
+    };
+    let id = value
+        .get("id")
+        .filter(|id| id.is_string() || id.is_i64())
+        .cloned();
+    match (id, value.get("method").is_some()) {
+        (Some(id), false) => refused(
+            id,
+            &format!(
+                "the server's answer is not a valid MCP response (at line {} column {})",
+                error.line(),
+                error.column()
+            ),
+        ),
+        (Some(id), true) => {
+            let answer = json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": -32600, "message": "invalid request"},
+            });
+            let mut bytes = answer.to_string().into_bytes();
+            bytes.push(b'\n');
+            Decoded::Reply(bytes)
+        }
+        (None, _) => {
+            tracing::debug!("ignored a notification the client does not know");
+            Decoded::Skip
+        }
+    }
+}
+
+/// A JSON-RPC error for request `id`, as if the server had sent it.
+fn refused(id: Value, message: &str) -> Decoded {
+    let error = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": REFUSED_ANSWER, "message": message},
+    });
+    match serde_json::from_value(error) {
+        Ok(message) => Decoded::Message(Box::new(message)),
+        Err(_) => Decoded::Skip,
+    }
+}
+
+/// The `"id"` of a JSON-RPC message from the start of its text.
+fn request_id(head: &[u8]) -> Option<Value> {
+    let text = String::from_utf8_lossy(head);
+    let at = text.find("\"id\"")?;
+    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
+    if let Some(s) = rest.strip_prefix('"') {
+        let end = s.find('"')?;
+        return Some(Value::String(s[..end].to_owned()));
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .unwrap_or(rest.len());
+    rest[..end].parse::<i64>().ok().map(Value::from)
+}
+
+/// The client side of a stdio server's MCP stream (see the module documentation).
+pub(crate) struct StdioTransport<R, W> {
+    lines: LineReader<R>,
+    write: Arc<Mutex<Option<W>>>,
+}
+
+impl<R, W> StdioTransport<R, W>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    pub(crate) fn new(read: R, write: W) -> Self {
+        StdioTransport {
+            lines: LineReader::new(read, MAX_MESSAGE_BYTES),
+            write: Arc::new(Mutex::new(Some(write))),
+        }
+    }
+}
+
+/// Writes one whole line under the lock, so lines never interleave.
+async fn write_line<W: AsyncWrite + Unpin>(
+    write: &Mutex<Option<W>>,
+    bytes: &[u8],
+) -> std::io::Result<()> {
+    let mut guard = write.lock().await;
+    let Some(writer) = guard.as_mut() else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::NotConnected,
+            "the server's stdin is closed",
+        ));
+    };
+    writer.write_all(bytes).await?;
+    writer.flush().await
+}
+
+impl<R, W> Transport<RoleClient> for StdioTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let write = self.write.clone();
+        let bytes = serde_json::to_vec(&item).map(|mut bytes| {
+            bytes.push(b'\n');
+            bytes
+        });
+        async move { write_line(&write, &bytes?).await }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let line = match poll_fn(|cx| self.lines.poll_line(cx)).await? {
+                Ok(line) => line,
+                Err(e) => {
+                    tracing::debug!("reading a stdio server's stdout failed: {e}");
+                    return None;
+                }
+            };
+            match decode(line, self.lines.limit) {
+                Decoded::Message(message) => return Some(*message),
+                Decoded::Reply(bytes) => {
+                    // Written on its own task: `receive` may be cancelled at any await,
+                    // and half a line on the server's stdin would break the stream.
+                    let write = self.write.clone();
+                    tokio::spawn(async move {
+                        let _ = write_line(&write, &bytes).await;
+                    });
+                }
+                Decoded::Skip => {}
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // Dropping the writer closes the server's stdin, its signal to exit.
+        self.write.lock().await.take();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::JsonRpcMessage;
+
+    /// Every line of `input`, read through a reader at `limit`.
+    async fn lines(input: &[u8], limit: usize) -> Vec<Line> {
+        let mut reader = LineReader::new(input, limit);
+        let mut out = Vec::new();
+        while let Some(line) = poll_fn(|cx| reader.poll_line(cx)).await {
+            out.push(line.unwrap());
+        }
+        out
+    }
+
+    /// A reader that hands out one byte per read, like a server that drips.
+    struct Drip<'a>(&'a [u8]);
+
+    impl AsyncRead for Drip<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            out: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            if let Some((first, rest)) = self.0.split_first() {
+                out.put_slice(&[*first]);
+                self.0 = rest;
+            }
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn error_of(decoded: Decoded) -> (Value, String) {
+        let Decoded::Message(message) = decoded else {
+            panic!("expected a message, got {decoded:?}");
+        };
+        let JsonRpcMessage::Error(error) = *message else {
+            panic!("expected an error");
+        };
+        (
+            serde_json::to_value(&error.id).unwrap(),
+            error.error.message.to_string(),
+        )
+    }
+
+    #[tokio::test]
+    async fn lines_are_split_and_a_last_partial_line_is_dropped() {
+        let got = lines(b"{\"a\":1}\n\n{\"b\":2}\npartial", 64).await;
+        assert_eq!(
+            got,
+            vec![
+                Line::Text(b"{\"a\":1}".to_vec()),
+                Line::Text(Vec::new()),
+                Line::Text(b"{\"b\":2}".to_vec()),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_dripped_a_byte_at_a_time_arrives_whole() {
+        let input = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n";
+        let mut reader = LineReader::new(Drip(input), 1024);
+        let line = poll_fn(|cx| reader.poll_line(cx)).await.unwrap().unwrap();
+        assert_eq!(line, Line::Text(input[..input.len() - 1].to_vec()));
+        assert!(poll_fn(|cx| reader.poll_line(cx)).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn nothing_stays_allocated_between_messages() {
+        let mut input = vec![b'x'; 200_000];
+        input.push(b'\n');
+        let mut reader = LineReader::new(&input[..], MAX_MESSAGE_BYTES);
+        let line = poll_fn(|cx| reader.poll_line(cx)).await.unwrap().unwrap();
+        assert!(matches!(line, Line::Text(ref t) if t.len() == 200_000));
+        assert_eq!(reader.line.capacity(), 0);
+        assert!(reader.discarding.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_over_long_answer_becomes_an_error_for_its_request() {
+        let mut input = b"{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":\"".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 10_000));
+        input.extend(b"\"}\n{\"ok\":true}\n");
+        let mut got = lines(&input, 1024).await.into_iter();
+        let Some(Line::Oversized(head)) = got.next() else {
+            panic!("the long line should be refused");
+        };
+        assert!(head.len() <= HEAD);
+        let (id, message) = error_of(decode(Line::Oversized(head), 1024 * 1024));
+        assert_eq!(id, json!(42));
+        assert!(message.contains("1 MiB message limit"), "{message}");
+        assert_eq!(got.next(), Some(Line::Text(b"{\"ok\":true}".to_vec())));
+    }
+
+    #[test]
+    fn an_over_long_notification_is_dropped() {
+        let head = b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\"yyyy".to_vec();
+        assert!(matches!(decode(Line::Oversized(head), 1024), Decoded::Skip));
+    }
+
+    #[test]
+    fn messages_with_a_byte_order_mark_or_crlf_are_read() {
+        let line = b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{}}\r".to_vec();
+        assert!(matches!(
+            decode(Line::Text(line), 1024),
+            Decoded::Message(_)
+        ));
+    }
+
+    #[test]
+    fn text_that_is_not_json_and_unknown_notifications_are_skipped() {
+        for line in [
+            &b"hello from a debug print"[..],
+            b"   ",
+            b"{\"jsonrpc\":\"2.0\",\"method\":1}",
+        ] {
+            assert!(
+                matches!(decode(Line::Text(line.to_vec()), 1024), Decoded::Skip),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
+        }
+    }
+
+    #[test]
+    fn an_answer_that_is_not_mcp_fails_its_request_without_repeating_it() {
+        let line = br#"{"jsonrpc":"2.0","id":7,"result":{"secret":"s3cr3t"},"error":5}"#;
+        let (id, message) = error_of(decode(Line::Text(line.to_vec()), 1024));
+        assert_eq!(id, json!(7));
+        assert!(message.contains("not a valid MCP response"), "{message}");
+        assert!(!message.contains("s3cr3t"));
+    }
+
+    #[test]
+    fn a_request_the_client_cannot_read_is_answered_with_an_error() {
+        let line = br#"{"jsonrpc":"2.0","id":"q","method":"ping","params":5}"#;
+        let Decoded::Reply(bytes) = decode(Line::Text(line.to_vec()), 1024) else {
+            panic!("expected a reply");
+        };
+        let reply: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(reply["id"], "q");
+        assert_eq!(reply["error"]["code"], -32600);
+        assert!(bytes.ends_with(b"\n"));
+    }
+
+    #[test]
+    fn ids_are_found_in_the_head() {
+        assert_eq!(
+            request_id(br#"{"jsonrpc":"2.0","id": "a-1","result""#),
+            Some(json!("a-1"))
+        );
+        assert_eq!(request_id(br#"{"id":7,"#), Some(json!(7)));
+        assert_eq!(request_id(br#"{"id":-3}"#), Some(json!(-3)));
+        assert_eq!(request_id(br#"{"method":"x"}"#), None);
+    }
+
+    #[tokio::test]
+    async fn messages_are_written_as_lines_and_closing_closes_stdin() {
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        let mut transport = StdioTransport::new(tokio::io::empty(), ours);
+        let ping = |id: i64| -> TxJsonRpcMessage<RoleClient> {
+            serde_json::from_value(json!({"jsonrpc": "2.0", "id": id, "method": "ping"})).unwrap()
+        };
+        transport.send(ping(1)).await.unwrap();
+        transport.send(ping(2)).await.unwrap();
+        transport.close().await.unwrap();
+        let mut written = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut theirs, &mut written)
+            .await
+            .unwrap();
+        let ids: Vec<Value> = written
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["id"].clone())
+            .collect();
+        assert_eq!(ids, vec![json!(1), json!(2)]);
+        assert!(transport.send(ping(3)).await.is_err());
+    }
+}
