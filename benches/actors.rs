@@ -5,7 +5,9 @@
 //!   over stdio: the baseline.
 //! - `call/runtime`: the same calls through a warm catalog (capability, approval from
 //!   policy, bound dispatch through the connection actor, conversion, five views,
-//!   event). Target: median at most 1.10x `call/raw_rmcp`.
+//!   event). Target: median at most 1.10x `call/raw_rmcp`. `call/paired` then
+//!   alternates batches of both and prints the ratio of their medians, which a drift
+//!   of the machine between two benches cannot skew.
 //! - `call/parallel_16`, `call/serial_16`: 16 concurrent callers on one server declared
 //!   with and without `supports_parallel_tool_calls` (one iteration = 16 calls).
 //! - `prepare/warm_16x50`: a turn for a session whose 16 servers (50 tools each) are all
@@ -35,6 +37,10 @@ fn rt() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// Batches and calls per batch of the paired raw/runtime comparison.
+const PAIRED_BATCHES: u32 = 40;
+const PAIRED_CALLS: u32 = 200;
 
 fn calls(c: &mut Criterion) {
     let rt = rt();
@@ -87,6 +93,31 @@ fn calls(c: &mut Criterion) {
         });
     }
     group.finish();
+    // Paired: batches of raw and runtime calls alternate, so both see the same state
+    // of a shared, noisy machine; the ratio of their medians drifts far less between
+    // runs than the ratio of two benches measured a minute apart.
+    rt.block_on(async {
+        let (mut raw_batches, mut runtime_batches) = (Vec::new(), Vec::new());
+        for _ in 0..PAIRED_BATCHES {
+            let started = Instant::now();
+            for _ in 0..PAIRED_CALLS {
+                let params = CallToolRequestParams::new("echo").with_arguments(args.clone());
+                raw.call_tool(params).await.unwrap();
+            }
+            raw_batches.push(started.elapsed() / PAIRED_CALLS);
+            let started = Instant::now();
+            for _ in 0..PAIRED_CALLS {
+                catalog.call("s0__echo", value.clone()).await.unwrap();
+            }
+            runtime_batches.push(started.elapsed() / PAIRED_CALLS);
+        }
+        let (raw_us, _) = common::median_p99(raw_batches);
+        let (runtime_us, _) = common::median_p99(runtime_batches);
+        println!(
+            "call/paired: raw_rmcp {raw_us:.1} us, runtime {runtime_us:.1} us per call: {:.3}x ({PAIRED_BATCHES} alternating batches of {PAIRED_CALLS}; target 1.10x)",
+            runtime_us / raw_us
+        );
+    });
     rt.block_on(async {
         let seen = |c: &demiurge_mcp::TurnCatalog, tool: &'static str| {
             let c = c.clone();

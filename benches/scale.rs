@@ -131,23 +131,24 @@ fn process_rss() {
         line.clear();
     }
     std::thread::sleep(Duration::from_millis(300));
-    let rss = common::rss_kib(child.id());
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
     let rollup =
         std::fs::read_to_string(format!("/proc/{}/smaps_rollup", child.id())).unwrap_or_default();
-    let field = |name: &str| -> u64 {
-        rollup
-            .lines()
+    let field = |text: &str, name: &str| -> f64 {
+        text.lines()
             .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
+            .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
     };
+    let rss = field(&status, "VmRSS:");
     println!(
-        "memory/process_16: the demiurge process holds {:.1} MB RSS with 16 connected servers (target < 15 MB: {}); of it {:.1} MB are code pages shared with the servers (same binary), {:.1} MB anonymous; PSS {:.1} MB",
-        rss as f64 / 1024.0,
-        if rss < 15 * 1024 { "met" } else { "MISSED" },
-        field("Shared_Clean:") as f64 / 1024.0,
-        field("Anonymous:") as f64 / 1024.0,
-        field("Pss:") as f64 / 1024.0
+        "memory/process_16: the demiurge process holds {rss:.1} MB RSS with 16 connected servers (target < 15 MB: {}); of it {:.1} MB mapped code and read-only data of the binary and its libraries (the servers run the same binary and share these pages), {:.1} MB anonymous; PSS {:.1} MB",
+        if rss < 15.0 { "met" } else { "MISSED" },
+        field(&status, "RssFile:"),
+        field(&status, "RssAnon:"),
+        field(&rollup, "Pss:")
     );
     stdin.write_all(b"/quit\n").unwrap();
     drop(stdin);

@@ -66,7 +66,7 @@ pub enum Fault {
     HostileTools,
     /// List a tool whose input schema is not an object (raw JSON-RPC).
     BadSchema,
-    /// Answer tool calls with JSON nested 2,000 levels deep.
+    /// Answer tool calls with JSON nested 300 levels deep.
     NestedResult,
 }
 
@@ -374,7 +374,9 @@ impl ServerHandler for DemoServer {
             }
             Some(Fault::NestedResult) => {
                 let mut value = json!("bottom");
-                for _ in 0..2000 {
+                // Deeper than any JSON parser's default limit (serde_json: 128), not so
+                // deep that building it overflows this server's own stack.
+                for _ in 0..300 {
                     value = json!([value]);
                 }
                 return Ok(CallToolResponse::Complete(CallToolResult::structured(

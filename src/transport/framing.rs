@@ -9,8 +9,8 @@
 //! sent, so an idle connection holds no message memory. A line longer than
 //! [`MAX_MESSAGE_BYTES`] is discarded as it streams (never held in memory) and, when it
 //! answered a request, becomes a JSON-RPC error for that request, so the call fails at
-//! once with a clear message. A well-formed answer that is not a valid MCP response
-//! fails its request the same way.
+//! once with a clear message. An answer that is not valid JSON (cut, broken, nested too
+//! deep) or not a valid MCP response fails its request the same way.
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
@@ -169,8 +169,18 @@ fn decode(line: Line, limit: usize) -> Decoded {
         Ok(message) => return Decoded::Message(Box::new(message)),
         Err(e) => e,
     };
-    // Never log or repeat the line itself: it may carry anything.
+    // Never log or repeat the line itself: it may carry anything. (A syntax error's
+    // message names a position, never the text; a data error's may quote it.)
     let Ok(value) = serde_json::from_slice::<Value>(text) else {
+        // An answer to a request that cannot be read (cut, broken, or nested deeper
+        // than the parser goes) still fails its request at once when its id shows.
+        let answer = text.trim_ascii_start().starts_with(b"{");
+        if answer && let Some(id) = request_id(&text[..text.len().min(HEAD)]) {
+            return refused(
+                id,
+                &format!("the server's answer is not valid JSON: {error}"),
+            );
+        }
         tracing::debug!("ignored a line that is not JSON from a stdio server");
         return Decoded::Skip;
     };
@@ -448,6 +458,20 @@ mod tests {
         assert_eq!(id, json!(7));
         assert!(message.contains("not a valid MCP response"), "{message}");
         assert!(!message.contains("s3cr3t"));
+    }
+
+    #[test]
+    fn an_answer_too_deep_to_parse_fails_its_request() {
+        let mut line = br#"{"jsonrpc":"2.0","id":9,"result":"#.to_vec();
+        line.extend(std::iter::repeat_n(b'[', 3000));
+        line.extend(std::iter::repeat_n(b']', 3000));
+        line.push(b'}');
+        let (id, message) = error_of(decode(Line::Text(line), 1024));
+        assert_eq!(id, json!(9));
+        assert!(
+            message.contains("not valid JSON: recursion limit"),
+            "{message}"
+        );
     }
 
     #[test]
