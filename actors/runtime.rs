@@ -605,19 +605,18 @@ impl Session {
         let track_live = spec.core_revision == super::session::LIVE_REVISION;
         let root = spec.core_root;
         let cache = Arc::clone(&self.runtime.shared.load_cache);
-        // Inline, not on a blocking thread: a warm load lists one directory and stats
-        // its files (reusing parsed declarations), which costs less than a thread hop.
+        // Inline, not on a blocking thread: a warm load reads one inotify descriptor
+        // (or at worst lists one directory and stats its files), less than a hop.
         let revision = track_live.then(|| {
             let live = crate::evolution::live_revision(&root);
             format!("live:{}", live.as_deref().unwrap_or("none"))
         });
-        let core = crate::core::load_cached(&root, &cache);
-        let core = core?;
+        let core = crate::core::load_cached(&root, &cache)?;
         match self
             .actor
             .call(
                 |reply| SessionMsg::PrepareTurn {
-                    core: Arc::new(core),
+                    core,
                     revision,
                     reply,
                 },

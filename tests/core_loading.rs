@@ -179,3 +179,120 @@ fn fingerprints_ignore_formatting_but_not_values() {
         first
     );
 }
+
+/// Server ids and `command`s of a cached load.
+fn ids_and_commands(core: &demiurge_mcp::core::AgentCore) -> Vec<(String, String)> {
+    core.declarations
+        .iter()
+        .map(|d| {
+            let command = match &d.endpoint {
+                Endpoint::Stdio { command, .. } => command.clone(),
+                Endpoint::StreamableHttp { url, .. } => url.clone(),
+            };
+            (d.server_id.clone(), command)
+        })
+        .collect()
+}
+
+#[test]
+fn a_warm_load_reuses_the_last_until_anything_changes() {
+    let core = Core::new().server("a", "command: one\n");
+    let cache = core::LoadCache::new();
+    let first = core::load_cached(&core.root(), &cache).unwrap();
+    let again = core::load_cached(&core.root(), &cache).unwrap();
+    // Nothing changed: the very same load, no file looked at.
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+
+    // Every kind of change is seen by the very next load, with no wait in between.
+    core.write("a", "command: two\n");
+    let edited = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&edited), [("a".into(), "two".into())]);
+
+    core.write("b", "command: three\n");
+    let added = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(added.declarations.len(), 2);
+
+    std::fs::rename(core.mcp_dir().join("b.yaml"), core.mcp_dir().join("c.yaml")).unwrap();
+    let renamed = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(renamed.declarations[1].server_id, "c");
+
+    core.remove("a");
+    let removed = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&removed), [("c".into(), "three".into())]);
+
+    let mut core = core;
+    core.set_grants(&["mcp.connect:c"]);
+    let granted = core::load_cached(&core.root(), &cache).unwrap();
+    assert!(granted.grants.allows("mcp.connect:c"));
+
+    let settled = core::load_cached(&core.root(), &cache).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&granted, &settled));
+}
+
+#[test]
+fn a_replaced_mcp_directory_and_a_moved_slot_are_seen() {
+    let core = Core::new().server("a", "command: one\n");
+    let cache = core::LoadCache::new();
+    core::load_cached(&core.root(), &cache).unwrap();
+    // The directory replaced as a whole (as a checkout or a sync tool may do).
+    let root = core.dir.path();
+    std::fs::create_dir_all(root.join("next")).unwrap();
+    std::fs::write(root.join("next/z.yaml"), "command: zed\n").unwrap();
+    std::fs::remove_dir_all(core.mcp_dir()).unwrap();
+    std::fs::rename(root.join("next"), core.mcp_dir()).unwrap();
+    let replaced = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&replaced), [("z".into(), "zed".into())]);
+
+    // `slots.mcp` moved elsewhere: the new directory is read, then watched.
+    std::fs::create_dir_all(root.join("servers")).unwrap();
+    std::fs::write(root.join("servers/s.yaml"), "command: ess\n").unwrap();
+    std::fs::write(root.join("agent.yaml"), "slots:\n  mcp: servers\n").unwrap();
+    let moved = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&moved), [("s".into(), "ess".into())]);
+    let settled = core::load_cached(&core.root(), &cache).unwrap();
+    let settled_again = core::load_cached(&core.root(), &cache).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&settled, &settled_again));
+    std::fs::write(root.join("servers/s.yaml"), "command: changed\n").unwrap();
+    let changed = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&changed), [("s".into(), "changed".into())]);
+}
+
+#[test]
+fn a_symlinked_declaration_is_checked_on_every_load() {
+    // A change to a link's target is no event in the watched directory: such a core is
+    // never served from the watch.
+    let core = Core::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let target = elsewhere.path().join("real.yaml");
+    std::fs::write(&target, "command: one\n").unwrap();
+    std::os::unix::fs::symlink(&target, core.mcp_dir().join("linked.yaml")).unwrap();
+    let cache = core::LoadCache::new();
+    let first = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&first), [("linked".into(), "one".into())]);
+    std::fs::write(&target, "command: two\n").unwrap();
+    let next = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&next), [("linked".into(), "two".into())]);
+}
+
+#[test]
+fn a_core_without_its_mcp_directory_sees_it_appear() {
+    let core = Core::new();
+    std::fs::remove_dir_all(core.dir.path().join("agent")).unwrap();
+    let cache = core::LoadCache::new();
+    assert!(
+        core::load_cached(&core.root(), &cache)
+            .unwrap()
+            .declarations
+            .is_empty()
+    );
+    assert!(
+        core::load_cached(&core.root(), &cache)
+            .unwrap()
+            .declarations
+            .is_empty()
+    );
+    std::fs::create_dir_all(core.mcp_dir()).unwrap();
+    core.write("late", "command: late\n");
+    let loaded = core::load_cached(&core.root(), &cache).unwrap();
+    assert_eq!(ids_and_commands(&loaded), [("late".into(), "late".into())]);
+}

@@ -5,9 +5,10 @@
 //! starts processes or touches the network.
 
 mod declaration;
+mod watch;
 mod yaml;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
@@ -176,7 +177,13 @@ pub struct LoadCache {
     manifests: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Manifest)>>,
     /// Canonical core roots, resolved once per root.
     roots: std::sync::Mutex<BTreeMap<PathBuf, PathBuf>>,
+    /// Watches by canonical core root, at most [`MAX_WATCHED_CORES`].
+    watches: std::sync::Mutex<HashMap<PathBuf, watch::CoreWatch>>,
 }
+
+/// Most cores whose directories are watched at once (one inotify descriptor each); a
+/// core beyond them is watched in place of the one watched longest.
+pub const MAX_WATCHED_CORES: usize = 64;
 
 impl LoadCache {
     /// An empty cache.
@@ -260,12 +267,7 @@ pub fn parse_manifest(text: &str, file: &Path, errors: &mut Vec<LoadError>) -> M
 /// # Errors
 /// [`CoreErrors`] with every problem found (file, field, line, fix).
 pub fn load(root: &Path) -> Result<AgentCore, CoreErrors> {
-    let report = load_report(root);
-    if report.errors.is_empty() {
-        Ok(report.core)
-    } else {
-        Err(CoreErrors(report.errors))
-    }
+    finish(load_report(root))
 }
 
 /// Loads a core and collects every error instead of stopping at the first.
@@ -273,14 +275,49 @@ pub fn load_report(root: &Path) -> LoadReport {
     load_report_with(root, None)
 }
 
-/// [`load`] reusing parsed declarations whose file metadata (inode, size, modification
-/// and change times) has not changed: a warm turn lists the directory and stats the
-/// files, and reads or parses nothing.
+/// [`load`] for warm turns. While an inotify watch set up before the last load has seen
+/// no event (and for at most [`watch::REVALIDATE`]), that load is returned as it is,
+/// without a look at any file. Otherwise the core is loaded again, reusing parsed
+/// declarations whose file metadata (inode, size, modification and change times) has
+/// not changed: the directory is listed and the files statted, and nothing is read or
+/// parsed again.
 ///
 /// # Errors
 /// As [`load`].
-pub fn load_cached(root: &Path, cache: &LoadCache) -> Result<AgentCore, CoreErrors> {
-    let report = load_report_with(root, Some(cache));
+pub fn load_cached(root: &Path, cache: &LoadCache) -> Result<Arc<AgentCore>, CoreErrors> {
+    let root = cache.canonical(root);
+    let mcp_root = {
+        let watches = cache.watches.lock().ok();
+        let known = watches.as_ref().and_then(|w| w.get(&root));
+        if let Some(core) = known.and_then(watch::CoreWatch::unchanged) {
+            return Ok(core);
+        }
+        known.map_or(DEFAULT_MCP_ROOT.to_string(), |w| w.mcp_root().to_string())
+    };
+    // Set up before loading: a change made during the load is an event for the next.
+    let watch = watch::CoreWatch::start(&root, &mcp_root);
+    let report = load_report_with(&root, Some(cache));
+    let Ok(mut watches) = cache.watches.lock() else {
+        return finish(report).map(Arc::new);
+    };
+    watches.remove(&root);
+    let core = Arc::new(finish(report)?);
+    if let Some(mut watch) = watch {
+        watch.vouch(&core);
+        if watches.len() >= MAX_WATCHED_CORES
+            && let Some(oldest) = watches
+                .iter()
+                .min_by_key(|(_, w)| w.since())
+                .map(|(r, _)| r.clone())
+        {
+            watches.remove(&oldest);
+        }
+        watches.insert(root, watch);
+    }
+    Ok(core)
+}
+
+fn finish(report: LoadReport) -> Result<AgentCore, CoreErrors> {
     if report.errors.is_empty() {
         Ok(report.core)
     } else {
