@@ -4,7 +4,9 @@
 //! - the RSS of a whole `demiurge` shell process with 16 connected servers, target
 //!   under 15 MB;
 //! - how a warm turn grows with tools (50 to 5,000) and with concurrent sessions
-//!   (1 to 64): it must be linear or better.
+//!   (1 to 64): it must be linear or better. Sessions are compared with as many bare
+//!   rmcp clients calling at once in the same run, which shows what the machine alone
+//!   does with that many server processes.
 
 #[path = "common.rs"]
 mod common;
@@ -191,11 +193,42 @@ async fn tools_growth() {
     runtime.shutdown().await;
 }
 
+/// `rounds` rounds of `n` bare rmcp clients (each with its own demo server) calling
+/// `echo` all at once: what the machine gives without the runtime.
+async fn raw_rounds(
+    clients: &mut Vec<rmcp::service::RunningService<rmcp::RoleClient, ()>>,
+    n: usize,
+    rounds: usize,
+) -> Duration {
+    while clients.len() < n {
+        let mut cmd = tokio::process::Command::new(common::EXE);
+        cmd.arg("demo-server");
+        let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+        clients.push(rmcp::ServiceExt::serve((), transport).await.unwrap());
+    }
+    let args = json!({"message": "x"}).as_object().cloned().unwrap();
+    let started = Instant::now();
+    for _ in 0..rounds {
+        futures::future::join_all(clients.iter().map(|c| {
+            let params =
+                rmcp::model::CallToolRequestParams::new("echo").with_arguments(args.clone());
+            c.call_tool(params)
+        }))
+        .await
+        .into_iter()
+        .for_each(|r| {
+            r.unwrap();
+        });
+    }
+    started.elapsed()
+}
+
 async fn sessions_growth() {
     let dir = tempfile::tempdir().unwrap();
     let core = common::core(dir.path(), 2, 0, false);
     let runtime = common::runtime(&dir.path().join("home"), 4).await;
     let mut sessions = Vec::new();
+    let mut raw_clients = Vec::new();
     for n in [1usize, 8, 64] {
         while sessions.len() < n {
             let mut spec = SessionSpec::new(&core);
@@ -222,13 +255,19 @@ async fn sessions_growth() {
         let total = started.elapsed();
         let turns = (rounds * n) as f64;
         let (median, p99) = common::median_p99(samples);
+        let raw = raw_rounds(&mut raw_clients, n, rounds).await;
         println!(
-            "growth/sessions_{n}: {:.0} turns/s (turn + call), {:.1} us of wall time per turn, median {median:.0} us, p99 {p99:.0} us",
+            "growth/sessions_{n}: {:.0} turns/s (turn + call), {:.1} us of wall time per turn, median {median:.0} us, p99 {p99:.0} us; baseline: {n} bare rmcp clients calling at once, {:.0} calls/s ({:.2}x the runtime's round time)",
             turns / total.as_secs_f64(),
-            total.as_secs_f64() * 1e6 / turns
+            total.as_secs_f64() * 1e6 / turns,
+            turns / raw.as_secs_f64(),
+            total.as_secs_f64() / raw.as_secs_f64()
         );
     }
     let stats = runtime.limiter_stats().await;
     assert!(stats.max_in_use <= stats.limit);
     runtime.shutdown().await;
+    for client in raw_clients {
+        let _ = client.cancel().await;
+    }
 }
