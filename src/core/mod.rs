@@ -181,9 +181,11 @@ pub struct LoadCache {
     watches: std::sync::Mutex<HashMap<PathBuf, watch::CoreWatch>>,
 }
 
-/// Most cores whose directories are watched at once (one inotify descriptor each); a
-/// core beyond them is watched in place of the one watched longest.
-pub const MAX_WATCHED_CORES: usize = 64;
+/// Most cores whose directories are watched at once, one inotify instance each (Linux
+/// allows 128 per user by default, shared with every other program); a core beyond them
+/// is watched in place of the one watched longest. Without an instance a core is
+/// simply statted on every turn.
+pub const MAX_WATCHED_CORES: usize = 16;
 
 impl LoadCache {
     /// An empty cache.
