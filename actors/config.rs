@@ -274,6 +274,8 @@ pub(crate) struct Shared {
     pub net: Arc<crate::net::NetContext>,
     /// Parsed declarations reused across turns and sessions while their files are unchanged.
     pub load_cache: Arc<crate::core::LoadCache>,
+    /// Live revisions of cores that follow their live ref, kept while the ref is unchanged.
+    pub live_revisions: Arc<crate::evolution::LiveRevisions>,
     /// Tool input schemas shared by every connection that lists the same one.
     pub schemas: super::catalog::SchemaPool,
     pub limiter: LimiterHandle,
@@ -294,6 +296,7 @@ impl Shared {
             hub,
             net,
             load_cache: Arc::default(),
+            live_revisions: Arc::default(),
             schemas: Default::default(),
             limiter,
             broker,

@@ -608,7 +608,7 @@ impl Session {
         // Inline, not on a blocking thread: a warm load reads one inotify descriptor
         // (or at worst lists one directory and stats its files), less than a hop.
         let revision = track_live.then(|| {
-            let live = crate::evolution::live_revision(&root);
+            let live = self.runtime.shared.live_revisions.get(&root);
             format!("live:{}", live.as_deref().unwrap_or("none"))
         });
         let core = crate::core::load_cached(&root, &cache)?;

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use common::{Recorder, demo, harness, pid_of};
 use demiurge_mcp::SessionSpec;
-use demiurge_mcp::evolution::{CoreRepo, EvolutionError, LIVE_REF, PREVIOUS_REF};
+use demiurge_mcp::evolution::{CoreRepo, EvolutionError, LIVE_REF, LiveRevisions, PREVIOUS_REF};
 
 struct Repo {
     dir: tempfile::TempDir,
@@ -404,4 +404,47 @@ async fn a_promotion_reauthorizes_sessions_that_follow_the_live_revision() {
         "a new live revision is a new catalog identity"
     );
     h.finish().await;
+}
+
+/// Long enough for every file written so far to count as settled (`Stamp::settled`).
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+}
+
+#[test]
+fn the_cached_live_revision_follows_promotions_packing_and_removal() {
+    let repo = Repo::new();
+    repo.write("agent/mcp/a.yaml", "command: server-a\n");
+    let c1 = repo.commit("one");
+    repo.write("agent/mcp/b.yaml", "command: server-b\n");
+    let c2 = repo.commit("two");
+    let cache = LiveRevisions::new();
+    let core = repo.path();
+    assert_eq!(cache.get(&core), None);
+
+    promote_with(&repo, &c1).unwrap();
+    assert_eq!(cache.get(&core), Some(c1.clone()));
+    // Just written: read from git every time until it settles, then held.
+    assert!(!cache.holds(&core));
+    settle();
+    assert_eq!(cache.get(&core), Some(c1.clone()));
+    assert!(cache.holds(&core));
+
+    // A promotion after the cache took its stamps is seen at once.
+    promote_with(&repo, &c2).unwrap();
+    assert_eq!(cache.get(&core), Some(c2.clone()));
+    settle();
+    assert_eq!(cache.get(&core), Some(c2.clone()));
+    assert!(cache.holds(&core));
+
+    // Packed: the loose file is gone and packed-refs rewritten; the value is the same.
+    git(&core, &["pack-refs", "--all"]);
+    assert!(!core.join(".git").join(LIVE_REF).exists());
+    assert_eq!(cache.get(&core), Some(c2.clone()));
+
+    // Moved and then removed by hand, outside the runtime.
+    git(&core, &["update-ref", LIVE_REF, &c1]);
+    assert_eq!(cache.get(&core), Some(c1));
+    git(&core, &["update-ref", "-d", LIVE_REF]);
+    assert_eq!(cache.get(&core), None);
 }

@@ -148,7 +148,7 @@ struct RawGrant {
 
 /// What identifies a file's content without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub(crate) struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
@@ -157,7 +157,8 @@ struct Stamp {
 }
 
 impl Stamp {
-    fn of(path: &Path) -> Option<Stamp> {
+    /// The metadata of `path` (symlinks followed); `None` when it does not exist.
+    pub(crate) fn of(path: &Path) -> Option<Stamp> {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(path).ok()?;
         Some(Stamp {
@@ -167,6 +168,18 @@ impl Stamp {
             mtime: (m.mtime(), m.mtime_nsec()),
             ctime: (m.ctime(), m.ctime_nsec()),
         })
+    }
+
+    /// Whether the file last changed at least a full second before now. Filesystem
+    /// clocks tick coarsely (a few milliseconds), so a file rewritten within one tick to
+    /// the same length, possibly in the same inode, can keep its stamp; a change made
+    /// after a settled stamp was taken always gets a later time. Only a settled stamp
+    /// may vouch for content read with it (git calls the other case "racily clean").
+    pub(crate) fn settled(&self) -> bool {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.ctime.0.saturating_add(2) <= now
     }
 }
 
@@ -211,6 +224,9 @@ impl LoadCache {
     }
 
     fn put(&self, file: PathBuf, stamp: Stamp, d: Arc<Declaration>) {
+        if !stamp.settled() {
+            return;
+        }
         if let Ok(mut map) = self.declarations.lock() {
             map.insert(file, (stamp, d));
         }
@@ -224,6 +240,9 @@ impl LoadCache {
     }
 
     fn put_manifest(&self, file: &Path, stamp: Stamp, m: Manifest) {
+        if !stamp.settled() {
+            return;
+        }
         if let Ok(mut map) = self.manifests.lock() {
             map.insert(file.to_path_buf(), (stamp, m));
         }
