@@ -171,18 +171,23 @@ fn decode(line: Line, limit: usize) -> Decoded {
     };
     // Never log or repeat the line itself: it may carry anything. (A syntax error's
     // message names a position, never the text; a data error's may quote it.)
-    let Ok(value) = serde_json::from_slice::<Value>(text) else {
-        // An answer to a request that cannot be read (cut, broken, or nested deeper
-        // than the parser goes) still fails its request at once when its id shows.
-        let answer = text.trim_ascii_start().starts_with(b"{");
-        if answer && let Some(id) = request_id(&text[..text.len().min(HEAD)]) {
-            return refused(
-                id,
-                &format!("the server's answer is not valid JSON: {error}"),
-            );
+    let value = match serde_json::from_slice::<Value>(text) {
+        Ok(value) => value,
+        // Any text parses as a `Value` but for a syntax error or excessive depth.
+        Err(syntax) => {
+            // An answer to a request that cannot be read (cut, broken, or nested
+            // deeper than the parser goes) still fails its request at once when its
+            // id shows.
+            let answer = text.trim_ascii_start().starts_with(b"{");
+            if answer && let Some(id) = request_id(&text[..text.len().min(HEAD)]) {
+                return refused(
+                    id,
+                    &format!("the server's answer is not valid JSON: {syntax}"),
+                );
+            }
+            tracing::debug!("ignored a line that is not JSON from a stdio server");
+            return Decoded::Skip;
         }
-        tracing::debug!("ignored a line that is not JSON from a stdio server");
-        return Decoded::Skip;
     };
     let id = value
         .get("id")
@@ -472,6 +477,18 @@ mod tests {
             message.contains("not valid JSON: recursion limit"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn a_cut_answer_fails_its_request_without_repeating_it() {
+        let line = br#"{"jsonrpc":"2.0","id":4,"result":{"token":"s3cr3t""#;
+        let (id, message) = error_of(decode(Line::Text(line.to_vec()), 1024));
+        assert_eq!(id, json!(4));
+        assert!(
+            message.starts_with("the server's answer is not valid JSON"),
+            "{message}"
+        );
+        assert!(!message.contains("s3cr3t"), "{message}");
     }
 
     #[test]
