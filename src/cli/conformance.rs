@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use demiurge_mcp::events::NullSink;
+use demiurge_mcp::events::{EventKind, MemorySink};
 use demiurge_mcp::net::UrlPolicy;
 use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, SessionSpec};
 use serde_json::{Map, Value, json};
@@ -32,7 +32,8 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
             serde_json::to_string(url)?
         ),
     )?;
-    let mut config = cli.config(Arc::new(NullSink));
+    let events = MemorySink::new();
+    let mut config = cli.config(Arc::new(events.clone()));
     config.home = scratch.path().join("home");
     config.approver = Arc::new(FixedApprover(ApprovalAnswer::AllowSession));
     let mut trusted: Vec<ipnet::IpNet> = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
@@ -43,12 +44,21 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
     resolver.set("localhost", ["127.0.0.1".parse()?, "::1".parse()?]);
     config.resolver = Arc::new(resolver);
     let runtime = Runtime::start(config).await?;
-    let outcome = act(&runtime, &core, &scenario).await;
+    let outcome = act(&runtime, &core, &scenario, &events).await;
     runtime.shutdown().await;
     outcome
 }
 
-async fn act(runtime: &Runtime, core: &std::path::Path, scenario: &str) -> anyhow::Result<u8> {
+/// Requests a connection makes before its first call: initialize, the initialized
+/// notification, `tools/list`, and the GET that opens the standalone SSE stream.
+const REQUESTS_BEFORE_CALLS: usize = 4;
+
+async fn act(
+    runtime: &Runtime,
+    core: &std::path::Path,
+    scenario: &str,
+    events: &MemorySink,
+) -> anyhow::Result<u8> {
     let (session, _) = runtime.start_session(SessionSpec::new(core)).await?;
     let turn = session.prepare_turn().await?;
     if let Some(d) = turn.diagnostics().first() {
@@ -63,6 +73,30 @@ async fn act(runtime: &Runtime, core: &std::path::Path, scenario: &str) -> anyho
     if scenario == "initialize" {
         return Ok(0);
     }
+    // rmcp opens the standalone SSE stream (a GET) on its own task after initialize. The
+    // sse-retry harness answers a pending call on whichever GET comes next, so a GET
+    // delayed past the first call (a loaded machine) would be taken for the reconnection
+    // it is testing. Call only once that GET was decided (URL policy) and sent.
+    let started = std::time::Instant::now();
+    while events
+        .of_type("mcp.url_decision")
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::UrlDecision {
+                    phase: "request",
+                    ..
+                }
+            )
+        })
+        .count()
+        < REQUESTS_BEFORE_CALLS
+        && started.elapsed() < std::time::Duration::from_secs(5)
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let mut code = 0;
     for tool in turn.tools() {
         let args = arguments_for(&tool.input_schema);
