@@ -12,13 +12,7 @@ async fn sixteen_sessions_at_once_stay_within_the_limit_and_their_own_connection
     let core = Core::new().grant_servers(&["x", "y"]);
     for id in ["x", "y"] {
         let script = format!("sleep 0.05; exec '{}' demo-server", common::exe());
-        core.write(
-            id,
-            &format!(
-                "command: sh\nargs: [-c, {}]\napproval_policy: auto\n",
-                serde_json::to_string(&script).unwrap()
-            ),
-        );
+        core.write(id, &common::shell(&script, "approval_policy: auto\n"));
     }
     let h = harness(Recorder::allow()).await;
     let mut sessions = Vec::new();

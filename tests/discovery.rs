@@ -130,13 +130,7 @@ async fn discovery_never_exceeds_the_runtime_wide_limit_across_sessions() {
         let id = format!("s{i}");
         // Each server takes a moment to start so that connects overlap.
         let script = format!("sleep 0.3; exec '{}' demo-server", common::exe());
-        core.write(
-            &id,
-            &format!(
-                "command: sh\nargs: [-c, {}]\n",
-                serde_json::to_string(&script).unwrap()
-            ),
-        );
+        core.write(&id, &common::shell(&script, ""));
         ids.push(id);
     }
     let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
@@ -162,13 +156,7 @@ async fn the_limit_is_host_configurable() {
     let core = Core::new();
     for i in 0..3 {
         let script = format!("sleep 0.2; exec '{}' demo-server", common::exe());
-        core.write(
-            &format!("s{i}"),
-            &format!(
-                "command: sh\nargs: [-c, {}]\n",
-                serde_json::to_string(&script).unwrap()
-            ),
-        );
+        core.write(&format!("s{i}"), &common::shell(&script, ""));
     }
     let core = core.grant_servers(&["s0", "s1", "s2"]);
     let h = harness_with(Recorder::allow(), |mut c| {
@@ -189,13 +177,7 @@ async fn failures_are_cached_per_server_then_retried_alone() {
     let script = format!("echo try >> '{}'; exit 1", attempts.display());
     let core = Core::new()
         .grant_servers(&["flaky", "steady"])
-        .server(
-            "flaky",
-            &format!(
-                "command: sh\nargs: [-c, {}]\n",
-                serde_json::to_string(&script).unwrap()
-            ),
-        )
+        .server("flaky", &common::shell(&script, ""))
         .server("steady", &demo(""));
     let clock = Arc::new(ManualClock::new());
     let c2 = Arc::clone(&clock);

@@ -95,13 +95,9 @@ async fn a_server_that_forks_leaves_no_grandchild_after_close() {
         pidfile.display(),
         common::exe()
     );
-    let core = Core::new().grant_servers(&["forks"]).server(
-        "forks",
-        &format!(
-            "command: sh\nargs: [-c, {}]\napproval_policy: auto\n",
-            serde_json::to_string(&script).unwrap()
-        ),
-    );
+    let core = Core::new()
+        .grant_servers(&["forks"])
+        .server("forks", &common::shell(&script, "approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     session.prepare_turn().await.unwrap();

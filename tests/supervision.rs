@@ -29,13 +29,9 @@ async fn eviction_racing_a_first_prepare_wins_and_closes_what_was_born() {
         pidfile.display(),
         common::exe()
     );
-    let core = Core::new().grant_servers(&["slow"]).server(
-        "slow",
-        &format!(
-            "command: sh\nargs: [-c, {}]\n",
-            serde_json::to_string(&script).unwrap()
-        ),
-    );
+    let core = Core::new()
+        .grant_servers(&["slow"])
+        .server("slow", &common::shell(&script, ""));
     let h = harness(Recorder::allow()).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let preparing = tokio::spawn({
@@ -216,13 +212,9 @@ async fn a_broken_transport_is_noticed_while_the_process_lives() {
         "exec 3<&0; '{}' demo-server <&3 3<&- & exec 0<&- 1>&- 3<&-; wait; sleep 60",
         common::exe()
     );
-    let core = Core::new().grant_servers(&["d"]).server(
-        "d",
-        &format!(
-            "command: sh\nargs: [-c, {}]\napproval_policy: auto\n",
-            serde_json::to_string(&script).unwrap()
-        ),
-    );
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &common::shell(&script, "approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();

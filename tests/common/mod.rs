@@ -40,9 +40,14 @@ pub fn demo_counting(marker: &Path, extra: &str) -> String {
         marker.display(),
         exe()
     );
+    shell(&script, extra)
+}
+
+/// A declaration running `script` with `sh -c`, followed by `extra` fields.
+pub fn shell(script: &str, extra: &str) -> String {
     format!(
         "command: sh\nargs: [-c, {}]\n{extra}",
-        serde_json::to_string(&script).unwrap()
+        serde_json::to_string(script).unwrap()
     )
 }
 
