@@ -74,52 +74,32 @@ async fn no_canary_leaves_the_runtime_through_any_output() {
         catalog.diagnostics()
     );
 
+    let calls = [
+        (
+            "canary__echo",
+            json!({"message": format!("{HOST_SECRET} {LITERAL} {ARG}")}),
+        ),
+        (
+            "canary__fail",
+            json!({"message": format!("failed with {CALL}"), "password": CALL}),
+        ),
+        (
+            "canary__echo",
+            json!({"message": format!("Authorization: Bearer {HEADER}")}),
+        ),
+        (
+            "canary__echo",
+            json!({"message": format!("https://u:{URL_PW}@h/x?token={QUERY}")}),
+        ),
+        (
+            "canary__stderr",
+            json!({"text": format!("stderr {HOST_SECRET} {ARG}")}),
+        ),
+    ];
     let mut results = Vec::new();
-    results.push(
-        catalog
-            .call(
-                "canary__echo",
-                json!({"message": format!("{HOST_SECRET} {LITERAL} {ARG}")}),
-            )
-            .await
-            .unwrap(),
-    );
-    results.push(
-        catalog
-            .call(
-                "canary__fail",
-                json!({"message": format!("failed with {CALL}"), "password": CALL}),
-            )
-            .await
-            .unwrap(),
-    );
-    results.push(
-        catalog
-            .call(
-                "canary__echo",
-                json!({"message": format!("Authorization: Bearer {HEADER}")}),
-            )
-            .await
-            .unwrap(),
-    );
-    results.push(
-        catalog
-            .call(
-                "canary__echo",
-                json!({"message": format!("https://u:{URL_PW}@h/x?token={QUERY}")}),
-            )
-            .await
-            .unwrap(),
-    );
-    results.push(
-        catalog
-            .call(
-                "canary__stderr",
-                json!({"text": format!("stderr {HOST_SECRET} {ARG}")}),
-            )
-            .await
-            .unwrap(),
-    );
+    for (tool, args) in calls {
+        results.push(catalog.call(tool, args).await.unwrap());
+    }
     assert!(results[1].is_error);
     // The declared secrets really were delivered to the server (it echoed them back).
     assert!(
