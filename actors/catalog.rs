@@ -431,14 +431,27 @@ impl CatalogState {
             self.preparing = false;
             return;
         }
-        let mut diagnostics: Vec<Diagnostic> = cached_failures
+        // A declaration that does not load is a diagnostic of every turn; its neighbours
+        // load without it.
+        let mut diagnostics: Vec<Diagnostic> = core
+            .broken
             .iter()
-            .map(|(d, m)| Diagnostic {
-                server: d.server_id.clone(),
-                path: d.path.clone(),
-                message: m.clone(),
+            .map(|b| Diagnostic {
+                server: b.server_id.clone(),
+                path: b.path.clone(),
+                message: b
+                    .errors
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
             })
             .collect();
+        diagnostics.extend(cached_failures.iter().map(|(d, m)| Diagnostic {
+            server: d.server_id.clone(),
+            path: d.path.clone(),
+            message: m.clone(),
+        }));
         let mut denied = Vec::new();
         let kept: std::collections::HashSet<String> = self.live.keys().cloned().collect();
         let now = self.shared.now();

@@ -102,17 +102,17 @@ pub struct ApprovalRequest {
 }
 
 impl ApprovalRequest {
-    /// Text for a terminal prompt.
+    /// Text for a terminal prompt, every untrusted field escaped.
     pub fn render(&self) -> String {
         match self.action {
             Action::Connect => self.preview.render(),
             Action::Call => format!(
                 "MCP tool `{}` of server `{}` ({}) wants to run\n  risk: {}\n  capability: {}\n",
-                self.tool.as_deref().unwrap_or("?"),
-                self.server,
-                self.preview.path,
+                crate::text::escape(self.tool.as_deref().unwrap_or("?")),
+                crate::text::escape(&self.server),
+                crate::text::escape(&self.preview.path),
                 self.preview.risk,
-                self.preview.call_capability
+                crate::text::escape(&self.preview.call_capability)
             ),
         }
     }

@@ -37,6 +37,15 @@ pub enum RuntimeError {
     /// The runtime is not running.
     #[error("the runtime is not running: {0}")]
     Unavailable(String),
+    /// The runtime home cannot be used.
+    #[error("the runtime home {0} cannot be used: {1}")]
+    Home(String, String),
+    /// The runtime home lies inside the session's workspace or core, where the core's
+    /// author could plant dotfiles for the servers' dedicated HOME.
+    #[error(
+        "the runtime home {0} is inside the workspace or the agent core; choose a home outside both (--home DIR or DEMIURGE_HOME)"
+    )]
+    HomeInsideWorkspace(String),
 }
 
 /// A scheduled eviction the host can await.
@@ -234,6 +243,7 @@ impl RuntimeState {
         let workspace = workspace_dir
             .canonicalize()
             .map_err(|_| RuntimeError::Workspace(workspace_dir.display().to_string()))?;
+        home_outside(&self.shared.config.home, &workspace, &spec.core_root)?;
         self.forget_oldest_ended();
         self.sessions.insert(
             id.clone(),
@@ -359,6 +369,23 @@ impl RuntimeState {
     }
 }
 
+/// Refuses a home inside the workspace or the core: the servers' HOME lives under it,
+/// and a core author must not be able to plant its dotfiles (`.npmrc`, `.gitconfig`).
+fn home_outside(
+    home: &std::path::Path,
+    workspace: &std::path::Path,
+    core: &std::path::Path,
+) -> Result<(), RuntimeError> {
+    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+    let core = core.canonicalize().unwrap_or_else(|_| core.to_path_buf());
+    if home.starts_with(workspace) || home.starts_with(&core) {
+        return Err(RuntimeError::HomeInsideWorkspace(
+            home.display().to_string(),
+        ));
+    }
+    Ok(())
+}
+
 fn opened(id: &str, actor: ActorRef<SessionMsg>, record: &Record) -> Opened {
     Opened {
         id: id.to_string(),
@@ -392,8 +419,17 @@ impl Runtime {
     ///
     /// # Errors
     /// When an actor cannot start.
-    pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+    pub async fn start(mut config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
         let unavailable = |e: ractor::SpawnErr| RuntimeError::Unavailable(e.to_string());
+        // A relative home would move with the working directory of whoever looks at it;
+        // made absolute once, and created private (0700 whatever the umask).
+        let home_error = |e: std::io::Error| {
+            RuntimeError::Home(config.home.display().to_string(), e.to_string())
+        };
+        let home = std::path::absolute(&config.home).map_err(home_error)?;
+        crate::process::private_dir(&home.join("runtime")).map_err(home_error)?;
+        crate::process::private_dir(&home).map_err(home_error)?;
+        config.home = home;
         let net = crate::net::NetContext::new(
             config.url_policy.clone(),
             Arc::clone(&config.resolver),
@@ -648,6 +684,11 @@ impl Session {
         let workspace = dir
             .canonicalize()
             .map_err(|_| RuntimeError::Workspace(dir.display().to_string()))?;
+        home_outside(
+            &self.runtime.shared.config.home,
+            &workspace,
+            &spec.core_root,
+        )?;
         let mut shared = self
             .spec
             .write()

@@ -13,6 +13,7 @@
 //! - [`process`]: child environment, interpolation, private files, stderr capture.
 //! - [`transport`]: MCP clients (stdio today), list/call/close.
 //! - [`result`]: MCP results converted into tool results with their views.
+//! - [`text`]: untrusted text escaped before a terminal sees it (pure).
 //! - [`events`]: typed events, the host sink, the JSONL session log.
 //! - [`actors`] (in `actors/`): the runtime root, sessions, catalogs, connections, the
 //!   discovery limiter and the approval broker, behind plain async handles.
@@ -34,6 +35,7 @@ pub mod net;
 pub mod process;
 pub mod redact;
 pub mod result;
+pub mod text;
 pub mod transport;
 
 pub use actors::{

@@ -145,13 +145,21 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
-fn tools_exits_1_when_the_core_does_not_load() {
+fn tools_exits_1_when_agent_yaml_does_not_load_but_not_for_a_broken_declaration() {
     let core = Core::new().server("bad", "command: x\nnope: 1\n");
     let home = tempfile::tempdir().unwrap();
     let out = run(&core, home.path(), &["tools"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("diagnostic: bad (agent/mcp/bad.yaml)"),
+        "{}",
+        text(&out.stdout)
+    );
+    std::fs::write(core.root().join("agent.yaml"), "capabilities: [1]\n").unwrap();
+    let out = run(&core, home.path(), &["tools"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        text(&out.stderr).contains("bad.yaml"),
+        text(&out.stderr).contains("agent.yaml"),
         "{}",
         text(&out.stderr)
     );

@@ -108,39 +108,49 @@ impl ConnectPreview {
         preview
     }
 
-    /// Multi-line text for a terminal prompt.
+    /// Multi-line text for a terminal prompt. Every field is escaped on its own
+    /// ([`crate::text::escape`]): a command, option or path made of control characters
+    /// cannot hide a line, forge one, or reorder what the approver reads.
     pub fn render(&self) -> String {
+        use crate::text::escape as e;
         let mut out = format!(
             "MCP server `{}` ({}) wants to connect\n  transport: {}\n  risk: {}\n  policy: {} (declared {})\n  capabilities: {}, {}\n",
-            self.server,
-            self.path,
+            e(&self.server),
+            e(&self.path),
             self.transport,
             self.risk,
             self.effective_policy,
             self.declared_policy,
-            self.connect_capability,
-            self.call_capability
+            e(&self.connect_capability),
+            e(&self.call_capability)
         );
         if let Some(c) = &self.command {
-            out.push_str(&format!("  command: {c}\n"));
+            out.push_str(&format!("  command: {}\n", e(c)));
         }
         if let Some(c) = &self.cwd {
-            out.push_str(&format!("  cwd: {c}\n"));
+            out.push_str(&format!("  cwd: {}\n", e(c)));
         }
+        let list = |items: &[String], sep: &str| {
+            items
+                .iter()
+                .map(|i| e(i).into_owned())
+                .collect::<Vec<_>>()
+                .join(sep)
+        };
         if !self.args.is_empty() {
-            out.push_str(&format!("  args: {}\n", self.args.join(" ")));
+            out.push_str(&format!("  args: {}\n", list(&self.args, " ")));
         }
         if !self.env_names.is_empty() {
-            out.push_str(&format!("  env: {}\n", self.env_names.join(", ")));
+            out.push_str(&format!("  env: {}\n", list(&self.env_names, ", ")));
         }
         if let Some(o) = &self.origin {
-            out.push_str(&format!("  url: {o}\n"));
+            out.push_str(&format!("  url: {}\n", e(o)));
         }
         if !self.addresses.is_empty() {
-            out.push_str(&format!("  addresses: {}\n", self.addresses.join(", ")));
+            out.push_str(&format!("  addresses: {}\n", list(&self.addresses, ", ")));
         }
         if !self.header_names.is_empty() {
-            out.push_str(&format!("  headers: {}\n", self.header_names.join(", ")));
+            out.push_str(&format!("  headers: {}\n", list(&self.header_names, ", ")));
         }
         out
     }

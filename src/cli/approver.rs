@@ -30,7 +30,7 @@ impl Approver for TerminalApprover {
                 eprintln!(
                     "  denied: no terminal to ask for approval of {} `{}`; re-run with --yes to approve",
                     request.action.as_str(),
-                    request.tool.as_deref().unwrap_or(&request.server)
+                    demiurge_mcp::text::escape(request.tool.as_deref().unwrap_or(&request.server))
                 );
                 return ApprovalAnswer::Deny;
             }

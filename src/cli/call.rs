@@ -4,7 +4,7 @@ use demiurge_mcp::redact::View;
 use demiurge_mcp::result::ToolResult;
 use serde_json::json;
 
-use super::{Cli, start_runtime};
+use super::{Cli, start_runtime, t};
 
 pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> anyhow::Result<u8> {
     let arguments: serde_json::Value = match serde_json::from_str(args) {
@@ -20,9 +20,7 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
     let outcome = async {
         let (session, _) = runtime.start_session(cli.session_spec()).await?;
         let catalog = session.prepare_turn().await?;
-        for d in catalog.diagnostics() {
-            eprintln!("diagnostic: {} ({}): {}", d.server, d.path, d.message);
-        }
+        super::tools::print_problems(&catalog, true);
         Ok::<_, anyhow::Error>(catalog.call(tool, arguments).await)
     }
     .await;
@@ -39,7 +37,7 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
                     json!({"tool": tool, "is_error": true, "content": refused.to_string(), "data": {}})
                 );
             } else {
-                eprintln!("error: {refused}");
+                eprintln!("error: {}", t(&refused.to_string()));
             }
             Ok(1)
         }
@@ -55,8 +53,12 @@ pub(crate) fn print_result(result: &ToolResult, as_json: bool) {
             json!({"tool": result.tool, "is_error": result.is_error, "content": view.content, "data": view.data})
         );
     } else if result.is_error {
-        println!("error from {}: {}", result.tool, view.content);
+        println!(
+            "error from {}: {}",
+            t(&result.tool),
+            demiurge_mcp::text::escape_lines(&view.content)
+        );
     } else {
-        println!("{}", view.content);
+        println!("{}", demiurge_mcp::text::escape_lines(&view.content));
     }
 }

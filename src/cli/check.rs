@@ -2,7 +2,7 @@
 
 use demiurge_mcp::core;
 
-use super::Cli;
+use super::{Cli, t};
 
 pub(crate) fn run(cli: &Cli) -> u8 {
     let report = core::load_report(&cli.core_dir());
@@ -17,17 +17,22 @@ pub(crate) fn run(cli: &Cli) -> u8 {
         };
         println!(
             "{}  {}  {}  {}  {}",
-            d.server_id,
+            t(&d.server_id),
             d.transport().as_str(),
             if d.enabled { "enabled" } else { "disabled" },
-            mark(&d.connect_capability()),
-            mark(&d.call_capability)
+            t(&mark(&d.connect_capability())),
+            t(&mark(&d.call_capability))
         );
     }
     if report.core.declarations.is_empty() && report.errors.is_empty() {
         println!(
             "no MCP servers declared under {}",
-            report.core.root.join(&report.core.mcp_root).display()
+            t(&report
+                .core
+                .root
+                .join(&report.core.mcp_root)
+                .display()
+                .to_string())
         );
     }
     for e in &report.errors {

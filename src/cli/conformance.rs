@@ -62,11 +62,11 @@ async fn act(
     let (session, _) = runtime.start_session(SessionSpec::new(core)).await?;
     let turn = session.prepare_turn().await?;
     if let Some(d) = turn.diagnostics().first() {
-        eprintln!("server failed: {}", d.message);
+        eprintln!("server failed: {}", super::t(&d.message));
         return Ok(1);
     }
     if let Some(d) = turn.denied().first() {
-        eprintln!("server denied: {}", d.reason);
+        eprintln!("server denied: {}", super::t(&d.reason));
         return Ok(1);
     }
     eprintln!("scenario {scenario}: {} tools", turn.tools().len());
@@ -102,14 +102,22 @@ async fn act(
         let args = arguments_for(&tool.input_schema);
         match turn.call(&tool.name, args).await {
             Ok(result) if !result.is_error => {
-                eprintln!("{}: {}", tool.name, result.views.operator.content)
+                eprintln!(
+                    "{}: {}",
+                    tool.name,
+                    super::t(&result.views.operator.content)
+                )
             }
             Ok(result) => {
-                eprintln!("{}: error {}", tool.name, result.views.operator.content);
+                eprintln!(
+                    "{}: error {}",
+                    tool.name,
+                    super::t(&result.views.operator.content)
+                );
                 code = 1;
             }
             Err(e) => {
-                eprintln!("{}: refused {e}", tool.name);
+                eprintln!("{}: refused {}", tool.name, super::t(&e.to_string()));
                 code = 1;
             }
         }

@@ -75,7 +75,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                     *preview = json!("<connect preview, see above>");
                 }
             }
-            println!("   {event}");
+            println!("   {}", super::t(&event.to_string()));
         }
     }
     let leaked = sink.events().iter().any(|e| {
@@ -118,7 +118,7 @@ async fn drive(runtime: &Runtime, core: &std::path::Path) -> anyhow::Result<Stri
         println!("\n> call {tool} {args}");
         match catalog.call(tool, args).await {
             Ok(result) => print_result(&result, false),
-            Err(refused) => println!("refused: {refused}"),
+            Err(refused) => println!("refused: {}", super::t(&refused.to_string())),
         }
     }
 

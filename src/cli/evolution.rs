@@ -6,7 +6,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use demiurge_mcp::evolution::CoreRepo;
 use serde_json::json;
 
-use super::Cli;
+use super::{Cli, t};
 
 pub(crate) fn review(cli: &Cli, candidate: &str, as_json: bool) -> u8 {
     let outcome = CoreRepo::open(&cli.core_dir()).and_then(|repo| repo.review(candidate));
@@ -25,7 +25,7 @@ pub(crate) fn review(cli: &Cli, candidate: &str, as_json: bool) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", t(&e.to_string()));
             1
         }
     }
@@ -35,7 +35,7 @@ pub(crate) fn promote(cli: &Cli, candidate: &str, token: Option<&str>) -> u8 {
     let repo = match CoreRepo::open(&cli.core_dir()) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", t(&e.to_string()));
             return 1;
         }
     };
@@ -67,7 +67,7 @@ pub(crate) fn promote(cli: &Cli, candidate: &str, token: Option<&str>) -> u8 {
             0
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", t(&e.to_string()));
             eprintln!("refs/demiurge/live and refs/demiurge/previous are unchanged");
             1
         }

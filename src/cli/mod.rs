@@ -19,6 +19,9 @@ use demiurge_mcp::events::{Event, EventKind, EventSink};
 use demiurge_mcp::process::HostEnv;
 use demiurge_mcp::{Runtime, RuntimeConfig, SessionSpec};
 
+/// Untrusted text escaped for the terminal (see [`demiurge_mcp::text`]).
+pub(crate) use demiurge_mcp::text::escape as t;
+
 /// Exit code of a usage error.
 const USAGE: u8 = 2;
 
@@ -263,7 +266,7 @@ async fn run(cli: Cli) -> u8 {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", t(&format!("{e:#}")));
             1
         }
     }
@@ -327,7 +330,9 @@ impl EventSink for Progress {
             return;
         }
         let line = match &event.kind {
-            EventKind::ServerConnecting { server, .. } => format!("  \u{2026} {server} connecting"),
+            EventKind::ServerConnecting { server, .. } => {
+                format!("  \u{2026} {} connecting", t(server))
+            }
             EventKind::ServerConnected {
                 server,
                 pid,
@@ -335,19 +340,20 @@ impl EventSink for Progress {
                 ..
             } => {
                 format!(
-                    "  \u{2713} {server} connected (pid {}, {tools_listed} tools)",
+                    "  \u{2713} {} connected (pid {}, {tools_listed} tools)",
+                    t(server),
                     pid.map_or("-".into(), |p| p.to_string())
                 )
             }
             EventKind::ServerFailed {
                 server, message, ..
-            } => format!("  \u{2717} {server} failed: {message}"),
+            } => format!("  \u{2717} {} failed: {}", t(server), t(message)),
             EventKind::ServerDenied { server, reason, .. } => {
-                format!("  - {server} denied: {reason}")
+                format!("  - {} denied: {}", t(server), t(reason))
             }
             EventKind::ServerSkipped {
                 server, message, ..
-            } => format!("  - {server} skipped: {message}"),
+            } => format!("  - {} skipped: {}", t(server), t(message)),
             _ => return,
         };
         eprintln!("{line}");

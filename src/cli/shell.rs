@@ -9,7 +9,7 @@ use demiurge_mcp::{Session, TurnCatalog};
 
 use super::call::print_result;
 use super::tools::print_catalog;
-use super::{Cli, start_runtime};
+use super::{Cli, start_runtime, t};
 
 pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     let runtime = start_runtime(cli).await?;
@@ -51,7 +51,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                 if let Some(catalog) = turn(&session).await {
                     match catalog.call(name, args).await {
                         Ok(result) => print_result(&result, false),
-                        Err(refused) => println!("refused: {refused}"),
+                        Err(refused) => println!("refused: {}", t(&refused.to_string())),
                     }
                 }
             }
@@ -61,7 +61,8 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                 let text = path
                     .and_then(|p| std::fs::read_to_string(p).ok())
                     .unwrap_or_default();
-                print!("{text}");
+                // JSON escapes C0 controls but not C1 or bidi characters.
+                print!("{}", demiurge_mcp::text::escape_lines(&text));
             }
             "/new" => {
                 let (next, eviction) = runtime.start_session(cli.session_spec()).await?;
@@ -75,10 +76,11 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                     println!("session {} resumed", session.id());
                     report(eviction).await;
                 }
-                Err(e) => println!("error: {e}"),
+                Err(e) => println!("error: {}", t(&e.to_string())),
             },
             other if other.starts_with('/') => println!(
-                "unknown command {other}; try /tools /servers /call /events /new /resume /quit"
+                "unknown command {}; try /tools /servers /call /events /new /resume /quit",
+                t(other)
             ),
             _ => {
                 if let Some(catalog) = turn(&session).await {
@@ -112,7 +114,7 @@ async fn turn(session: &Session) -> Option<TurnCatalog> {
     match session.prepare_turn().await {
         Ok(c) => Some(c),
         Err(e) => {
-            println!("error: {e}");
+            println!("error: {}", t(&e.to_string()));
             None
         }
     }
@@ -125,7 +127,7 @@ async fn report(eviction: Option<demiurge_mcp::Eviction>) {
                 "previous session {} evicted ({} connections closed)",
                 r.session, r.connections_closed
             ),
-            Err(e) => println!("eviction failed: {e}"),
+            Err(e) => println!("eviction failed: {}", t(&e.to_string())),
         }
     }
 }
@@ -156,6 +158,6 @@ async fn servers(session: &Session, cli: &Cli) {
             Some(ServerState::Denied { reason }) => format!("denied: {reason}"),
             None => "not connected yet (run /tools)".to_string(),
         };
-        println!("{:<24} {line}", d.server_id);
+        println!("{:<24} {}", t(&d.server_id), t(&line));
     }
 }

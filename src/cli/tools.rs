@@ -3,7 +3,7 @@
 use demiurge_mcp::{PrepareError, TurnCatalog};
 use serde_json::json;
 
-use super::{Cli, start_runtime};
+use super::{Cli, start_runtime, t};
 
 pub(crate) async fn run(cli: &Cli, as_json: bool) -> anyhow::Result<u8> {
     let runtime = start_runtime(cli).await?;
@@ -19,11 +19,11 @@ pub(crate) async fn run(cli: &Cli, as_json: bool) -> anyhow::Result<u8> {
             0
         }
         Err(PrepareError::Core(errors)) => {
-            eprintln!("error: {errors}");
+            eprintln!("error: {}", t(&errors.to_string()));
             1
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", t(&e.to_string()));
             1
         }
     };
@@ -47,18 +47,37 @@ pub(crate) fn catalog_json(catalog: &TurnCatalog) -> serde_json::Value {
     })
 }
 
+/// The catalog for a person: names, descriptions and diagnostics come from servers and
+/// core authors, so each is escaped before the terminal sees it.
 pub(crate) fn print_catalog(catalog: &TurnCatalog) {
     if catalog.tools().is_empty() {
         println!("no tools");
     }
-    for t in catalog.tools() {
-        let description = t.description.lines().next().unwrap_or_default();
-        println!("{:<40} {}", t.name, description);
+    for tool in catalog.tools() {
+        let description = tool.description.lines().next().unwrap_or_default();
+        println!("{:<40} {}", t(&tool.name), t(description));
     }
-    for d in catalog.diagnostics() {
-        println!("diagnostic: {} ({}): {}", d.server, d.path, d.message);
-    }
-    for d in catalog.denied() {
-        println!("denied: {} ({}): {}", d.server, d.path, d.reason);
+    print_problems(catalog, false);
+}
+
+/// Diagnostics and denials of a turn, escaped, to stdout or (`to_stderr`) stderr.
+pub(crate) fn print_problems(catalog: &TurnCatalog, to_stderr: bool) {
+    let lines = catalog
+        .diagnostics()
+        .iter()
+        .map(|d| ("diagnostic", &d.server, &d.path, &d.message))
+        .chain(
+            catalog
+                .denied()
+                .iter()
+                .map(|d| ("denied", &d.server, &d.path, &d.reason)),
+        );
+    for (kind, server, path, message) in lines {
+        let line = format!("{kind}: {} ({}): {}", t(server), t(path), t(message));
+        if to_stderr {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
     }
 }

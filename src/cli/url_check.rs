@@ -18,7 +18,10 @@ pub(crate) async fn run(cli: &Cli, url: &str, resolve: &[String], json: bool) ->
         let table = StaticResolver::new();
         for entry in resolve {
             let Some((host, addrs)) = entry.split_once('=') else {
-                eprintln!("error: --resolve takes HOST=ADDR[,ADDR], got `{entry}`");
+                eprintln!(
+                    "error: --resolve takes HOST=ADDR[,ADDR], got `{}`",
+                    super::t(entry)
+                );
                 return USAGE;
             };
             let parsed: Result<Vec<IpAddr>, _> = addrs
@@ -31,7 +34,11 @@ pub(crate) async fn run(cli: &Cli, url: &str, resolve: &[String], json: bool) ->
                     table.set(host, addrs);
                 }
                 Err(_) => {
-                    eprintln!("error: --resolve {host}: `{addrs}` is not a list of IP addresses");
+                    eprintln!(
+                        "error: --resolve {}: `{}` is not a list of IP addresses",
+                        super::t(host),
+                        super::t(addrs)
+                    );
                     return USAGE;
                 }
             }
@@ -42,7 +49,7 @@ pub(crate) async fn run(cli: &Cli, url: &str, resolve: &[String], json: bool) ->
     let net = match NetContext::new(policy, resolver, &[]) {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", super::t(&e.to_string()));
             return 1;
         }
     };

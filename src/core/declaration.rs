@@ -101,9 +101,11 @@ pub(crate) struct RawDeclaration {
     transport: Option<TransportKind>,
     command: Option<String>,
     args: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "unique_keys")]
     env: Option<BTreeMap<String, String>>,
     cwd: Option<String>,
     url: Option<String>,
+    #[serde(default, deserialize_with = "unique_keys")]
     headers: Option<BTreeMap<String, String>>,
     tools: Option<RawToolFilter>,
     risk: Option<Risk>,
@@ -112,6 +114,38 @@ pub(crate) struct RawDeclaration {
     connect_timeout_seconds: Option<f64>,
     timeout_seconds: Option<f64>,
     supports_parallel_tool_calls: Option<bool>,
+}
+
+/// A string map whose keys must be unique: YAML keeps the last of two equal keys, so a
+/// second `API_TOKEN:` further down would silently replace what a reviewer read first.
+fn unique_keys<'de, D>(deserializer: D) -> Result<Option<BTreeMap<String, String>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a map of names to strings")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((key, value)) = map.next_entry::<String, String>()? {
+                if out.insert(key, value).is_some() {
+                    return Err(serde::de::Error::custom(
+                        "a name is written twice in this map; keep one",
+                    ));
+                }
+            }
+            Ok(out)
+        }
+    }
+    deserializer.deserialize_map(Unique).map(Some)
 }
 
 /// Include/exclude globs over raw tool names (`*` is the only wildcard).
@@ -272,7 +306,8 @@ impl Declaration {
                 let env = env.unwrap_or_default();
                 for name in env.keys() {
                     if let Some(problem) = env_name_problem(name) {
-                        errors.push(err(&format!("env.{name}"), problem));
+                        let field = format!("env.{}", crate::text::plain_name(name, "<name>"));
+                        errors.push(err(&field, problem));
                     }
                 }
                 if let Some(dir) = &cwd
@@ -320,7 +355,7 @@ impl Declaration {
                 for name in headers.keys() {
                     if !is_header_name(name) {
                         errors.push(err(
-                            &format!("headers.{name}"),
+                            &format!("headers.{}", crate::text::plain_name(name, "<name>")),
                             "not a valid HTTP header name; use letters, digits and `-`".into(),
                         ));
                     }
@@ -424,12 +459,12 @@ fn seconds(
     match value {
         None => default,
         Some(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Duration::from_secs_f64(v),
-        Some(v) => {
+        Some(_) => {
             errors.push(LoadError::new(
                 file,
                 Some(field),
                 None,
-                format!("must be a number of seconds above 0 and at most 86400, got {v}"),
+                "must be a number of seconds above 0 and at most 86400".into(),
             ));
             default
         }
@@ -461,6 +496,7 @@ fn url_problem(raw: &str) -> Option<String> {
     match url::Url::parse(raw) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => None,
         Ok(_) => Some("`url` must be an http:// or https:// URL with a host".into()),
+        // The parser's reason names what is wrong (`invalid port number`), not the text.
         Err(e) => Some(format!(
             "`url` is not a valid URL ({e}); write an http:// or https:// URL"
         )),

@@ -5,12 +5,13 @@
 //! starts processes or touches the network.
 
 mod declaration;
+mod tree;
 mod watch;
 mod yaml;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -19,6 +20,7 @@ pub use declaration::{
     ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, Endpoint,
     Fingerprint, Risk, ToolFilter, TransportKind, fingerprint,
 };
+pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, ReadRefusal};
 pub use yaml::YamlError;
 
 use crate::authority::CapabilitySet;
@@ -26,7 +28,9 @@ use crate::authority::CapabilitySet;
 /// Default MCP root, relative to the core.
 pub const DEFAULT_MCP_ROOT: &str = "agent/mcp";
 
-/// One problem in one file.
+/// One problem in one file. `field` and `message` never repeat a value of the file
+/// (only plain key names and the loader's own words); `file` is the core author's file
+/// name, escaped when displayed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadError {
     /// The file at fault.
@@ -74,7 +78,13 @@ impl LoadError {
 
 impl fmt::Display for LoadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file.display())?;
+        // The file name is the core author's: shown escaped. Field and message are built
+        // from plain names and our own words only.
+        write!(
+            f,
+            "{}",
+            crate::text::escape(&self.file.display().to_string())
+        )?;
         if let Some(line) = self.line {
             write!(f, ":{line}")?;
         }
@@ -99,8 +109,11 @@ pub struct AgentCore {
     pub mcp_root: String,
     /// `capabilities.defaults` of agent.yaml.
     pub grants: CapabilitySet,
-    /// Every declaration, enabled or not, sorted by file name.
+    /// Every declaration that loaded, enabled or not, sorted by file name.
     pub declarations: Vec<Arc<Declaration>>,
+    /// Declaration files that did not load, in file order: each is a diagnostic of every
+    /// turn, and its neighbours load without it.
+    pub broken: Vec<Arc<Broken>>,
 }
 
 impl AgentCore {
@@ -110,13 +123,30 @@ impl AgentCore {
     }
 }
 
+/// A file of the MCP root that is, or looks like, a declaration and did not load.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broken {
+    /// The file stem (what the server id would have been).
+    pub server_id: String,
+    /// Path relative to the core root.
+    pub path: String,
+    /// What is wrong, each naming the file, field and line.
+    pub errors: Vec<LoadError>,
+    /// sha256 of the bytes read, or of the kind of entry when nothing was read: what the
+    /// evolution review's token binds for a file that does not load.
+    pub digest: Fingerprint,
+}
+
 /// A core as far as it loaded, plus every error found.
 #[derive(Debug, Clone)]
 pub struct LoadReport {
-    /// What loaded; declarations with errors are missing from it.
+    /// What loaded; declarations with errors are in `core.broken`.
     pub core: AgentCore,
-    /// Problems, in file order.
+    /// Every problem, agent.yaml's first, then the declarations' in file order.
     pub errors: Vec<LoadError>,
+    /// Problems of `agent.yaml` itself (and of the MCP root it names): any of them stops
+    /// the core.
+    pub manifest_errors: Vec<LoadError>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -148,7 +178,7 @@ struct RawGrant {
 
 /// What identifies a file's content without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Stamp {
+pub struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
@@ -159,15 +189,21 @@ pub(crate) struct Stamp {
 impl Stamp {
     /// The metadata of `path` (symlinks followed); `None` when it does not exist.
     pub(crate) fn of(path: &Path) -> Option<Stamp> {
+        std::fs::metadata(path)
+            .ok()
+            .map(|m| Stamp::from_metadata(&m))
+    }
+
+    /// The stamp of metadata already read.
+    pub(crate) fn from_metadata(m: &std::fs::Metadata) -> Stamp {
         use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).ok()?;
-        Some(Stamp {
+        Stamp {
             dev: m.dev(),
             ino: m.ino(),
             len: m.len(),
             mtime: (m.mtime(), m.mtime_nsec()),
             ctime: (m.ctime(), m.ctime_nsec()),
-        })
+        }
     }
 
     /// Whether the file last changed at least a full second before now. Filesystem
@@ -183,11 +219,18 @@ impl Stamp {
     }
 }
 
-/// Parsed declarations and manifests by file, reused while their metadata is unchanged.
+/// What reading one declaration file gave: a declaration or why there is none.
+type Parsed = Result<Arc<Declaration>, Arc<Broken>>;
+
+/// What reading `agent.yaml` gave.
+type ManifestRead = Result<Manifest, Vec<LoadError>>;
+
+/// Parsed files reused while their metadata is unchanged. Failures are kept as well as
+/// successes: a hostile file costs its parse once, not once per turn.
 #[derive(Debug, Default)]
 pub struct LoadCache {
-    declarations: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Arc<Declaration>)>>,
-    manifests: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Manifest)>>,
+    declarations: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Parsed)>>,
+    manifests: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, ManifestRead)>>,
     /// Canonical core roots, resolved once per root.
     roots: std::sync::Mutex<BTreeMap<PathBuf, PathBuf>>,
     /// Watches by canonical core root, at most [`MAX_WATCHED_CORES`].
@@ -199,6 +242,9 @@ pub struct LoadCache {
 /// is watched in place of the one watched longest. Without an instance a core is
 /// simply statted on every turn.
 pub const MAX_WATCHED_CORES: usize = 16;
+
+/// Most files a cache keeps per kind; a core that keeps renaming files cannot grow it.
+const MAX_CACHED_FILES: usize = 4096;
 
 impl LoadCache {
     /// An empty cache.
@@ -212,38 +258,47 @@ impl LoadCache {
         }
         let real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
         if let Ok(mut m) = self.roots.lock() {
+            if m.len() >= MAX_CACHED_FILES {
+                m.clear();
+            }
             m.insert(root.to_path_buf(), real.clone());
         }
         real
     }
 
-    fn get(&self, file: &Path, stamp: Stamp, rel: &str) -> Option<Arc<Declaration>> {
+    fn get(&self, file: &Path, stamp: Stamp) -> Option<Parsed> {
         let map = self.declarations.lock().ok()?;
-        let (cached, d) = map.get(file)?;
-        (*cached == stamp && d.path == rel).then(|| Arc::clone(d))
+        let (cached, parsed) = map.get(file)?;
+        (*cached == stamp).then(|| parsed.clone())
     }
 
-    fn put(&self, file: PathBuf, stamp: Stamp, d: Arc<Declaration>) {
+    fn put(&self, file: &Path, stamp: Stamp, parsed: Parsed) {
         if !stamp.settled() {
             return;
         }
         if let Ok(mut map) = self.declarations.lock() {
-            map.insert(file, (stamp, d));
+            if map.len() >= MAX_CACHED_FILES {
+                map.clear();
+            }
+            map.insert(file.to_path_buf(), (stamp, parsed));
         }
     }
 
-    fn manifest(&self, file: &Path, stamp: Stamp) -> Option<Manifest> {
+    fn manifest(&self, file: &Path, stamp: Stamp) -> Option<ManifestRead> {
         let map = self.manifests.lock().ok()?;
         map.get(file)
             .filter(|(s, _)| *s == stamp)
             .map(|(_, m)| m.clone())
     }
 
-    fn put_manifest(&self, file: &Path, stamp: Stamp, m: Manifest) {
+    fn put_manifest(&self, file: &Path, stamp: Stamp, m: ManifestRead) {
         if !stamp.settled() {
             return;
         }
         if let Ok(mut map) = self.manifests.lock() {
+            if map.len() >= MAX_CACHED_FILES {
+                map.clear();
+            }
             map.insert(file.to_path_buf(), (stamp, m));
         }
     }
@@ -258,6 +313,9 @@ pub struct Manifest {
     pub grants: BTreeSet<String>,
 }
 
+/// Largest `agent.yaml` or declaration read; a larger file is refused before it is read.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
 /// Parses the text of `agent.yaml`; problems are added to `errors` and the rest kept.
 pub fn parse_manifest(text: &str, file: &Path, errors: &mut Vec<LoadError>) -> Manifest {
     let raw: RawManifest = yaml::parse(text).unwrap_or_else(|e| {
@@ -267,11 +325,15 @@ pub fn parse_manifest(text: &str, file: &Path, errors: &mut Vec<LoadError>) -> M
     let mut grants = BTreeSet::new();
     for (name, grant) in raw.capabilities.unwrap_or_default().defaults {
         if grant.scope != "core" {
+            let field = format!(
+                "capabilities.defaults.{}.scope",
+                crate::text::plain_name(&name, "<name>")
+            );
             errors.push(LoadError::new(
                 file,
-                Some(&format!("capabilities.defaults.{name}.scope")),
+                Some(&field),
                 None,
-                format!("unknown scope `{}`; the only scope is `core`", grant.scope),
+                "unknown scope; the only scope is `core`".into(),
             ));
         } else {
             grants.insert(name);
@@ -283,17 +345,19 @@ pub fn parse_manifest(text: &str, file: &Path, errors: &mut Vec<LoadError>) -> M
     }
 }
 
-/// Loads a core, failing on the first file with errors reported all together.
+/// Loads a core as the runtime does: an `agent.yaml` with errors stops it; a declaration
+/// with errors is left out and kept in [`AgentCore::broken`].
 ///
 /// # Errors
-/// [`CoreErrors`] with every problem found (file, field, line, fix).
+/// [`CoreErrors`] with every problem found when `agent.yaml` does not load.
 pub fn load(root: &Path) -> Result<AgentCore, CoreErrors> {
     finish(load_report(root))
 }
 
 /// Loads a core and collects every error instead of stopping at the first.
 pub fn load_report(root: &Path) -> LoadReport {
-    load_report_with(root, None)
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
+    read_revision(&FsTree::new(&root), &root, None)
 }
 
 /// [`load`] for warm turns. While an inotify watch set up before the last load has seen
@@ -317,7 +381,7 @@ pub fn load_cached(root: &Path, cache: &LoadCache) -> Result<Arc<AgentCore>, Cor
     };
     // Set up before loading: a change made during the load is an event for the next.
     let watch = watch::CoreWatch::start(&root, &mcp_root);
-    let report = load_report_with(&root, Some(cache));
+    let report = read_revision(&FsTree::new(&root), &root, Some(cache));
     let Ok(mut watches) = cache.watches.lock() else {
         return finish(report).map(Arc::new);
     };
@@ -339,208 +403,348 @@ pub fn load_cached(root: &Path, cache: &LoadCache) -> Result<Arc<AgentCore>, Cor
 }
 
 fn finish(report: LoadReport) -> Result<AgentCore, CoreErrors> {
-    if report.errors.is_empty() {
+    if report.manifest_errors.is_empty() {
         Ok(report.core)
     } else {
         Err(CoreErrors(report.errors))
     }
 }
 
-fn load_report_with(root: &Path, cache: Option<&LoadCache>) -> LoadReport {
-    let mut errors = Vec::new();
-    let root = match cache {
-        Some(c) => c.canonical(root),
-        None => root.canonicalize().unwrap_or_else(|_| root.to_path_buf()),
+/// The declarations of one revision of a core: the single definition that the loader
+/// (a checkout on disk) and the evolution review (a commit) share, so what a review
+/// shows is what the runtime loads.
+///
+/// - `agent.yaml` must be a regular file (no symlink, FIFO or directory), at most
+///   [`MAX_FILE_BYTES`]; any problem with it stops the core.
+/// - The MCP root (`agent/mcp`, or `slots.mcp`) is a relative path without `..` whose
+///   every component is a real directory: a symlink on the way is refused, so the root
+///   never leaves the core. A root that does not exist holds no declarations.
+/// - Declarations are the entries of the MCP root named `<id>.yaml` or `<id>.yml`
+///   (lowercase extensions), sorted by name; hidden files are not read. Each must be a
+///   regular file at most [`MAX_FILE_BYTES`]; anything else with such a name (a
+///   symlink, directory, FIFO, submodule) or an upper-case extension is a broken
+///   declaration, reported and never followed. Two ids that differ only in case are
+///   refused for the later file, as on a case-insensitive checkout they are one file.
+///
+/// `shown_root` is the path error messages start from. With a `cache`, files are parsed
+/// again only when their metadata changed, failures included.
+pub fn read_revision(
+    tree: &dyn CoreTree,
+    shown_root: &Path,
+    cache: Option<&LoadCache>,
+) -> LoadReport {
+    let manifest_path = tree.display("agent.yaml");
+    let mut manifest_errors = Vec::new();
+    let manifest = read_manifest(tree, &manifest_path, cache).unwrap_or_else(|errors| {
+        manifest_errors = errors;
+        Manifest::default()
+    });
+    let mcp_root = match mcp_root_of(tree, manifest.mcp_slot.as_deref()) {
+        Ok(root) => root,
+        Err(message) => {
+            let field = manifest.mcp_slot.as_ref().map(|_| "slots.mcp");
+            manifest_errors.push(LoadError::new(&manifest_path, field, None, message));
+            None
+        }
     };
-    let manifest_path = root.join("agent.yaml");
-    // Stamp before reading: a write racing the read then misses the cache next time.
-    let manifest_stamp = cache.and_then(|_| Stamp::of(&manifest_path));
-    let cached_manifest = cache
-        .zip(manifest_stamp)
-        .and_then(|(c, st)| c.manifest(&manifest_path, st));
-    let manifest = match cached_manifest {
-        Some(m) => m,
-        None => match std::fs::read_to_string(&manifest_path) {
-            Ok(text) => {
-                let before = errors.len();
-                let m = parse_manifest(&text, &manifest_path, &mut errors);
-                if let (Some(c), Some(st)) = (cache, manifest_stamp)
-                    && errors.len() == before
-                {
-                    c.put_manifest(&manifest_path, st, m.clone());
-                }
-                m
-            }
-            Err(e) => {
-                errors.push(LoadError::new(
-                    &manifest_path,
-                    None,
-                    None,
-                    format!(
-                        "cannot read agent.yaml ({e}); run in an Agent Core or pass --core DIR"
-                    ),
-                ));
-                Manifest::default()
-            }
-        },
+    let mut errors = manifest_errors.clone();
+    let (declarations, broken) = match &mcp_root {
+        Some(dir) => read_declarations(tree, dir, cache),
+        None => (Vec::new(), Vec::new()),
     };
-    let grants = manifest.grants;
-    let mcp_root = match manifest.mcp_slot {
-        None => DEFAULT_MCP_ROOT.to_string(),
-        Some(slot) => match inside_core(&root, &slot) {
-            Some(rel) => rel,
-            None => {
-                errors.push(LoadError::new(
-                    &manifest_path,
-                    Some("slots.mcp"),
-                    None,
-                    format!("`{slot}` leaves the agent core; use a relative path inside it"),
-                ));
-                DEFAULT_MCP_ROOT.to_string()
-            }
-        },
-    };
-
-    let declarations = load_declarations(&root, &mcp_root, &mut errors, cache);
+    errors.extend(broken.iter().flat_map(|b| b.errors.iter().cloned()));
     LoadReport {
         core: AgentCore {
-            root,
-            mcp_root,
-            grants: CapabilitySet::new(grants),
+            root: shown_root.to_path_buf(),
+            mcp_root: mcp_root.unwrap_or_else(|| DEFAULT_MCP_ROOT.to_string()),
+            grants: CapabilitySet::new(manifest.grants),
             declarations,
+            broken,
         },
         errors,
+        manifest_errors,
     }
 }
 
-/// `slot` relative to `root`, normalized, if it stays inside (symlinks followed when the
-/// directory exists).
-fn inside_core(root: &Path, slot: &str) -> Option<String> {
-    let candidate = Path::new(slot);
-    if candidate.is_absolute() {
-        return None;
+fn read_manifest(tree: &dyn CoreTree, shown: &Path, cache: Option<&LoadCache>) -> ManifestRead {
+    let refused = |message: String| vec![LoadError::new(shown, None, None, message)];
+    let stamp = match tree.kind("agent.yaml") {
+        EntryKind::File { stamp, .. } => stamp,
+        EntryKind::Missing => {
+            return Err(refused(
+                "there is no agent.yaml; run in an Agent Core or pass --core DIR".into(),
+            ));
+        }
+        other => {
+            return Err(refused(format!(
+                "agent.yaml is {}; it must be a regular file in the core",
+                other.describe()
+            )));
+        }
+    };
+    if let (Some(c), Some(st)) = (cache, stamp)
+        && let Some(known) = c.manifest(shown, st)
+    {
+        return known;
     }
-    let mut parts: Vec<String> = Vec::new();
-    for component in candidate.components() {
-        match component {
-            Component::Normal(p) => parts.push(p.to_string_lossy().into_owned()),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                parts.pop()?;
+    let parsed = match tree.read("agent.yaml", MAX_FILE_BYTES) {
+        Ok(bytes) => {
+            let mut errors = Vec::new();
+            let m = parse_manifest(&String::from_utf8_lossy(&bytes), shown, &mut errors);
+            if errors.is_empty() {
+                Ok(m)
+            } else {
+                Err(errors)
             }
-            _ => return None,
+        }
+        Err(refusal) => Err(refused(refusal_message("agent.yaml", &refusal))),
+    };
+    if let (Some(c), Some(st)) = (cache, stamp) {
+        c.put_manifest(shown, st, parsed.clone());
+    }
+    parsed
+}
+
+fn refusal_message(what: &str, refusal: &ReadRefusal) -> String {
+    match refusal {
+        ReadRefusal::NotAFile(kind) => {
+            format!("{what} is {}; it must be a regular file", kind.describe())
+        }
+        ReadRefusal::TooLarge { max } => format!(
+            "{what} is larger than {} KiB; a declaration needs a few hundred bytes",
+            max / 1024
+        ),
+        ReadRefusal::Io(e) => format!("cannot read {what} ({e})"),
+    }
+}
+
+/// The MCP root named by `slot` (the default when `None`), checked on `tree`: `None`
+/// when it does not exist (no declarations), an error message when it is not acceptable.
+fn mcp_root_of(tree: &dyn CoreTree, slot: Option<&str>) -> Result<Option<String>, String> {
+    let root = match slot {
+        None => DEFAULT_MCP_ROOT.to_string(),
+        Some(slot) => {
+            if slot.chars().any(crate::text::is_unsafe) {
+                return Err(
+                    "the MCP root contains control characters; write a plain relative path".into(),
+                );
+            }
+            if slot.starts_with('/') {
+                return Err(
+                    "the MCP root must be a path relative to the core, not absolute".into(),
+                );
+            }
+            let parts: Vec<&str> = slot
+                .split('/')
+                .filter(|p| !p.is_empty() && *p != ".")
+                .collect();
+            if parts.contains(&"..") {
+                return Err(
+                    "the MCP root may not contain `..`; write the path inside the core without it"
+                        .into(),
+                );
+            }
+            if parts.is_empty() {
+                return Err(
+                    "the MCP root must be a directory below the core root, such as `agent/mcp`"
+                        .into(),
+                );
+            }
+            parts.join("/")
+        }
+    };
+    let mut walked = String::new();
+    for part in root.split('/') {
+        walked = tree::join(&walked, part);
+        match tree.kind(&walked) {
+            EntryKind::Dir => {}
+            EntryKind::Missing => return Ok(None),
+            other => {
+                return Err(format!(
+                    "`{}` on the way to the MCP root is {}; the MCP root must be a real directory inside the core",
+                    crate::text::escape(&walked),
+                    other.describe()
+                ));
+            }
         }
     }
-    let joined = root.join(parts.join("/"));
-    if let Ok(real) = joined.canonicalize()
-        && !real.starts_with(root)
-    {
-        return None;
-    }
-    Some(if parts.is_empty() {
-        ".".into()
-    } else {
-        parts.join("/")
-    })
+    Ok(Some(root))
 }
 
-fn load_declarations(
-    root: &Path,
-    mcp_root: &str,
-    errors: &mut Vec<LoadError>,
-    cache: Option<&LoadCache>,
-) -> Vec<Arc<Declaration>> {
-    let dir = root.join(mcp_root);
-    let mut files: Vec<PathBuf> = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries
-            .filter_map(Result::ok)
-            .filter(|e| {
-                let p = e.path();
-                // The entry's own type needs no syscall; only symlinks are followed.
-                let is_file = match e.file_type() {
-                    Ok(t) if t.is_symlink() => p.is_file(),
-                    Ok(t) => t.is_file(),
-                    Err(_) => false,
-                };
-                is_file && matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"))
-            })
-            .map(|e| e.path())
-            .collect(),
-        Err(_) => return Vec::new(),
-    };
-    files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+/// `.yaml` or `.yml` when `name` ends with one (in any case), with whether it is the
+/// lowercase spelling the loader accepts.
+pub(crate) fn declaration_extension(name: &str) -> Option<(&str, bool)> {
+    let lower = name.to_ascii_lowercase();
+    for ext in [".yaml", ".yml"] {
+        if lower.ends_with(ext) && name.len() > ext.len() {
+            let stem = &name[..name.len() - ext.len()];
+            return Some((stem, name.ends_with(ext)));
+        }
+    }
+    None
+}
 
-    let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
-    let mut out = Vec::new();
-    for file in files {
-        let Some(server_id) = file
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .map(str::to_string)
-        else {
-            errors.push(LoadError::new(
-                &file,
-                None,
-                None,
-                "the file name is not valid UTF-8; rename it".into(),
-            ));
+/// What makes a file stem unusable as a server id, if anything.
+fn server_id_problem(id: &str) -> Option<&'static str> {
+    if id.chars().any(crate::text::is_unsafe) {
+        Some("the file name contains control or invisible characters; rename it to plain text")
+    } else if id.trim() != id || id.is_empty() {
+        Some("the file name starts or ends with spaces; rename it")
+    } else {
+        None
+    }
+}
+
+fn read_declarations(
+    tree: &dyn CoreTree,
+    dir: &str,
+    cache: Option<&LoadCache>,
+) -> (Vec<Arc<Declaration>>, Vec<Arc<Broken>>) {
+    let mut declarations = Vec::new();
+    let mut broken = Vec::new();
+    let Ok(entries) = tree.list(dir) else {
+        return (declarations, broken);
+    };
+    let mut entries: Vec<(String, EntryKind)> = entries
+        .into_iter()
+        .filter_map(|(name, kind)| match name {
+            Ok(name) => Some((name, kind)),
+            Err(lossy) => {
+                let rel = tree::join(dir, &lossy);
+                broken.push(Arc::new(broken_entry(
+                    tree,
+                    &rel,
+                    lossy,
+                    "the file name is not valid UTF-8; rename it".into(),
+                    format!("invalid-name:{rel}").as_bytes(),
+                )));
+                None
+            }
+        })
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+
+    let mut seen: HashMap<String, String> = HashMap::new();
+    for (name, kind) in entries {
+        if name.starts_with('.') {
+            continue;
+        }
+        let Some((stem, lowercase)) = declaration_extension(&name) else {
             continue;
         };
-        if let Some(first) = seen.get(&server_id) {
-            errors.push(LoadError::new(
-                &file,
-                None,
-                None,
-                format!(
-                    "server id `{server_id}` is declared twice ({} and {}); rename or remove one",
-                    first.display(),
-                    file.display()
-                ),
+        let rel = tree::join(dir, &name);
+        let id = stem.to_string();
+        let refuse = |message: String, what: &str| {
+            Arc::new(broken_entry(
+                tree,
+                &rel,
+                id.clone(),
+                message,
+                format!("{what}:{rel}").as_bytes(),
+            ))
+        };
+        if !lowercase {
+            broken.push(refuse(
+                "declaration files end in lowercase `.yaml` or `.yml`; rename the file".into(),
+                "extension",
             ));
             continue;
         }
-        seen.insert(server_id.clone(), file.clone());
-        let rel = format!(
-            "{mcp_root}/{}",
-            file.file_name().unwrap_or_default().to_string_lossy()
-        );
-        let rel = rel.trim_start_matches("./").to_string();
-        let stamp = cache.and_then(|_| Stamp::of(&file));
-        if let (Some(cache), Some(stamp)) = (cache, stamp)
-            && let Some(d) = cache.get(&file, stamp, &rel)
-        {
-            out.push(d);
+        if let Some(problem) = server_id_problem(&id) {
+            broken.push(refuse(problem.into(), "name"));
             continue;
         }
-        match parse_declaration(&file, server_id, rel) {
-            Ok(d) => {
-                let d = Arc::new(d);
-                if let (Some(cache), Some(stamp)) = (cache, stamp) {
-                    cache.put(file, stamp, Arc::clone(&d));
-                }
-                out.push(d);
+        let stamp = match kind {
+            EntryKind::File { stamp, .. } => stamp,
+            other => {
+                broken.push(refuse(
+                    format!(
+                        "this declaration is {}; only regular files are read (commit the declaration itself, not a link to it)",
+                        other.describe()
+                    ),
+                    other.describe(),
+                ));
+                continue;
             }
-            Err(mut e) => errors.append(&mut e),
+        };
+        if let Some(first) = seen.get(&id.to_lowercase()) {
+            let same = if first == &rel {
+                ""
+            } else {
+                " (in a case-insensitive comparison)"
+            };
+            broken.push(refuse(
+                format!(
+                    "server id `{}` is declared twice{same} ({} and {}); rename or remove one",
+                    crate::text::escape(&id),
+                    crate::text::escape(first),
+                    crate::text::escape(&rel),
+                ),
+                "duplicate",
+            ));
+            continue;
+        }
+        seen.insert(id.to_lowercase(), rel.clone());
+        let file = tree.display(&rel);
+        let parsed = match (cache, stamp) {
+            (Some(c), Some(st)) => c.get(&file, st),
+            _ => None,
+        };
+        let parsed = parsed.unwrap_or_else(|| {
+            let parsed = parse_declaration(tree, &rel, &id, &file);
+            if let (Some(c), Some(st)) = (cache, stamp) {
+                c.put(&file, st, parsed.clone());
+            }
+            parsed
+        });
+        match parsed {
+            Ok(d) => declarations.push(d),
+            Err(b) => broken.push(b),
         }
     }
-    out
+    (declarations, broken)
+}
+
+fn broken_entry(
+    tree: &dyn CoreTree,
+    rel: &str,
+    server_id: String,
+    message: String,
+    identity: &[u8],
+) -> Broken {
+    Broken {
+        server_id,
+        path: rel.to_string(),
+        errors: vec![LoadError::new(&tree.display(rel), None, None, message)],
+        digest: Fingerprint::of(identity),
+    }
 }
 
 /// Reads and validates one declaration file.
-fn parse_declaration(
-    file: &Path,
-    server_id: String,
-    rel: String,
-) -> Result<Declaration, Vec<LoadError>> {
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        vec![LoadError::new(
-            file,
-            None,
-            None,
-            format!("cannot read the file ({e})"),
-        )]
-    })?;
-    parse_declaration_text(&text, server_id, rel, file)
+fn parse_declaration(tree: &dyn CoreTree, rel: &str, id: &str, file: &Path) -> Parsed {
+    let bytes = match tree.read(rel, MAX_FILE_BYTES) {
+        Ok(bytes) => bytes,
+        Err(refusal) => {
+            return Err(Arc::new(broken_entry(
+                tree,
+                rel,
+                id.to_string(),
+                refusal_message("the declaration", &refusal),
+                format!("unreadable:{rel}").as_bytes(),
+            )));
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    parse_declaration_text(&text, id.to_string(), rel.to_string(), file)
+        .map(Arc::new)
+        .map_err(|errors| {
+            Arc::new(Broken {
+                server_id: id.to_string(),
+                path: rel.to_string(),
+                errors,
+                digest: Fingerprint::of(&bytes),
+            })
+        })
 }
 
 /// Validates the text of one declaration. `rel` is its path relative to the core, `file`

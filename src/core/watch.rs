@@ -7,11 +7,12 @@
 //! read finds no event, nothing in those directories was created, written, renamed,
 //! removed or changed in mode since, and that load is reused as it is.
 //!
-//! Whatever inotify cannot vouch for goes back to the stat path of the loader: a
-//! declaration or `agent.yaml` that is a symlink (a change to its target is no event
-//! here), any event at all (the watch is then spent), an overflowed queue, a watch that
-//! could not be set up, and, to bound what a filesystem without local notifications
-//! (NFS, FUSE) could hide, any watch older than [`REVALIDATE`].
+//! Whatever inotify cannot vouch for goes back to the stat path of the loader: any
+//! event at all (the watch is then spent), an overflowed queue, a watch that could not
+//! be set up, and, to bound what a filesystem without local notifications (NFS, FUSE)
+//! could hide, any watch older than [`REVALIDATE`]. Symlinks need no special case: the
+//! loader never follows one (a symlinked file is a broken declaration whatever it points
+//! to), so every byte a load depends on lives in a watched directory.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -30,8 +31,7 @@ pub(super) struct CoreWatch {
     inotify: Inotify,
     /// The MCP root the watched directories lead to.
     mcp_root: String,
-    /// The load made after the watch was set up; `None` until then, or when it cannot
-    /// be vouched for (a symlinked file).
+    /// The load made after the watch was set up; `None` until then.
     core: Option<Arc<AgentCore>>,
     since: Instant,
 }
@@ -68,13 +68,10 @@ impl CoreWatch {
         })
     }
 
-    /// Keeps `core` as the load this watch vouches for, unless one of its files is a
-    /// symlink or it was loaded for another MCP root (`slots.mcp` changed: the next
-    /// watch then leads to the new one).
+    /// Keeps `core` as the load this watch vouches for, unless it was loaded for another
+    /// MCP root (`slots.mcp` changed: the next watch then leads to the new one).
     pub(super) fn vouch(&mut self, core: &Arc<AgentCore>) {
-        let mut files = std::iter::once(core.root.join("agent.yaml"))
-            .chain(core.declarations.iter().map(|d| d.file.clone()));
-        if core.mcp_root == self.mcp_root && !files.any(|f| is_symlink(&f)) {
+        if core.mcp_root == self.mcp_root {
             self.core = Some(Arc::clone(core));
         }
         self.mcp_root.clone_from(&core.mcp_root);
@@ -102,8 +99,4 @@ impl CoreWatch {
     pub(super) fn mcp_root(&self) -> &str {
         &self.mcp_root
     }
-}
-
-fn is_symlink(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).map_or(true, |m| m.file_type().is_symlink())
 }

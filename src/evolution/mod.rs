@@ -25,7 +25,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::authority::{ConnectPreview, HostPolicy};
-use crate::core::{self, Declaration, Endpoint, Fingerprint};
+use crate::core::{self, CoreTree, Declaration, Endpoint, Fingerprint};
 
 /// The live revision.
 pub const LIVE_REF: &str = "refs/demiurge/live";
@@ -143,15 +143,6 @@ impl CoreRepo {
         }
     }
 
-    fn blob_at(&self, tree: &gix::Tree<'_>, rel: &Path) -> Result<Option<Vec<u8>>, EvolutionError> {
-        match tree.lookup_entry_by_path(rel).map_err(git)? {
-            Some(entry) if entry.mode().is_blob() => {
-                Ok(Some(entry.object().map_err(git)?.detach().data))
-            }
-            _ => Ok(None),
-        }
-    }
-
     fn snapshot(&self, commit: Option<ObjectId>) -> Result<Snapshot, EvolutionError> {
         let Some(commit) = commit else {
             return Ok(Snapshot {
@@ -165,66 +156,60 @@ impl CoreRepo {
             .map_err(git)?
             .tree()
             .map_err(git)?;
-        let mut errors = Vec::new();
-        let manifest_path = self.core_rel.join("agent.yaml");
-        let manifest = match self.blob_at(&tree, &manifest_path)? {
-            Some(bytes) => core::parse_manifest(
-                &String::from_utf8_lossy(&bytes),
-                Path::new("agent.yaml"),
-                &mut errors,
-            ),
-            None => core::Manifest::default(),
+        let files = GitTree {
+            repo: &self.repo,
+            tree,
+            core_rel: &self.core_rel,
         };
-        let mcp_root = manifest
-            .mcp_slot
-            .map(|s| s.trim_start_matches("./").trim_end_matches('/').to_string())
-            .unwrap_or_else(|| core::DEFAULT_MCP_ROOT.to_string());
-        let grants = manifest
-            .grants
-            .into_iter()
-            .filter(|g| g.starts_with("mcp."))
-            .collect();
+        // The very function the loader uses on a checkout: one definition of what a
+        // revision declares.
+        let report = core::read_revision(&files, Path::new(""), None);
         let mut declarations = BTreeMap::new();
-        if let Some(entry) = tree
-            .lookup_entry_by_path(self.core_rel.join(&mcp_root))
-            .map_err(git)?
-            && entry.mode().is_tree()
-        {
-            let dir = entry.object().map_err(git)?.into_tree();
-            for item in dir.iter() {
-                let item = item.map_err(git)?;
-                let name = item.filename().to_string();
-                let Some(stem) = name
-                    .strip_suffix(".yaml")
-                    .or_else(|| name.strip_suffix(".yml"))
-                else {
-                    continue;
-                };
-                if !item.mode().is_blob() {
-                    continue;
-                }
-                let bytes = item.object().map_err(git)?.detach().data;
-                let text = String::from_utf8_lossy(&bytes).into_owned();
-                let rel = format!("{mcp_root}/{name}");
-                let found = match core::parse_declaration_text(
-                    &text,
-                    stem.to_string(),
-                    rel.clone(),
-                    Path::new(&rel),
-                ) {
-                    Ok(d) => Found::Valid {
-                        declaration: Box::new(d),
-                    },
-                    Err(errs) => Found::Invalid {
-                        errors: errs.iter().map(ToString::to_string).collect(),
-                        digest: Fingerprint::of(&bytes),
-                    },
-                };
-                declarations.insert(rel, found);
-            }
+        if !report.manifest_errors.is_empty() {
+            // A broken agent.yaml stops the core: the runtime loads no server at all, so
+            // the review shows none, only what is wrong with agent.yaml.
+            let digest = match files.read("agent.yaml", core::MAX_FILE_BYTES) {
+                Ok(bytes) => Fingerprint::of(&bytes),
+                Err(_) => Fingerprint::of(files.kind("agent.yaml").describe().as_bytes()),
+            };
+            let errors = report
+                .manifest_errors
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            declarations.insert("agent.yaml".to_string(), Found::Invalid { errors, digest });
+            return Ok(Snapshot {
+                mcp_root: report.core.mcp_root,
+                grants: BTreeSet::new(),
+                declarations,
+            });
         }
+        for d in &report.core.declarations {
+            declarations.insert(
+                d.path.clone(),
+                Found::Valid {
+                    declaration: Box::new(d.as_ref().clone()),
+                },
+            );
+        }
+        for b in &report.core.broken {
+            declarations.insert(
+                b.path.clone(),
+                Found::Invalid {
+                    errors: b.errors.iter().map(ToString::to_string).collect(),
+                    digest: b.digest,
+                },
+            );
+        }
+        let grants = report
+            .core
+            .grants
+            .names()
+            .filter(|g| g.starts_with("mcp."))
+            .map(str::to_string)
+            .collect();
         Ok(Snapshot {
-            mcp_root,
+            mcp_root: report.core.mcp_root,
             grants,
             declarations,
         })
@@ -338,6 +323,83 @@ impl CoreRepo {
             previous: live.map(|l| l.to_string()),
             review,
         })
+    }
+}
+
+/// One commit of the core's repository, read like a checkout (see
+/// [`core::read_revision`]). Tree entries carry their kind: a symlink is a `120000`
+/// entry (never followed), a submodule a commit entry.
+struct GitTree<'r> {
+    repo: &'r gix::Repository,
+    tree: gix::Tree<'r>,
+    core_rel: &'r Path,
+}
+
+impl GitTree<'_> {
+    fn kind_of(&self, mode: gix::object::tree::EntryMode, id: ObjectId) -> core::EntryKind {
+        if mode.is_blob() {
+            let len = self.repo.find_header(id).map_or(u64::MAX, |h| h.size());
+            core::EntryKind::File { len, stamp: None }
+        } else if mode.is_tree() {
+            core::EntryKind::Dir
+        } else if mode.is_link() {
+            core::EntryKind::Symlink
+        } else {
+            core::EntryKind::Other("a git submodule")
+        }
+    }
+
+    fn lookup(&self, rel: &str) -> Option<gix::object::tree::Entry<'_>> {
+        self.tree
+            .lookup_entry_by_path(self.core_rel.join(rel))
+            .ok()
+            .flatten()
+    }
+}
+
+impl core::CoreTree for GitTree<'_> {
+    fn kind(&self, rel: &str) -> core::EntryKind {
+        match self.lookup(rel) {
+            Some(entry) => self.kind_of(entry.mode(), entry.object_id()),
+            None => core::EntryKind::Missing,
+        }
+    }
+
+    fn list(&self, rel: &str) -> Result<Vec<(Result<String, String>, core::EntryKind)>, String> {
+        let entry = self.lookup(rel).ok_or("not in this commit")?;
+        if !entry.mode().is_tree() {
+            return Err("not a directory".into());
+        }
+        let dir = entry.object().map_err(|e| e.to_string())?.into_tree();
+        let mut out = Vec::new();
+        for item in dir.iter() {
+            let item = item.map_err(|e| e.to_string())?;
+            let name = std::str::from_utf8(item.filename())
+                .map(str::to_string)
+                .map_err(|_| String::from_utf8_lossy(item.filename()).into_owned());
+            out.push((name, self.kind_of(item.mode(), item.oid().to_owned())));
+        }
+        Ok(out)
+    }
+
+    fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, core::ReadRefusal> {
+        let entry = self
+            .lookup(rel)
+            .ok_or(core::ReadRefusal::NotAFile(core::EntryKind::Missing))?;
+        match self.kind_of(entry.mode(), entry.object_id()) {
+            core::EntryKind::File { len, .. } if len > max => {
+                Err(core::ReadRefusal::TooLarge { max })
+            }
+            core::EntryKind::File { .. } => entry
+                .object()
+                .map(|o| o.detach().data)
+                .map_err(|e| core::ReadRefusal::Io(e.to_string())),
+            other => Err(core::ReadRefusal::NotAFile(other)),
+        }
+    }
+
+    fn display(&self, rel: &str) -> PathBuf {
+        PathBuf::from(rel)
     }
 }
 
@@ -698,16 +760,19 @@ impl Review {
         if self.changes.is_empty() {
             out.push_str("no MCP changes\n");
         }
+        // Paths, details and previews carry what the core's author wrote: each is
+        // escaped so no file name or command can rewrite what the reviewer reads.
+        use crate::text::escape as e;
         for c in &self.changes {
-            out.push_str(&format!("\n{} {}\n", c.change, c.path));
+            out.push_str(&format!("\n{} {}\n", c.change, e(&c.path)));
             for d in &c.details {
-                out.push_str(&format!("  - {d}\n"));
+                out.push_str(&format!("  - {}\n", e(d)));
             }
             if let Some(a) = c.after.as_ref().or(c.before.as_ref()) {
                 out.push_str(&format!(
                     "  {}: {}\n",
                     if c.after.is_some() { "after" } else { "before" },
-                    a
+                    e(&a.to_string())
                 ));
             }
         }

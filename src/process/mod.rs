@@ -138,12 +138,14 @@ pub fn child_environment(
     env
 }
 
-/// Creates `dir` (and parents) and makes it 0700 whatever the umask. A symlink at `dir`
-/// is refused.
+/// Creates `dir` and makes it 0700 whatever the umask; every parent it has to create is
+/// created 0700 too (parents that exist are left as they are). A symlink at `dir` is
+/// refused.
 ///
 /// # Errors
 /// IO errors, or `InvalidInput` for a symlink.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
     if let Ok(meta) = std::fs::symlink_metadata(dir)
         && meta.file_type().is_symlink()
     {
@@ -152,7 +154,10 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
             format!("{} is a symlink; refusing to use it", dir.display()),
         ));
     }
-    std::fs::create_dir_all(dir)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 

@@ -299,3 +299,30 @@ pub async fn pid_of(catalog: &demiurge_mcp::TurnCatalog, whoami: &str) -> u32 {
 pub fn names(catalog: &demiurge_mcp::TurnCatalog) -> Vec<String> {
     catalog.tools().iter().map(|t| t.name.clone()).collect()
 }
+
+/// Runs git in `dir` with a private configuration; panics on failure.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=test",
+            "-c",
+            "user.email=test@example.invalid",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
