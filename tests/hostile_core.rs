@@ -523,3 +523,74 @@ fn hostile_file_names_reach_no_terminal_raw() {
     assert!(out.contains("docs\\u{1b}[8m.yaml"), "{out}");
     assert!(out.contains("nl\\u{a}x.yaml"), "{out}");
 }
+
+#[tokio::test]
+async fn a_home_inside_the_workspace_or_core_is_refused() {
+    let core = Core::new().grant_servers(&["d"]).server("d", &demo(""));
+    let workspace = tempfile::tempdir().unwrap();
+    for home in [core.root().join(".demiurge"), workspace.path().join("h")] {
+        let h = common::harness_with(Recorder::allow(), |mut c| {
+            c.home = home.clone();
+            c
+        })
+        .await;
+        let mut spec = core.spec();
+        spec.workspace = Some(workspace.path().to_path_buf());
+        let refused = h.runtime.start_session(spec).await.unwrap_err();
+        assert!(
+            matches!(refused, demiurge_mcp::RuntimeError::HomeInsideWorkspace(_)),
+            "{refused}"
+        );
+        h.finish().await;
+    }
+}
+
+#[test]
+fn a_relative_home_is_made_absolute_for_the_servers() {
+    let core = Core::new().grant_servers(&["d"]);
+    let marker = core.root().join("home-seen");
+    core.write(
+        "d",
+        &common::shell(
+            &format!(
+                "echo \"$HOME\" > '{}'; exec '{}' demo-server",
+                marker.display(),
+                exe()
+            ),
+            "",
+        ),
+    );
+    let cwd = tempfile::tempdir().unwrap();
+    let out = Command::new(exe())
+        .args(["--yes", "tools", "--home", "relative-home", "--core"])
+        .arg(core.root())
+        .current_dir(cwd.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen = std::fs::read_to_string(&marker).unwrap();
+    let expected = cwd
+        .path()
+        .canonicalize()
+        .unwrap()
+        .join("relative-home/mcp-home");
+    assert_eq!(Path::new(seen.trim()).canonicalize().unwrap(), expected);
+    assert!(Path::new(seen.trim()).is_absolute());
+    // The same relative home, run from inside the core, is refused.
+    let out = Command::new(exe())
+        .args(["--yes", "tools", "--home", ".demiurge", "--core", "."])
+        .current_dir(core.root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("inside the workspace or the agent core"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -5,7 +5,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use common::{Core, Recorder, demo, harness};
+use common::{Core, Recorder, demo, harness_with};
 use nix::sys::stat::{Mode, umask};
 use serde_json::json;
 
@@ -19,7 +19,14 @@ async fn private_files_and_directories_ignore_a_permissive_umask() {
     let core = Core::new()
         .grant_servers(&["d"])
         .server("d", &demo("approval_policy: auto\n"));
-    let h = harness(Recorder::allow()).await;
+    // A home that does not exist yet: every directory the runtime creates is private.
+    let fresh = tempfile::tempdir().unwrap();
+    let fresh_home = fresh.path().join("new/home");
+    let h = harness_with(Recorder::allow(), |mut c| {
+        c.home = fresh_home.clone();
+        c
+    })
+    .await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
     catalog
@@ -27,7 +34,10 @@ async fn private_files_and_directories_ignore_a_permissive_umask() {
         .await
         .unwrap();
     h.finish().await;
-    let home = h.home.path();
+    let home = fresh_home.as_path();
+    assert_eq!(mode(home), 0o700);
+    assert_eq!(mode(&home.join("runtime")), 0o700);
+    assert_eq!(mode(&fresh.path().join("new")), 0o700);
     assert_eq!(mode(&home.join("mcp-home")), 0o700);
     assert_eq!(mode(&home.join("logs")), 0o700);
     assert_eq!(mode(&home.join("logs/mcp-stderr.log")), 0o600);

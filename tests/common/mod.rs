@@ -235,7 +235,7 @@ impl Harness {
     /// grandchildren carry `HOME=<home>/mcp-home`) is still alive.
     pub async fn finish(&self) {
         self.runtime.shutdown().await;
-        let marker = format!("HOME={}", self.home.path().join("mcp-home").display());
+        let marker = format!("HOME={}", self.runtime.home().join("mcp-home").display());
         let mut leaked = Vec::new();
         let clean = eventually(Duration::from_secs(5), || {
             leaked = processes_with_env(&marker);
