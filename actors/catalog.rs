@@ -506,17 +506,15 @@ impl CatalogState {
                                 pid,
                                 tools_listed: listed.tools.len(),
                             });
+                            let (tools, notes) =
+                                shape_listing(listed, &redactor, &self.shared.schemas);
                             self.live.insert(
                                 declaration.server_id.clone(),
                                 Live {
                                     actor,
                                     declaration,
-                                    notes: listing_notes(&listed),
-                                    tools: prepared_tools(
-                                        listed.tools,
-                                        &redactor,
-                                        &self.shared.schemas,
-                                    ),
+                                    notes,
+                                    tools,
                                     redactor,
                                     pid,
                                     peer: Some(peer),
@@ -534,9 +532,8 @@ impl CatalogState {
                 Outcome::Relisted { server, result } => match result {
                     Ok(listed) => {
                         if let Some(l) = self.live.get_mut(&server) {
-                            l.notes = listing_notes(&listed);
-                            l.tools =
-                                prepared_tools(listed.tools, &l.redactor, &self.shared.schemas);
+                            (l.tools, l.notes) =
+                                shape_listing(listed, &l.redactor, &self.shared.schemas);
                         }
                     }
                     Err(e) => {
@@ -1185,8 +1182,18 @@ pub(crate) fn connection_redactor(
 /// Longest tool description kept (a hostile server could send megabytes).
 pub const MAX_DESCRIPTION: usize = 4_096;
 
-/// What a listing got wrong, as diagnostics: a cut list, names listed twice.
-fn listing_notes(listed: &ListedTools) -> Vec<String> {
+/// Tools as the model may see them, and what the listing got wrong as diagnostics.
+///
+/// A tool whose name carries a secret of this connection (or a secret shape such as
+/// `token=...`) is hidden: a name is shown everywhere (catalog, CLI, events, other
+/// diagnostics), so it cannot be redacted into something callable. The note says how
+/// many, never which. Of tools listed twice the first is kept. Descriptions are capped
+/// and redacted, schemas redacted, once per listing (not per turn).
+fn shape_listing(
+    listed: ListedTools,
+    redactor: &Redactor,
+    schemas: &SchemaPool,
+) -> (Arc<Vec<Tool>>, Vec<String>) {
     let mut notes = Vec::new();
     if listed.truncated {
         notes.push(format!(
@@ -1194,31 +1201,29 @@ fn listing_notes(listed: &ListedTools) -> Vec<String> {
             crate::transport::MAX_TOOLS
         ));
     }
-    let mut seen = std::collections::HashSet::new();
-    let mut twice: Vec<&str> = listed
+    let total = listed.tools.len();
+    let clean: Vec<Tool> = listed
         .tools
-        .iter()
-        .map(|t| t.name.as_ref())
-        .filter(|n| !seen.insert(*n))
+        .into_iter()
+        .filter(|t| redactor.text(&t.name, View::Model) == t.name.as_ref())
         .collect();
-    twice.dedup();
-    if !twice.is_empty() {
+    if clean.len() < total {
         notes.push(format!(
-            "tool names listed more than once, later ones ignored: {}",
-            twice.join(", ")
+            "{} tool(s) hidden: the name contains a secret value; rename the tool on the server",
+            total - clean.len()
         ));
     }
-    notes
-}
-
-/// Tools as the model may see them: the first of each name, descriptions capped, and
-/// descriptions and schemas redacted with the connection's secrets once, when listed
-/// (not per turn).
-fn prepared_tools(tools: Vec<Tool>, redactor: &Redactor, schemas: &SchemaPool) -> Arc<Vec<Tool>> {
     let mut seen = std::collections::HashSet::new();
-    let tools = tools
+    let mut twice: Vec<String> = Vec::new();
+    let tools = clean
         .into_iter()
-        .filter(|t| seen.insert(t.name.to_string()))
+        .filter(|t| {
+            let first = seen.insert(t.name.to_string());
+            if !first && !twice.iter().any(|n| n == t.name.as_ref()) {
+                twice.push(t.name.to_string());
+            }
+            first
+        })
         .map(|mut tool| {
             if let Some(d) = &tool.description {
                 tool.description = Some(
@@ -1233,7 +1238,13 @@ fn prepared_tools(tools: Vec<Tool>, redactor: &Redactor, schemas: &SchemaPool) -
             tool
         })
         .collect();
-    Arc::new(tools)
+    if !twice.is_empty() {
+        notes.push(format!(
+            "tool names listed more than once, later ones ignored: {}",
+            twice.join(", ")
+        ));
+    }
+    (Arc::new(tools), notes)
 }
 
 /// Identical input schemas shared across connections and sessions: sixty sessions on the

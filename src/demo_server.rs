@@ -158,6 +158,14 @@ impl DemoServer {
         args.message
     }
 
+    #[tool(description = "Return the message as text and, parsed as JSON, as structured content")]
+    async fn echo_json(&self, Parameters(args): Parameters<MessageArgs>) -> CallToolResult {
+        let data = serde_json::from_str(&args.message).unwrap_or(json!({}));
+        let mut result = CallToolResult::structured(data);
+        result.content = vec![ContentBlock::text(args.message)];
+        result
+    }
+
     #[tool(description = "Add two numbers")]
     async fn add(&self, Parameters(AddArgs { a, b }): Parameters<AddArgs>) -> String {
         (a + b).to_string()

@@ -35,6 +35,8 @@ pub struct ToolResult {
 impl ToolResult {
     /// Converts a `CallToolResult` (as JSON) through `redactor`.
     pub fn from_mcp(tool: &str, raw: &Value, redactor: &Redactor) -> Self {
+        // What the result marks as secret is secret for the whole result.
+        let redactor = &redactor.with_result_secrets(raw);
         let is_error = raw.get("isError").and_then(Value::as_bool).unwrap_or(false);
         let structured = raw.get("structuredContent").filter(|v| !v.is_null());
         let text = match structured {

@@ -15,7 +15,7 @@ async fn tools_are_prefixed_filtered_and_ordered() {
         .grant_servers(&["b-docs", "a.search"])
         .server(
             "b-docs",
-            &demo("tools:\n  include: [e*, add]\n  exclude: [env_names]\n"),
+            &demo("tools:\n  include: [e*, add]\n  exclude: [env_names, echo_json]\n"),
         )
         .server("a.search", &demo("tools:\n  include: [whoami]\n"));
     let h = harness(Recorder::allow()).await;

@@ -498,6 +498,25 @@ fn load_errors_never_quote_a_value_or_another_file() {
         !out.contains(CANARY) && !out.contains("PRIVATE KEY"),
         "{out}"
     );
+    // The review, advertised secret-safe, shows the same errors from a commit.
+    let (repo, _outside) = commit(|root, _| {
+        for (id, text) in [
+            ("a", format!("command: x\nenv: \"API_TOKEN={CANARY}\"\n")),
+            ("c", format!("transport: {CANARY}\n")),
+            ("e", format!("{CANARY}: 1\n")),
+        ] {
+            write(root, &format!("agent/mcp/{id}.yaml"), &text);
+        }
+    });
+    for args in [&["review"][..], &["review", "--json"]] {
+        let (code, out) = run_bounded(args, repo.path());
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains("a.yaml") && out.contains("mcp-review:"),
+            "{out}"
+        );
+        assert!(!out.contains(CANARY), "{args:?}: {out}");
+    }
 }
 
 #[test]

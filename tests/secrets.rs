@@ -299,3 +299,82 @@ async fn a_server_sees_exactly_the_allowlist_home_and_its_declared_names() {
     assert_eq!(mode, 0o700);
     h.finish().await;
 }
+
+const REVEALED: &str = "revealcanary-5c1e";
+const SPACED: &str = "spacedcanary-0b7d";
+
+/// Side doors: a tool named after a secret, secrets a result reveals about itself
+/// (under sensitive keys, in lists and maps under them, in JSON text), free-text
+/// options with a space, and a server error quoting them. Each is searched for in every
+/// view, event, diagnostic, exposed name and log.
+#[tokio::test]
+async fn no_canary_leaves_through_a_side_door() {
+    let core = canary_core();
+    let h = harness_with(Recorder::allow(), |c| {
+        c.with_host_env(host_env(&[("HOST_SECRET", HOST_SECRET)]))
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    // Tool names that carry a known secret or a secret shape.
+    for name in [
+        format!("lookup_{HOST_SECRET}"),
+        LITERAL.to_string(),
+        format!("x?token={SPACED}"),
+    ] {
+        catalog
+            .call("canary__add_tool", json!({ "name": name }))
+            .await
+            .unwrap();
+    }
+    let relisted = session.prepare_turn().await.unwrap();
+    let names: Vec<String> = relisted.tools().iter().map(|t| t.name.clone()).collect();
+    assert_clean("exposed names", &names.join(" "));
+    assert!(!names.join(" ").contains(SPACED), "{names:?}");
+    let notes = format!("{:?}", relisted.diagnostics());
+    assert!(notes.contains("3 tool(s) hidden"), "{notes}");
+    assert_clean("diagnostics", &notes);
+    assert!(!notes.contains(SPACED), "{notes}");
+
+    let revealing = [
+        json!({"password": REVEALED, "copy": REVEALED}),
+        json!({"credentials": {"user": REVEALED}, "note": format!("the user is {REVEALED}")}),
+        json!({"tokens": [REVEALED, "other"], "seen": [REVEALED]}),
+    ];
+    let mut shown = Vec::new();
+    for data in revealing {
+        let result = relisted
+            .call("canary__echo_json", json!({ "message": data.to_string() }))
+            .await
+            .unwrap();
+        shown.push(serde_json::to_string(&result.views).unwrap());
+    }
+    for message in [
+        format!("run it with --token {SPACED} and then {SPACED}"),
+        format!("{{\"api_key\": \"{REVEALED}\"}} and again {REVEALED}"),
+    ] {
+        for tool in ["canary__echo", "canary__fail"] {
+            let result = relisted
+                .call(tool, json!({ "message": message }))
+                .await
+                .unwrap();
+            shown.push(serde_json::to_string(&result.views).unwrap());
+        }
+    }
+    for views in &shown {
+        assert!(
+            !views.contains(REVEALED) && !views.contains(SPACED),
+            "a revealed secret shows: {views}"
+        );
+    }
+    h.finish().await;
+    let events = serde_json::to_string(&h.sink.events()).unwrap();
+    let logs = read_tree(h.home.path());
+    for (what, text) in [("events", &events), ("logs", &logs)] {
+        assert_clean(what, text);
+        assert!(
+            !text.contains(REVEALED) && !text.contains(SPACED),
+            "{what}: {text}"
+        );
+    }
+}

@@ -1,6 +1,13 @@
 //! stderr of stdio servers: captured into an anonymous temporary file (capped), then on
-//! close read through a 12,000-character window, redacted and appended to the private
-//! log `<home>/logs/mcp-stderr.log`.
+//! close redacted whole and cut to a 12,000-character window, and appended to the
+//! private log `<home>/logs/mcp-stderr.log`.
+//!
+//! Adversary: a server author (threat model 2) who writes anything, any amount. Bounds:
+//! the capture keeps [`STDERR_CAPTURE_CAP`] bytes, the log entry
+//! [`STDERR_WINDOW_CHARS`] characters. Redaction comes before the cut, so a secret that
+//! straddles the window's end is replaced whole; at the capture's own end, where a
+//! secret may be cut mid-value, the last bytes (as many as the longest known secret) are
+//! dropped before redaction, so no prefix of a secret survives.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
@@ -24,12 +31,12 @@ pub struct StderrCapture {
     task: JoinHandle<std::io::Result<(std::fs::File, u64)>>,
 }
 
-/// What a finished capture read.
+/// What a finished capture read: raw, not yet redacted or cut to the window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapturedStderr {
-    /// The first [`STDERR_WINDOW_CHARS`] characters (lossy UTF-8).
+    /// Everything kept (at most [`STDERR_CAPTURE_CAP`] bytes, lossy UTF-8).
     pub text: String,
-    /// Whether anything was cut.
+    /// Whether the server wrote more than was kept.
     pub truncated: bool,
     /// Bytes the server wrote.
     pub seen_bytes: u64,
@@ -93,13 +100,10 @@ impl StderrCapture {
                 kept_bytes: 0,
             };
         }
-        let lossy = String::from_utf8_lossy(&bytes);
-        let mut chars = lossy.chars();
-        let text: String = chars.by_ref().take(STDERR_WINDOW_CHARS).collect();
-        let truncated = chars.next().is_some() || total > bytes.len() as u64;
+        let text = String::from_utf8_lossy(&bytes).into_owned();
         CapturedStderr {
             text,
-            truncated,
+            truncated: total > bytes.len() as u64,
             seen_bytes: total,
             kept_bytes: bytes.len() as u64,
         }
@@ -122,8 +126,20 @@ pub fn append_stderr_log(
     if captured.text.is_empty() && !captured.truncated {
         return Ok(());
     }
-    // On failure the view is exactly the marker: raw stderr never reaches the log.
-    let body = redactor.text_views(&captured.text).durable;
+    let mut raw = captured.text.as_str();
+    if captured.truncated {
+        // The capture ended where the server was still writing: a secret may be cut
+        // there, and its prefix would match nothing. Drop as much as the longest secret.
+        let margin = redactor.longest_secret_chars();
+        let keep = raw.chars().count().saturating_sub(margin);
+        raw = &raw[..raw.char_indices().nth(keep).map_or(raw.len(), |(i, _)| i)];
+    }
+    // Redact first, then cut: on failure the view is exactly the marker, and raw stderr
+    // never reaches the log.
+    let redacted = redactor.text_views(raw).durable;
+    let mut chars = redacted.chars();
+    let body: String = chars.by_ref().take(STDERR_WINDOW_CHARS).collect();
+    let cut = captured.truncated || chars.next().is_some();
     let mut entry = format!(
         "--- mcp server {} (session {}) at {} ---\n",
         redactor.text(server, View::Durable),
@@ -134,7 +150,7 @@ pub fn append_stderr_log(
     if !entry.ends_with('\n') {
         entry.push('\n');
     }
-    if captured.truncated {
+    if cut {
         entry.push_str(&format!(
             "[... stderr truncated at {STDERR_WINDOW_CHARS} characters ...]\n"
         ));
@@ -166,7 +182,7 @@ mod tests {
         let c = capture("head -c 5000000 /dev/zero | tr '\\0' x >&2").await;
         assert_eq!(c.seen_bytes, 5_000_000);
         assert!(c.kept_bytes <= STDERR_CAPTURE_CAP);
-        assert_eq!(c.text.chars().count(), STDERR_WINDOW_CHARS);
+        assert_eq!(c.text.len() as u64, STDERR_CAPTURE_CAP);
         assert!(c.truncated);
     }
 
@@ -187,6 +203,38 @@ mod tests {
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    #[tokio::test]
+    async fn a_secret_across_the_window_or_the_capture_end_is_never_written() {
+        let secret = "canary-straddles-4242";
+        let r = Redactor::new().with_secrets([("API_TOKEN", secret)]);
+        // Across the 12,000-character window: redacted whole before the cut.
+        let pad = STDERR_WINDOW_CHARS - 5;
+        let across_window =
+            format!("head -c {pad} /dev/zero | tr '\\0' a >&2; echo '{secret}' >&2");
+        // Across the end of the capture: the partial tail is dropped.
+        let pad = STDERR_CAPTURE_CAP as usize - 7;
+        let across_capture = format!(
+            "head -c {pad} /dev/zero | tr '\\0' b >&2; echo '{secret}' >&2; head -c 9999 /dev/zero >&2"
+        );
+        // A multi-byte window: 12,000 characters reach the end of the capture.
+        let wide = format!(
+            "yes '\u{1F600}' | head -n 11995 | tr -d '\\n' >&2; printf '%s' '{secret}' >&2; head -c 99 /dev/zero >&2"
+        );
+        for script in [across_window, across_capture, wide] {
+            let home = tempfile::tempdir().unwrap();
+            let c = capture(&script).await;
+            append_stderr_log(home.path(), "s", "s-1", &c, &r).unwrap();
+            let log = std::fs::read_to_string(home.path().join("logs/mcp-stderr.log")).unwrap();
+            for cut in 4..secret.len() {
+                assert!(
+                    !log.contains(&secret[..cut + 1]),
+                    "a prefix of the secret leaked"
+                );
+            }
+            assert!(log.contains("truncated at 12000 characters"));
+        }
     }
 
     #[tokio::test]

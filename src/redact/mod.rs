@@ -128,6 +128,15 @@ static AUTHORIZATION_LINE: LazyLock<Regex> = LazyLock::new(|| {
     )
     .expect("valid regex")
 });
+static SPACED_OPTION: LazyLock<Regex> = LazyLock::new(|| {
+    // `--token VALUE` (a space, not `=`): the value is the next word unless it is
+    // another option.
+    let markers = sensitive_alternation();
+    Regex::new(&format!(
+        r#"(?i)(?:^|[\s"'(\[,])(--?[A-Za-z0-9_.\-]*(?:{markers})[A-Za-z0-9_.\-]*)[ \t]+([^\s"'`;,)\]}}\-][^\s"'`;,)\]}}]*)"#
+    ))
+    .expect("valid regex")
+});
 static JSON_FIELD: LazyLock<Regex> = LazyLock::new(|| {
     let markers = sensitive_alternation();
     Regex::new(&format!(
@@ -202,6 +211,15 @@ impl Redactor {
         }
     }
 
+    /// Characters of the longest known secret (0 when there is none).
+    pub fn longest_secret_chars(&self) -> usize {
+        self.secrets
+            .iter()
+            .map(|s| s.value.chars().count())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// A redactor whose every redaction fails, for testing the fail-closed paths.
     #[doc(hidden)]
     pub fn poisoned() -> Self {
@@ -231,7 +249,46 @@ impl Redactor {
     pub fn with_call_object(&self, args: Option<&Map<String, Value>>) -> Redactor {
         let mut found = Vec::new();
         for (key, value) in args.into_iter().flatten() {
-            collect_sensitive(value, Some(key), &mut found);
+            collect_sensitive(value, sensitive_name(key), &mut found);
+        }
+        if found.is_empty() {
+            return self.clone();
+        }
+        self.with_secrets(found)
+    }
+
+    /// Adds the secrets a result reveals about itself, so that each is hidden wherever
+    /// it recurs in that result (decisions section 7, revised): every value under a
+    /// sensitive key (each item of a list or map under one too), the values that
+    /// secret shapes in its texts enclose (`token=...`, `--token ...`,
+    /// `Authorization: ...`), and the same inside text blocks that are JSON documents.
+    /// Without this a server's `{"password": "x"}` would be hidden in the data and shown
+    /// in the text beside it.
+    pub fn with_result_secrets(&self, result: &Value) -> Redactor {
+        let mut found = Vec::new();
+        collect_sensitive(result, None, &mut found);
+        let mut texts = Vec::new();
+        collect_strings(result, &mut texts);
+        for text in texts {
+            if text.len() > MAX_REDACT_BYTES {
+                continue;
+            }
+            for hit in self.hits(text) {
+                // Declared secrets are known already; shapes reveal new ones.
+                if !self
+                    .secrets
+                    .iter()
+                    .any(|s| s.value == text[hit.start..hit.end])
+                {
+                    found.push((hit.name, text[hit.start..hit.end].to_string()));
+                }
+            }
+            let trimmed = text.trim_start();
+            if (trimmed.starts_with('{') || trimmed.starts_with('['))
+                && let Ok(inner) = serde_json::from_str::<Value>(text)
+            {
+                collect_sensitive(&inner, None, &mut found);
+            }
         }
         if found.is_empty() {
             return self.clone();
@@ -302,6 +359,14 @@ impl Redactor {
                 }
             }
         }
+        if text.contains('-') {
+            for c in SPACED_OPTION.captures_iter(text) {
+                if let (Some(name), Some(value)) = (c.get(1), c.get(2)) {
+                    let name = name.as_str().trim_start_matches('-');
+                    absorb(&mut hits, value.start(), value.end(), name);
+                }
+            }
+        }
         if text.contains('=') {
             for c in SENSITIVE_ASSIGNMENT.captures_iter(text) {
                 if let (Some(name), Some(value)) = (c.get(2), c.get(3))
@@ -348,8 +413,8 @@ impl Redactor {
                 for (key, v) in map {
                     self.check(key.len())?;
                     let key_hits = self.hits(key);
-                    let sensitive =
-                        is_sensitive_field(key) && !v.is_null() && !v.is_object() && !v.is_array();
+                    // A list or map under a sensitive key is opaque: it is replaced whole.
+                    let sensitive = is_sensitive_field(key) && !v.is_null();
                     let inner = if sensitive {
                         None
                     } else {
@@ -489,19 +554,44 @@ fn is_sensitive_assignment(name: &str) -> bool {
         .any(|w| matches!(w, "key" | "auth" | "sig" | "signature" | "apikey" | "pass"))
 }
 
-fn collect_sensitive(value: &Value, key: Option<&str>, out: &mut Vec<(String, String)>) {
+fn sensitive_name(key: &str) -> Option<&str> {
+    is_sensitive_field(key).then_some(key)
+}
+
+/// Every value under a sensitive key, named by the nearest sensitive key above it:
+/// below such a key everything is a secret, whatever its own keys are called.
+fn collect_sensitive(value: &Value, under: Option<&str>, out: &mut Vec<(String, String)>) {
     match value {
         Value::Object(map) => {
             for (k, v) in map {
-                collect_sensitive(v, Some(k), out);
+                collect_sensitive(v, under.or_else(|| sensitive_name(k)), out);
             }
         }
-        Value::Array(items) => items.iter().for_each(|v| collect_sensitive(v, key, out)),
-        Value::String(s) if key.is_some_and(is_sensitive_field) => {
-            out.push((key.unwrap_or_default().to_string(), s.clone()));
+        Value::Array(items) => items.iter().for_each(|v| collect_sensitive(v, under, out)),
+        Value::String(s) => {
+            if let Some(name) = under {
+                out.push((name.to_string(), s.clone()));
+            }
         }
-        Value::Number(n) if key.is_some_and(is_sensitive_field) => {
-            out.push((key.unwrap_or_default().to_string(), n.to_string()));
+        Value::Number(n) => {
+            if let Some(name) = under {
+                out.push((name.to_string(), n.to_string()));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every string of `value`, keys included.
+fn collect_strings<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    match value {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                out.push(k);
+                collect_strings(v, out);
+            }
         }
         _ => {}
     }
@@ -569,6 +659,72 @@ mod tests {
         let huge = "x".repeat(MAX_REDACT_BYTES + 1);
         assert_eq!(Redactor::new().text_views(&huge).operator, REDACTION_FAILED);
         assert_eq!(Redactor::new().text(&huge, View::Model), REDACTION_FAILED);
+    }
+
+    #[test]
+    fn a_secret_a_result_reveals_is_hidden_everywhere_in_it() {
+        let result = json!({
+            "content": [
+                {"type": "text", "text": "your key is k-canary-one, and the list tok-canary-two"},
+                {"type": "text", "text": "{\"auth\": {\"password\": \"p-canary-three\"}} p-canary-three"},
+                {"type": "text", "text": "run with --token t-canary-four; later t-canary-four again"},
+                {"type": "text", "text": "url?api_key=q-canary-five ... q-canary-five"}
+            ],
+            "structuredContent": {
+                "api_key": "k-canary-one",
+                "tokens": ["tok-canary-two", {"deep": 12345678}],
+                "echo": "12345678"
+            }
+        });
+        let r = Redactor::new().with_result_secrets(&result);
+        for view in ALL_VIEWS {
+            let shown = r.json(&result, view).to_string();
+            for canary in [
+                "k-canary-one",
+                "tok-canary-two",
+                "p-canary-three",
+                "t-canary-four",
+                "q-canary-five",
+                "12345678",
+            ] {
+                assert!(!shown.contains(canary), "{view:?} shows {canary}: {shown}");
+            }
+        }
+        // A list under a sensitive key is replaced whole.
+        let views = r.json_views(&result);
+        assert_eq!(views.model["structuredContent"]["tokens"], "<redacted>");
+        assert_eq!(
+            views.durable["structuredContent"]["tokens"]["redacted"],
+            true
+        );
+    }
+
+    #[test]
+    fn spaced_secret_options_are_recognized_in_text() {
+        let r = Redactor::new();
+        for (text, hidden) in [
+            ("start --token abc123 --verbose", "abc123"),
+            ("cmd -api-key=zzz9 --password   hunter22", "hunter22"),
+            ("(--client-secret s3cr3t-x)", "s3cr3t-x"),
+        ] {
+            let shown = r.text(text, View::Operator);
+            assert!(!shown.contains(hidden), "{text} -> {shown}");
+        }
+        assert_eq!(
+            r.text("--token --verbose stays", View::Operator),
+            "--token --verbose stays"
+        );
+    }
+
+    #[test]
+    fn values_below_a_sensitive_key_are_secrets_at_any_depth() {
+        let r = Redactor::new().with_call_arguments(&json!({
+            "credentials": {"user": "u-canary-1", "inner": ["i-canary-2"]},
+            "token": [1234567]
+        }));
+        for canary in ["u-canary-1", "i-canary-2", "1234567"] {
+            assert_eq!(r.text(canary, View::Model), "<redacted>", "{canary}");
+        }
     }
 
     #[test]

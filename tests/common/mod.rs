@@ -17,7 +17,7 @@ use demiurge_mcp::{
 use futures::future::BoxFuture;
 
 /// Tools of the built-in demo server.
-pub const DEMO_TOOLS: usize = 10;
+pub const DEMO_TOOLS: usize = 11;
 
 /// The `demiurge` binary built for these tests.
 pub fn exe() -> &'static str {
