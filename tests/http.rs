@@ -326,6 +326,8 @@ async fn cross_origin_redirects_drop_credentials_and_declared_headers() {
     headers.insert("cookie", "sid=1".parse().unwrap());
     headers.insert("x-api-key", "k".parse().unwrap());
     headers.insert("x-other", "kept".parse().unwrap());
+    headers.insert("mcp-session-id", "session-secret".parse().unwrap());
+    headers.insert("last-event-id", "7".parse().unwrap());
     let url = format!("http://127.0.0.1:{}/start", first.port());
     let resp = client
         .send(http::Method::POST, &url, headers, Bytes::from_static(b"{}"))
@@ -337,10 +339,13 @@ async fn cross_origin_redirects_drop_credentials_and_declared_headers() {
         a.contains_key("authorization") && a.contains_key("cookie") && a.contains_key("x-api-key")
     );
     let b = &second.requests()[0].headers;
+    assert!(a.contains_key("mcp-session-id"));
     assert!(
         !b.contains_key("authorization")
             && !b.contains_key("cookie")
-            && !b.contains_key("x-api-key"),
+            && !b.contains_key("x-api-key")
+            && !b.contains_key("mcp-session-id")
+            && !b.contains_key("last-event-id"),
         "{b:?}"
     );
     assert_eq!(b["x-other"], "kept");

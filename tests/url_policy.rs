@@ -120,6 +120,11 @@ const PLAIN: &[(&str, &str)] = &[
     ),
     ("http://METADATA.GOOGLE.INTERNAL./", "metadata"),
     ("http://metadata.goog/", "metadata"),
+    ("http://computeMetadata.metadata.goog/", "metadata"),
+    ("http://a.b.metadata.goog./", "metadata"),
+    ("http://[fd20:ce::254]/", "metadata"),
+    ("http://[FD20:00CE:0:0:0:0:0:254]/", "metadata"),
+    ("http://[::ffff:100.100.100.200]/", "metadata"),
     ("http://metadata/", "metadata"),
     ("http://ｍｅｔａｄａｔａ.google.internal/", "metadata"),
     // Private, CGNAT, link-local, multicast, unspecified, broadcast, reserved.
@@ -343,6 +348,26 @@ fn every_dns_answer_must_pass() {
 /// (url, DNS answer, trusted networks, expected reason).
 fn trusted_cases() -> Vec<(&'static str, Dns, &'static [&'static str], &'static str)> {
     vec![
+        // A trusted network never unblocks a metadata address, however it is reached.
+        (
+            "http://[fd20:ce::254]/",
+            global(),
+            &["fc00::/7"],
+            "metadata",
+        ),
+        ("http://[fd20:ce::254]/", global(), &["::/0"], "metadata"),
+        (
+            "http://gcp.example.test/",
+            Dns::Ips(&["fd20:ce::254"]),
+            &["fc00::/7"],
+            "metadata",
+        ),
+        (
+            "http://x.metadata.goog/",
+            global(),
+            &["0.0.0.0/0"],
+            "metadata",
+        ),
         (
             "http://127.0.0.1:8080/",
             global(),

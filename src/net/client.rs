@@ -283,10 +283,14 @@ impl PinnedClient {
         Err(NetError::TooManyRedirects)
     }
 
+    /// What must not follow a redirect to another origin: credentials, declared headers,
+    /// and the MCP session id (a bearer of the session on the original server).
     fn strip_credentials(&self, headers: &mut HeaderMap) {
         headers.remove(AUTHORIZATION);
         headers.remove(COOKIE);
         headers.remove(HeaderName::from_static("proxy-authorization"));
+        headers.remove(HeaderName::from_static(SESSION_HEADER));
+        headers.remove(HeaderName::from_static("last-event-id"));
         for name in &self.inner.declared {
             headers.remove(name);
         }

@@ -398,6 +398,7 @@ fn is_metadata_name(name: &str) -> bool {
         name,
         "metadata.google.internal" | "metadata.goog" | "metadata"
     ) || name.ends_with(".metadata.google.internal")
+        || name.ends_with(".metadata.goog")
 }
 
 fn is_localhost_name(name: &str) -> bool {
@@ -412,9 +413,12 @@ const METADATA_V4: [Ipv4Addr; 5] = [
     Ipv4Addr::new(192, 0, 0, 192),
 ];
 
-const METADATA_V6: [Ipv6Addr; 2] = [
+const METADATA_V6: [Ipv6Addr; 3] = [
+    // AWS IMDS and its DNS resolver.
     Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0254),
     Ipv6Addr::new(0xfd00, 0x0ec2, 0, 0, 0, 0, 0, 0x0023),
+    // GCP's metadata server on IPv6.
+    Ipv6Addr::new(0xfd20, 0x00ce, 0, 0, 0, 0, 0, 0x0254),
 ];
 
 /// Why an address is not globally routable, or `None` when it is.
