@@ -15,7 +15,6 @@ use std::time::Instant;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use rmcp::model::Tool;
-use tokio::sync::mpsc;
 
 use super::config::{Action, ApprovalRequest, Shared};
 use super::connection::{Connection, ConnectionArgs, ConnectionMsg, FAILED};
@@ -30,7 +29,7 @@ use crate::process::{
 };
 use crate::redact::{Redactor, View};
 use crate::transport::{
-    ListedTools, McpClient, ServerSignal, StdioLaunch, connect_http, connect_stdio,
+    ListedTools, McpClient, ServerSignals, StdioLaunch, connect_http, connect_stdio,
 };
 use std::collections::BTreeMap;
 
@@ -127,7 +126,7 @@ enum Outcome {
         client: McpClient,
         listed: ListedTools,
         redactor: Redactor,
-        signals: mpsc::UnboundedReceiver<ServerSignal>,
+        signals: Arc<ServerSignals>,
     },
     Relisted {
         server: String,
@@ -157,8 +156,9 @@ struct Live {
     pid: Option<u32>,
     /// A request handle for relisting after `tools/list_changed`.
     peer: Option<rmcp::Peer<rmcp::RoleClient>>,
-    /// Set by the connection actor on `tools/list_changed`, cleared by the next turn.
-    tools_changed: Arc<std::sync::atomic::AtomicBool>,
+    /// Flags the server's notifications set (`tools/list_changed`), read and cleared by
+    /// the next turn.
+    signals: Arc<ServerSignals>,
     /// The dispatch rights the actor granted this catalog (asked once, at connect).
     dispatch: super::connection::Dispatch,
 }
@@ -358,9 +358,7 @@ impl CatalogState {
             if let Some(l) = self.live.get(&decl.server_id) {
                 // A flag the connection sets on tools/list_changed; reading it costs no
                 // message, so a warm turn touches no other actor.
-                let changed = l
-                    .tools_changed
-                    .swap(false, std::sync::atomic::Ordering::AcqRel);
+                let changed = l.signals.take_tools_changed();
                 if changed && let Some(peer) = &l.peer {
                     relist.push((decl.server_id.clone(), peer.clone()));
                 }
@@ -468,9 +466,7 @@ impl CatalogState {
                 } => {
                     let pid = client.pid();
                     let peer = client.peer();
-                    let tools_changed = Arc::new(std::sync::atomic::AtomicBool::new(false));
                     let args = ConnectionArgs {
-                        tools_changed: Arc::clone(&tools_changed),
                         client,
                         declaration: Arc::clone(&declaration),
                         catalog_id: self.catalog_id,
@@ -479,7 +475,7 @@ impl CatalogState {
                         hub: Arc::clone(&self.shared.hub),
                         home: self.shared.config.home.clone(),
                         grace: self.shared.config.close_grace,
-                        signals,
+                        signals: Arc::clone(&signals),
                     };
                     match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
                         Ok((actor, _)) => {
@@ -518,7 +514,7 @@ impl CatalogState {
                                     redactor,
                                     pid,
                                     peer: Some(peer),
-                                    tools_changed,
+                                    signals,
                                     dispatch,
                                 },
                             );
@@ -940,10 +936,10 @@ impl ResolveContext {
             Ok(permit) => permit,
             Err(failed) => return failed,
         };
-        let (tx, rx) = mpsc::unbounded_channel();
+        let signals = Arc::new(ServerSignals::default());
         match connect_stdio(
             &launch,
-            tx,
+            Arc::clone(&signals),
             declaration.connect_timeout,
             self.shared.config.close_grace,
         )
@@ -954,7 +950,7 @@ impl ResolveContext {
                 client,
                 listed,
                 redactor,
-                signals: rx,
+                signals,
             },
             Err((mut message, stderr)) => {
                 if let Some(stderr) = stderr.filter(|s| !s.text.is_empty()) {
@@ -1048,14 +1044,22 @@ impl ResolveContext {
             );
         });
         let client = PinnedClient::new(Arc::clone(&self.shared.net), declared, hook);
-        let (tx, rx) = mpsc::unbounded_channel();
-        match connect_http(url, &values, client, tx, declaration.connect_timeout).await {
+        let signals = Arc::new(ServerSignals::default());
+        match connect_http(
+            url,
+            &values,
+            client,
+            Arc::clone(&signals),
+            declaration.connect_timeout,
+        )
+        .await
+        {
             Ok((client, listed)) => Outcome::Connected {
                 declaration,
                 client,
                 listed,
                 redactor,
-                signals: rx,
+                signals,
             },
             Err(message) => Outcome::Failed {
                 message: crate::result::cap(&redactor.text(&message, View::Durable)),

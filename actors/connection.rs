@@ -10,19 +10,17 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use rmcp::model::JsonObject;
 use tokio::sync::Semaphore;
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::core::Declaration;
 use crate::events::{EventHub, EventKind};
 use crate::process::append_stderr_log;
 use crate::redact::Redactor;
-use crate::transport::{CallFailure, McpClient, ServerSignal};
+use crate::transport::{CallFailure, McpClient, ServerSignals, TransportEnd};
 
 /// Prefix of a stop reason that means "this connection failed" (vs. closed on purpose).
 pub(crate) const FAILED: &str = "failed: ";
@@ -41,10 +39,11 @@ pub enum ConnectionMsg {
     },
     /// The child process exited.
     ProcessExited(String),
-    /// The server side of the transport ended (EOF, broken pipe).
-    TransportClosed,
-    /// The server sent a notification.
-    Signal(ServerSignal),
+    /// The server side of the transport ended, and why.
+    TransportClosed(TransportEnd),
+    /// The server's tool list changed (once per change window: the flag stays set
+    /// until a turn reads it).
+    ToolsChanged,
 }
 
 /// The right to send requests on a connection, bound to its catalog.
@@ -88,8 +87,7 @@ pub(crate) struct ConnectionArgs {
     pub hub: Arc<EventHub>,
     pub home: PathBuf,
     pub grace: Duration,
-    pub signals: UnboundedReceiver<ServerSignal>,
-    pub tools_changed: Arc<AtomicBool>,
+    pub signals: Arc<ServerSignals>,
 }
 
 pub(crate) struct Connection;
@@ -105,8 +103,6 @@ pub(crate) struct ConnectionState {
     grace: Duration,
     /// One permit when calls must not overlap; `None` when they may.
     serial: Option<Arc<Semaphore>>,
-    /// Shared with the catalog, which reads it at the next turn boundary.
-    tools_changed: Arc<AtomicBool>,
     watchers: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -129,12 +125,12 @@ impl Actor for Connection {
             hub,
             home,
             grace,
-            mut signals,
-            tools_changed,
+            signals,
         } = args;
         // One watcher task per connection: process exit, transport end, notifications.
         let exit = client.exit_watch();
         let mut transport = client.transport_watch();
+        let cause = client.transport_watch();
         let me = myself.clone();
         let watcher = tokio::spawn(async move {
             let exited = async move {
@@ -148,34 +144,48 @@ impl Actor for Connection {
                 }
             };
             let closed = async {
-                if transport.wait_for(|closed| *closed).await.is_err() {
-                    std::future::pending::<()>().await;
-                }
+                let end = match transport.wait_for(Option::is_some).await {
+                    Ok(end) => Some(end.clone().unwrap_or(TransportEnd::Closed)),
+                    Err(_) => None,
+                };
+                let Some(end) = end else {
+                    return std::future::pending().await;
+                };
                 // An exiting process also ends its transport; give the exit status a
-                // moment to arrive first, since it says more.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                // moment to arrive first, since it says more (unless the runtime ended
+                // the stream itself, which says most).
+                if end == TransportEnd::Closed {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                end
             };
             tokio::pin!(exited, closed);
             loop {
                 tokio::select! {
                     status = &mut exited => {
-                        if let Some(status) = status {
-                            let _ = me.cast(ConnectionMsg::ProcessExited(status));
-                        }
+                        // A server the runtime cut off for flooding exits when its pipes
+                        // close; the flood is what to report.
+                        let flooded = cause
+                            .borrow()
+                            .clone()
+                            .filter(|end| matches!(end, TransportEnd::Flooded { .. }));
+                        let message = match (flooded, status) {
+                            (Some(end), _) => ConnectionMsg::TransportClosed(end),
+                            (None, Some(status)) => ConnectionMsg::ProcessExited(status),
+                            (None, None) => return,
+                        };
+                        let _ = me.cast(message);
                         return;
                     }
-                    () = &mut closed => {
-                        let _ = me.cast(ConnectionMsg::TransportClosed);
+                    end = &mut closed => {
+                        let _ = me.cast(ConnectionMsg::TransportClosed(end));
                         return;
                     }
-                    signal = signals.recv() => match signal {
-                        Some(signal) => {
-                            if me.cast(ConnectionMsg::Signal(signal)).is_err() {
-                                return;
-                            }
+                    () = signals.changed.notified() => {
+                        if me.cast(ConnectionMsg::ToolsChanged).is_err() {
+                            return;
                         }
-                        None => std::future::pending::<()>().await,
-                    },
+                    }
                 }
             }
         });
@@ -192,7 +202,6 @@ impl Actor for Connection {
             home,
             grace,
             serial,
-            tools_changed,
             watchers,
         })
     }
@@ -225,21 +234,16 @@ impl Actor for Connection {
                     "{FAILED}the server process exited ({status})"
                 )));
             }
-            ConnectionMsg::TransportClosed => {
-                myself.stop(Some(format!(
-                    "{FAILED}the server closed its side of the connection"
-                )));
+            ConnectionMsg::TransportClosed(end) => {
+                myself.stop(Some(format!("{FAILED}{end}")));
             }
-            ConnectionMsg::Signal(ServerSignal::ToolsChanged) => {
-                // One event per change window: the flag stays set until a turn reads it.
-                if !state.tools_changed.swap(true, Ordering::AcqRel) {
-                    state.hub.emit(
-                        &state.session,
-                        EventKind::ToolsChanged {
-                            server: state.declaration.server_id.clone(),
-                        },
-                    );
-                }
+            ConnectionMsg::ToolsChanged => {
+                state.hub.emit(
+                    &state.session,
+                    EventKind::ToolsChanged {
+                        server: state.declaration.server_id.clone(),
+                    },
+                );
             }
         }
         Ok(())

@@ -68,6 +68,18 @@ pub enum Fault {
     BadSchema,
     /// Answer tool calls with JSON nested 300 levels deep.
     NestedResult,
+    /// After listing tools, stop reading stdin and write requests the client cannot read
+    /// (an id and a method, but invalid params), as fast as the pipe takes them.
+    FloodUnreadable,
+    /// After listing tools, stop reading stdin and send valid `ping` requests without end.
+    FloodPings,
+    /// Write unreadable requests from the start, never answering `initialize`.
+    FloodAtConnect,
+    /// After listing tools, send log notifications without end while reading stdin: a
+    /// flood that asks for nothing back.
+    FloodNotifications,
+    /// Keep running after stdin closes (a server that ignores EOF).
+    IgnoreEof,
 }
 
 impl Fault {
@@ -97,9 +109,14 @@ impl Fault {
             "hostile-tools" => Fault::HostileTools,
             "bad-schema" => Fault::BadSchema,
             "nested-result" => Fault::NestedResult,
+            "flood-unreadable" => Fault::FloodUnreadable,
+            "flood-pings" => Fault::FloodPings,
+            "flood-at-connect" => Fault::FloodAtConnect,
+            "flood-notifications" => Fault::FloodNotifications,
+            "ignore-eof" => Fault::IgnoreEof,
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-at-connect, ignore-eof"
                 ));
             }
         })
@@ -451,7 +468,14 @@ pub async fn serve_stdio(mut options: DemoOptions) -> anyhow::Result<()> {
             options.extra_tools = n;
             options.page_size = 100;
         }
-        Some(Fault::HostileTools) | Some(Fault::BadSchema) => {
+        Some(
+            Fault::HostileTools
+            | Fault::BadSchema
+            | Fault::FloodUnreadable
+            | Fault::FloodPings
+            | Fault::FloodNotifications
+            | Fault::FloodAtConnect,
+        ) => {
             return serve_raw(options.fault).await;
         }
         _ => {}
@@ -463,10 +487,15 @@ pub async fn serve_stdio(mut options: DemoOptions) -> anyhow::Result<()> {
         service.waiting().await?;
         return Ok(());
     }
+    let ignore_eof = options.fault == Some(Fault::IgnoreEof);
     let service = DemoServer::new(options)
         .serve(rmcp::transport::stdio())
         .await?;
     service.waiting().await?;
+    if ignore_eof {
+        // stdin is closed; a well-behaved server would exit now.
+        std::future::pending::<()>().await;
+    }
     Ok(())
 }
 
@@ -522,6 +551,9 @@ async fn serve_raw(fault: Option<Fault>) -> anyhow::Result<()> {
     };
     let mut lines = BufReader::new(tokio::io::stdin()).lines();
     let mut out = tokio::io::stdout();
+    if fault == Some(Fault::FloodAtConnect) {
+        return flood(&mut out, Flood::Unreadable).await;
+    }
     while let Some(line) = lines.next_line().await? {
         let Ok(request) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
@@ -541,9 +573,55 @@ async fn serve_raw(fault: Option<Fault>) -> anyhow::Result<()> {
             }
             _ => json!({}),
         };
+        let listed = request.get("method").and_then(|m| m.as_str()) == Some("tools/list");
         let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
         out.write_all(format!("{answer}\n").as_bytes()).await?;
         out.flush().await?;
+        match fault {
+            // stdin is never read again from here on.
+            Some(Fault::FloodUnreadable) if listed => {
+                return flood(&mut out, Flood::Unreadable).await;
+            }
+            Some(Fault::FloodPings) if listed => return flood(&mut out, Flood::Pings).await,
+            Some(Fault::FloodNotifications) if listed => {
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                return flood(&mut out, Flood::Notifications).await;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// What a flooding server writes.
+#[derive(Clone, Copy)]
+enum Flood {
+    /// Requests with an id and a method but invalid params.
+    Unreadable,
+    /// Valid `ping` requests.
+    Pings,
+    /// Valid log notifications.
+    Notifications,
+}
+
+/// Writes messages without end, as fast as the pipe takes them.
+async fn flood(out: &mut tokio::io::Stdout, kind: Flood) -> anyhow::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    for n in 0u64.. {
+        let line = match kind {
+            Flood::Pings => {
+                json!({"jsonrpc": "2.0", "id": format!("flood-{n}"), "method": "ping"})
+            }
+            Flood::Unreadable => {
+                json!({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": 5})
+            }
+            Flood::Notifications => json!({
+                "jsonrpc": "2.0",
+                "method": "notifications/message",
+                "params": {"level": "info", "data": format!("log line {n}")}
+            }),
+        };
+        out.write_all(format!("{line}\n").as_bytes()).await?;
     }
     Ok(())
 }

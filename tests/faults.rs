@@ -33,15 +33,7 @@ fn open_fds() -> usize {
 
 /// A core with a faulty server `bad` and a healthy peer `ok`.
 fn core_with(fault: &str, extra: &str) -> Core {
-    let args: Vec<String> = fault
-        .split_whitespace()
-        .map(|s| serde_json::to_string(s).unwrap())
-        .collect();
-    let bad = format!(
-        "command: {}\nargs: [demo-server, --fault, {}]\napproval_policy: auto\n{extra}",
-        serde_json::to_string(common::exe()).unwrap(),
-        args.join(", ")
-    );
+    let bad = common::demo_fault(fault, &format!("approval_policy: auto\n{extra}"));
     Core::new()
         .grant_servers(&["bad", "ok"])
         .server("bad", &bad)

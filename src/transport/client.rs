@@ -11,8 +11,12 @@ use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient, ServiceError};
-use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::watch;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use rmcp::model::{JsonRpcMessage, RequestId, ServerNotification};
+use tokio::sync::{Notify, watch};
 
 use super::stdio::ChildProcess;
 use crate::process::CapturedStderr;
@@ -22,29 +26,47 @@ pub const MAX_TOOL_PAGES: usize = 100;
 /// Most tools kept for one server; the rest are dropped with a diagnostic.
 pub const MAX_TOOLS: usize = 5_000;
 
-/// Something a server told us outside a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerSignal {
-    /// `notifications/tools/list_changed`.
-    ToolsChanged,
+/// What a server told us outside a request, kept as flags so that no number of
+/// notifications can queue anything: a storm of `list_changed` sets one flag and wakes
+/// the connection once.
+#[derive(Debug, Default)]
+pub struct ServerSignals {
+    /// `notifications/tools/list_changed` arrived since the last turn read it.
+    pub tools_changed: AtomicBool,
+    /// Woken when a flag goes from clear to set.
+    pub changed: Notify,
 }
 
-/// Our rmcp client handler: identifies the runtime and forwards notifications.
+impl ServerSignals {
+    /// Sets the tools flag; wakes a waiter only when it was clear.
+    pub fn tools_changed(&self) {
+        if !self.tools_changed.swap(true, Ordering::AcqRel) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Reads and clears the tools flag (at a turn boundary).
+    pub fn take_tools_changed(&self) -> bool {
+        self.tools_changed.swap(false, Ordering::AcqRel)
+    }
+}
+
+/// Our rmcp client handler: identifies the runtime and records notifications.
 #[derive(Clone)]
 pub struct ClientHandler {
-    signals: UnboundedSender<ServerSignal>,
+    signals: Arc<ServerSignals>,
 }
 
 impl ClientHandler {
-    /// A handler forwarding server notifications to `signals`.
-    pub fn new(signals: UnboundedSender<ServerSignal>) -> Self {
+    /// A handler recording server notifications in `signals`.
+    pub fn new(signals: Arc<ServerSignals>) -> Self {
         ClientHandler { signals }
     }
 }
 
 impl rmcp::ClientHandler for ClientHandler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.signals.send(ServerSignal::ToolsChanged);
+        self.signals.tools_changed();
     }
 
     fn get_info(&self) -> InitializeRequestParams {
@@ -105,8 +127,8 @@ pub struct CloseReport {
 pub struct McpClient {
     service: Option<RunningService<RoleClient, ClientHandler>>,
     peer: Peer<RoleClient>,
-    /// Turns `true` when the server side of the transport ends (EOF, broken pipe).
-    transport_closed: watch::Receiver<bool>,
+    /// Set once the transport has ended, with why (EOF, broken pipe, a flood).
+    transport_closed: watch::Receiver<Option<TransportEnd>>,
     pub(crate) process: Option<ChildProcess>,
 }
 
@@ -122,7 +144,7 @@ impl McpClient {
     pub(crate) fn new(
         service: RunningService<RoleClient, ClientHandler>,
         process: Option<ChildProcess>,
-        transport_closed: watch::Receiver<bool>,
+        transport_closed: watch::Receiver<Option<TransportEnd>>,
     ) -> Self {
         let peer = service.peer().clone();
         McpClient {
@@ -133,8 +155,8 @@ impl McpClient {
         }
     }
 
-    /// A receiver that turns `true` once the transport has ended.
-    pub fn transport_watch(&self) -> watch::Receiver<bool> {
+    /// A receiver that holds why the transport ended, once it has.
+    pub fn transport_watch(&self) -> watch::Receiver<Option<TransportEnd>> {
         self.transport_closed.clone()
     }
 
@@ -254,36 +276,132 @@ pub(crate) fn service_error(e: &ServiceError) -> String {
     }
 }
 
-/// Wraps a transport to report when the server side ends: rmcp's service loop stops
-/// quietly on EOF, and a supervisor must know at once, not at the next call.
-pub(crate) struct Watched<T> {
-    inner: T,
-    closed: watch::Sender<bool>,
+/// Why a transport ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportEnd {
+    /// The server side ended (EOF, broken pipe, HTTP stream closed).
+    Closed,
+    /// The server sent more than `limit` of `what` that wait for an answer from us while
+    /// not taking our answers: the connection was ended to keep the host bounded.
+    Flooded {
+        /// What piled up.
+        what: &'static str,
+        /// The bound.
+        limit: usize,
+    },
 }
 
-impl<T> Watched<T> {
-    pub(crate) fn new(inner: T) -> (Self, watch::Receiver<bool>) {
-        let (closed, rx) = watch::channel(false);
-        (Watched { inner, closed }, rx)
+impl std::fmt::Display for TransportEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransportEnd::Closed => f.write_str("the server closed its side of the connection"),
+            TransportEnd::Flooded { what, limit } => write!(
+                f,
+                "the server sent more than {limit} {what} without taking the answers; the connection was closed to keep the host bounded"
+            ),
+        }
     }
 }
 
-impl<T: Transport<RoleClient>> Transport<RoleClient> for Watched<T> {
+/// Most requests from a server waiting for our answer at once (each is a task in rmcp
+/// and an answer on its way to the server); a well-behaved server has one or two.
+pub const MAX_PENDING_SERVER_REQUESTS: usize = 16;
+
+/// The first reason a transport gave for ending, shared between the layer that saw it
+/// (the stdio framing, [`Guarded`]) and whoever reports it.
+pub(crate) type EndCause = Arc<OnceLock<TransportEnd>>;
+
+/// Wraps a transport to bound what the server's input can make the host hold, and to
+/// report when the server side ends (rmcp's service loop stops quietly on EOF, and a
+/// supervisor must know at once, not at the next call).
+///
+/// Adversary: a server author (threat model 2). rmcp spawns a task for each request a
+/// server sends and keeps it, with its answer, until the answer is written; a server
+/// that sends requests and never reads its input would grow both without end. Each
+/// request id counts from its arrival until our answer to it has been sent (or the
+/// server cancels it); past [`MAX_PENDING_SERVER_REQUESTS`] the transport ends with
+/// [`TransportEnd::Flooded`], which fails the connection.
+pub(crate) struct Guarded<T> {
+    inner: T,
+    pending: Arc<Mutex<HashSet<RequestId>>>,
+    cause: EndCause,
+    closed: watch::Sender<Option<TransportEnd>>,
+}
+
+impl<T> Guarded<T> {
+    pub(crate) fn new(inner: T, cause: EndCause) -> (Self, watch::Receiver<Option<TransportEnd>>) {
+        let (closed, rx) = watch::channel(None);
+        let guarded = Guarded {
+            inner,
+            pending: Arc::default(),
+            cause,
+            closed,
+        };
+        (guarded, rx)
+    }
+
+    fn end(&self) {
+        let cause = self.cause.get().cloned().unwrap_or(TransportEnd::Closed);
+        let _ = self.closed.send(Some(cause));
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
     type Error = T::Error;
 
     fn send(
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
+        let answered = match &item {
+            JsonRpcMessage::Response(r) => Some(r.id.clone()),
+            JsonRpcMessage::Error(e) => e.id.clone(),
+            _ => None,
+        };
+        let pending = Arc::clone(&self.pending);
+        let sent = self.inner.send(item);
+        async move {
+            let result = sent.await;
+            if let Some(id) = answered
+                && let Ok(mut pending) = pending.lock()
+            {
+                pending.remove(&id);
+            }
+            result
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await;
-        if message.is_none() {
-            let _ = self.closed.send(true);
+        let Some(message) = self.inner.receive().await else {
+            self.end();
+            return None;
+        };
+        let flooded = match &message {
+            JsonRpcMessage::Request(request) => self.pending.lock().is_ok_and(|mut pending| {
+                pending.insert(request.id.clone());
+                pending.len() > MAX_PENDING_SERVER_REQUESTS
+            }),
+            JsonRpcMessage::Notification(n) => {
+                // A request the server withdrew gets no answer from rmcp.
+                if let ServerNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                    && let Ok(mut pending) = self.pending.lock()
+                {
+                    pending.remove(id);
+                }
+                false
+            }
+            _ => false,
+        };
+        if flooded {
+            let _ = self.cause.set(TransportEnd::Flooded {
+                what: "requests",
+                limit: MAX_PENDING_SERVER_REQUESTS,
+            });
+            self.end();
+            return None;
         }
-        message
+        Some(message)
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
@@ -300,15 +418,61 @@ pub(crate) enum StartError {
 }
 
 /// Initializes MCP over `transport` and lists every page of tools, within `timeout`.
+/// A transport ended on purpose ([`TransportEnd::Flooded`], seen on `ended`) fails the
+/// start at once: rmcp would otherwise wait for answers it can no longer send.
 pub(crate) async fn initialize_and_list<T>(
     transport: T,
-    signals: UnboundedSender<ServerSignal>,
+    signals: Arc<ServerSignals>,
     timeout: Duration,
+    mut ended: watch::Receiver<Option<TransportEnd>>,
 ) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), StartError>
 where
     T: Transport<RoleClient> + 'static,
 {
+    let seen = ended.clone();
+    let flooded = async move {
+        let end = ended
+            .wait_for(|end| matches!(end, Some(TransportEnd::Flooded { .. })))
+            .await
+            .ok()
+            .and_then(|end| end.clone());
+        match end {
+            Some(end) => Some(end),
+            None => std::future::pending().await,
+        }
+    };
     let started = tokio::time::timeout(timeout, async {
+        tokio::select! {
+            started = start(transport, signals) => started,
+            Some(end) = flooded => Err(format!("the connection ended: {end}")),
+        }
+    })
+    .await;
+    match started {
+        Ok(Ok(pair)) => Ok(pair),
+        Ok(Err(message)) => {
+            // rmcp may see the end first ("connection closed"); the flood is the reason.
+            let flooded = seen
+                .borrow()
+                .clone()
+                .filter(|end| matches!(end, TransportEnd::Flooded { .. }));
+            Err(StartError::Failed(match flooded {
+                Some(end) => format!("the connection ended: {end}"),
+                None => message,
+            }))
+        }
+        Err(_) => Err(StartError::TimedOut),
+    }
+}
+
+async fn start<T>(
+    transport: T,
+    signals: Arc<ServerSignals>,
+) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), String>
+where
+    T: Transport<RoleClient> + 'static,
+{
+    {
         let service = rmcp::ServiceExt::serve(ClientHandler::new(signals), transport)
             .await
             .map_err(|e| format!("initialize failed: {e}"))?;
@@ -316,11 +480,5 @@ where
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;
         Ok::<_, String>((service, listed))
-    })
-    .await;
-    match started {
-        Ok(Ok(pair)) => Ok(pair),
-        Ok(Err(message)) => Err(StartError::Failed(message)),
-        Err(_) => Err(StartError::TimedOut),
     }
 }

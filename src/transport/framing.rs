@@ -11,6 +11,13 @@
 //! answered a request, becomes a JSON-RPC error for that request, so the call fails at
 //! once with a clear message. An answer that is not valid JSON (cut, broken, nested too
 //! deep) or not a valid MCP response fails its request the same way.
+//!
+//! A request the client cannot read is answered with an error on a task of its own
+//! (half a line on the server's stdin would break the stream). At most
+//! [`MAX_PENDING_SERVER_REQUESTS`] such answers are in flight: a server that sends
+//! them faster than it reads them (or never reads) ends the stream, and the
+//! connection fails with [`TransportEnd::Flooded`], instead of growing one task per
+//! line (seen: 900 MB in 16 seconds).
 
 use std::collections::VecDeque;
 use std::future::{Future, poll_fn};
@@ -23,8 +30,12 @@ use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Mutex;
+
+use super::client::{EndCause, MAX_PENDING_SERVER_REQUESTS, TransportEnd};
 
 /// Most bytes of one message from a stdio server.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -251,6 +262,10 @@ fn request_id(head: &[u8]) -> Option<Value> {
 pub(crate) struct StdioTransport<R, W> {
     lines: LineReader<R>,
     write: Arc<Mutex<Option<W>>>,
+    /// Error answers to unreadable requests not yet written.
+    replies: Arc<AtomicUsize>,
+    /// Where the reason is left when the stream is ended on purpose.
+    cause: EndCause,
 }
 
 impl<R, W> StdioTransport<R, W>
@@ -258,10 +273,12 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    pub(crate) fn new(read: R, write: W) -> Self {
+    pub(crate) fn new(read: R, write: W, cause: EndCause) -> Self {
         StdioTransport {
             lines: LineReader::new(read, MAX_MESSAGE_BYTES),
             write: Arc::new(Mutex::new(Some(write))),
+            replies: Arc::default(),
+            cause,
         }
     }
 }
@@ -313,11 +330,20 @@ where
             match decode(line, self.lines.limit) {
                 Decoded::Message(message) => return Some(*message),
                 Decoded::Reply(bytes) => {
+                    if self.replies.load(Ordering::Acquire) >= MAX_PENDING_SERVER_REQUESTS {
+                        let _ = self.cause.set(TransportEnd::Flooded {
+                            what: "unreadable requests",
+                            limit: MAX_PENDING_SERVER_REQUESTS,
+                        });
+                        return None;
+                    }
                     // Written on its own task: `receive` may be cancelled at any await,
                     // and half a line on the server's stdin would break the stream.
-                    let write = self.write.clone();
+                    let (write, replies) = (self.write.clone(), Arc::clone(&self.replies));
+                    replies.fetch_add(1, Ordering::AcqRel);
                     tokio::spawn(async move {
                         let _ = write_line(&write, &bytes).await;
+                        replies.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
                 Decoded::Skip => {}
@@ -517,7 +543,7 @@ mod tests {
     #[tokio::test]
     async fn messages_are_written_as_lines_and_closing_closes_stdin() {
         let (ours, mut theirs) = tokio::io::duplex(4096);
-        let mut transport = StdioTransport::new(tokio::io::empty(), ours);
+        let mut transport = StdioTransport::new(tokio::io::empty(), ours, EndCause::default());
         let ping = |id: i64| -> TxJsonRpcMessage<RoleClient> {
             serde_json::from_value(json!({"jsonrpc": "2.0", "id": id, "method": "ping"})).unwrap()
         };

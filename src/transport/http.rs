@@ -7,9 +7,9 @@ use std::time::Duration;
 use http::{HeaderName, HeaderValue};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use tokio::sync::mpsc::UnboundedSender;
+use std::sync::Arc;
 
-use super::client::{ListedTools, McpClient, ServerSignal, StartError, Watched};
+use super::client::{EndCause, Guarded, ListedTools, McpClient, ServerSignals, StartError};
 use crate::net::PinnedClient;
 
 /// Connects, initializes and lists tools within `timeout`.
@@ -23,7 +23,7 @@ pub async fn connect_http(
     url: &str,
     headers: &BTreeMap<String, String>,
     client: PinnedClient,
-    signals: UnboundedSender<ServerSignal>,
+    signals: Arc<ServerSignals>,
     timeout: Duration,
 ) -> Result<(McpClient, ListedTools), String> {
     let mut custom = HashMap::new();
@@ -40,9 +40,11 @@ pub async fn connect_http(
     let _ = uri.set_username("");
     let _ = uri.set_password(None);
     let config = StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
-    let (transport, closed) =
-        Watched::new(StreamableHttpClientTransport::with_client(client, config));
-    match super::client::initialize_and_list(transport, signals, timeout).await {
+    let (transport, closed) = Guarded::new(
+        StreamableHttpClientTransport::with_client(client, config),
+        EndCause::default(),
+    );
+    match super::client::initialize_and_list(transport, signals, timeout, closed.clone()).await {
         Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
         Err(StartError::Failed(message)) => Err(message),
         Err(StartError::TimedOut) => Err(format!(

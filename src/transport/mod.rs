@@ -10,8 +10,8 @@ mod http;
 mod stdio;
 
 pub use client::{
-    CallFailure, ClientHandler, CloseReport, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient,
-    ServerSignal, call_tool, list_tools,
+    CallFailure, ClientHandler, CloseReport, ListedTools, MAX_PENDING_SERVER_REQUESTS,
+    MAX_TOOL_PAGES, MAX_TOOLS, McpClient, ServerSignals, TransportEnd, call_tool, list_tools,
 };
 pub use framing::MAX_MESSAGE_BYTES;
 pub use http::connect_http;

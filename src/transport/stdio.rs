@@ -11,11 +11,14 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use std::sync::Arc;
 use tokio::process::Command;
-use tokio::sync::mpsc::UnboundedSender;
+
 use tokio::sync::watch;
 
-use super::client::{CloseReport, ListedTools, McpClient, ServerSignal, StartError, Watched};
+use super::client::{
+    CloseReport, EndCause, Guarded, ListedTools, McpClient, ServerSignals, StartError, TransportEnd,
+};
 use super::framing::StdioTransport;
 use crate::process::{CapturedStderr, StderrCapture};
 
@@ -117,7 +120,7 @@ impl Drop for ChildProcess {
 /// The message and the stderr window.
 pub async fn connect_stdio(
     launch: &StdioLaunch,
-    signals: UnboundedSender<ServerSignal>,
+    signals: Arc<ServerSignals>,
     timeout: Duration,
     grace: Duration,
 ) -> Result<(McpClient, ListedTools), (String, Option<CapturedStderr>)> {
@@ -159,8 +162,12 @@ pub async fn connect_stdio(
         ));
     };
 
-    let (transport, transport_closed) = Watched::new(StdioTransport::new(stdout, stdin));
-    let started = super::client::initialize_and_list(transport, signals, timeout).await;
+    let cause = EndCause::default();
+    let framing = StdioTransport::new(stdout, stdin, Arc::clone(&cause));
+    let (transport, transport_closed) = Guarded::new(framing, Arc::clone(&cause));
+    let started =
+        super::client::initialize_and_list(transport, signals, timeout, transport_closed.clone())
+            .await;
     match started {
         Ok((service, listed)) => Ok((
             McpClient::new(service, Some(process), transport_closed),
@@ -169,9 +176,10 @@ pub async fn connect_stdio(
         Err(StartError::Failed(message)) => {
             let exited = process.exit.borrow().clone();
             let report = close_failed(process, grace).await;
-            let message = match exited.or(report.exit) {
-                Some(status) => format!("{message} (process exited: {status})"),
-                None => message,
+            let message = match (cause.get(), exited.or(report.exit)) {
+                (Some(TransportEnd::Flooded { .. }), _) => message,
+                (_, Some(status)) => format!("{message} (process exited: {status})"),
+                (_, None) => message,
             };
             Err((message, report.stderr))
         }

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use futures::StreamExt;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
@@ -23,6 +24,9 @@ pub enum Behaviour {
     Redirect(u16, String),
     /// A 200 with this content type and body.
     Canned(&'static str, Bytes),
+    /// A hostile MCP server: it answers initialize and tools/list, then floods `ping`
+    /// requests on its SSE stream and never answers the POSTs that carry our answers.
+    PingFlood,
 }
 
 /// One recorded request.
@@ -214,6 +218,7 @@ async fn answer(
             resp
         }
         (Behaviour::Canned(content_type, body), _) => plain(StatusCode::OK, content_type, body),
+        (Behaviour::PingFlood, _) => ping_flood(req).await,
         _ => plain(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain",
@@ -227,5 +232,57 @@ fn plain(status: StatusCode, content_type: &str, body: Bytes) -> Response<Body> 
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(http::header::CONTENT_TYPE, content_type.parse().unwrap());
+    resp
+}
+
+/// See [`Behaviour::PingFlood`].
+async fn ping_flood(req: Request<Incoming>) -> Response<Body> {
+    use serde_json::{Value, json};
+    if req.method() == http::Method::GET {
+        let pings = futures::stream::iter(0u64..).map(|n| {
+            let ping = json!({"jsonrpc": "2.0", "id": format!("flood-{n}"), "method": "ping"});
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(hyper::body::Frame::data(
+                Bytes::from(format!("event: message\ndata: {ping}\n\n")),
+            ))
+        });
+        let mut resp = Response::new(BodyExt::boxed(http_body_util::StreamBody::new(pings)));
+        resp.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            "text/event-stream".parse().unwrap(),
+        );
+        return resp;
+    }
+    if req.method() != http::Method::POST {
+        return plain(StatusCode::OK, "text/plain", Bytes::new());
+    }
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let message: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let Some(id) = message.get("id").cloned() else {
+        return plain(StatusCode::ACCEPTED, "text/plain", Bytes::new());
+    };
+    let result = match message.get("method").and_then(Value::as_str) {
+        Some("initialize") => json!({
+            "protocolVersion": message["params"]["protocolVersion"].clone(),
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "ping-flood", "version": "0"}
+        }),
+        Some("tools/list") => json!({"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}),
+        Some(_) => json!({}),
+        // Our answer to one of its pings: never answered.
+        None => std::future::pending().await,
+    };
+    let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    let mut resp = plain(
+        StatusCode::OK,
+        "application/json",
+        Bytes::from(answer.to_string()),
+    );
+    resp.headers_mut()
+        .insert("mcp-session-id", "flood-session".parse().unwrap());
     resp
 }

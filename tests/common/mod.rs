@@ -32,6 +32,19 @@ pub fn demo(extra: &str) -> String {
     )
 }
 
+/// A declaration of the demo server misbehaving as `fault` (`MODE [N]`), plus `extra`.
+pub fn demo_fault(fault: &str, extra: &str) -> String {
+    let args: Vec<String> = fault
+        .split_whitespace()
+        .map(|s| serde_json::to_string(s).unwrap())
+        .collect();
+    format!(
+        "command: {}\nargs: [demo-server, --fault, {}]\n{extra}",
+        serde_json::to_string(exe()).unwrap(),
+        args.join(", ")
+    )
+}
+
 /// A declaration that records each start in `marker` (one line per spawn), then runs
 /// the demo server.
 pub fn demo_counting(marker: &Path, extra: &str) -> String {
