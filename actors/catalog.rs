@@ -942,6 +942,7 @@ impl ResolveContext {
             Arc::clone(&signals),
             declaration.connect_timeout,
             self.shared.config.close_grace,
+            &self.shared.processes,
         )
         .await
         {

@@ -191,6 +191,11 @@ pub struct RuntimeConfig {
     pub resolver: Arc<dyn crate::net::Resolver>,
     /// Extra TLS root certificates (DER) trusted besides the webpki roots.
     pub extra_roots: Vec<Vec<u8>>,
+    /// Make the host process a child subreaper (Linux) so that a process which
+    /// double-forks away from its server is adopted by the host and ended with that
+    /// server, instead of living on under init. On by default; a host that spawns
+    /// daemonizing children of its own and relies on init to reap them may turn it off.
+    pub adopt_orphans: bool,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -231,6 +236,7 @@ impl RuntimeConfig {
             url_policy: crate::net::UrlPolicy::new(),
             resolver: Arc::new(crate::net::HickoryResolver::from_system()),
             extra_roots: Vec::new(),
+            adopt_orphans: true,
         }
     }
 
@@ -280,6 +286,8 @@ pub(crate) struct Shared {
     pub schemas: super::catalog::SchemaPool,
     pub limiter: LimiterHandle,
     pub broker: BrokerHandle,
+    /// Every process the stdio servers started, and the reaper that outlives the host.
+    pub processes: Arc<crate::process::Registry>,
     ids: AtomicU64,
 }
 
@@ -291,7 +299,10 @@ impl Shared {
         limiter: LimiterHandle,
         broker: BrokerHandle,
     ) -> Self {
+        let processes =
+            crate::process::Registry::new(&config.home.join("mcp-home"), config.adopt_orphans);
         Shared {
+            processes,
             config,
             hub,
             net,

@@ -604,6 +604,10 @@ impl Runtime {
         for helper in self.helpers.iter() {
             helper.stop(Some("shutdown".into()));
         }
+        // Whatever a server left behind (orphans, a tree a stopped session did not end)
+        // ends here; then the reaper goes.
+        let processes = Arc::clone(&self.shared.processes);
+        let _ = tokio::task::spawn_blocking(move || processes.shutdown()).await;
     }
 }
 

@@ -44,6 +44,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
     resolver.set("localhost", ["127.0.0.1".parse()?, "::1".parse()?]);
     config.resolver = Arc::new(resolver);
     let runtime = Runtime::start(config).await?;
+    super::register(&runtime);
     let outcome = act(&runtime, &core, &scenario, &events).await;
     runtime.shutdown().await;
     outcome

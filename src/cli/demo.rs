@@ -52,6 +52,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     config.approver = Arc::new(TerminalApprover::new(true));
     config.url_policy = demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.0/8".parse()?]);
     let runtime = Runtime::start(config).await?;
+    super::register(&runtime);
     let result = drive(&runtime, &core).await;
     runtime.shutdown().await;
     web.abort();

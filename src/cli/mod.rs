@@ -152,10 +152,58 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let code = runtime.block_on(run(cli));
+    let code = runtime.block_on(async {
+        tokio::select! {
+            code = run(cli) => code,
+            signal = terminated() => {
+                // SIGINT, SIGTERM and SIGHUP run the close path: every runtime of this
+                // run shuts down, ending each server's whole tree. A second signal stops
+                // waiting; the process reaper still ends what is left.
+                eprintln!("demiurge: {} received, closing the servers", signal.1);
+                tokio::select! {
+                    () = shutdown_all() => {}
+                    _ = terminated() => {}
+                }
+                128 + signal.0
+            }
+        }
+    });
     // Tasks still closing children get a moment; guards kill what is left.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     ExitCode::from(code)
+}
+
+/// The runtimes this run started, for the close path of a signal.
+static RUNTIMES: std::sync::Mutex<Vec<Runtime>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps `runtime` for [`shutdown_all`].
+pub(crate) fn register(runtime: &Runtime) {
+    if let Ok(mut all) = RUNTIMES.lock() {
+        all.push(runtime.clone());
+    }
+}
+
+async fn shutdown_all() {
+    let all: Vec<Runtime> = RUNTIMES.lock().map(|r| r.clone()).unwrap_or_default();
+    futures::future::join_all(all.iter().map(Runtime::shutdown)).await;
+}
+
+/// The first of SIGINT, SIGTERM or SIGHUP, with its number and name. Never resolves
+/// when the handlers cannot be installed.
+async fn terminated() -> (u8, &'static str) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => (2, "SIGINT"),
+        _ = term.recv() => (15, "SIGTERM"),
+        _ = hup.recv() => (1, "SIGHUP"),
+    }
 }
 
 /// Diagnostics of the runtime itself go to stderr, `warn` by default
@@ -307,7 +355,9 @@ impl Cli {
 
 /// Starts a runtime with the CLI's approver and a progress sink.
 pub(crate) async fn start_runtime(cli: &Cli) -> anyhow::Result<Runtime> {
-    Ok(Runtime::start(cli.config(Arc::new(Progress::new()))).await?)
+    let runtime = Runtime::start(cli.config(Arc::new(Progress::new()))).await?;
+    register(&runtime);
+    Ok(runtime)
 }
 
 /// Shows discovery progress on a terminal; silent when stderr is piped.

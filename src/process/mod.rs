@@ -1,7 +1,9 @@
 //! Child process hygiene: the allowlisted environment, `${NAME}` interpolation, private
 //! files and directories, and stderr capture into a bounded anonymous file.
 
+mod registry;
 mod stderr;
+pub mod tree;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -9,6 +11,7 @@ use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+pub use registry::{Registry, SWEEP};
 pub use stderr::{
     CapturedStderr, STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS, StderrCapture, append_stderr_log,
 };

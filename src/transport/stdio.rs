@@ -20,7 +20,7 @@ use super::client::{
     CloseReport, EndCause, Guarded, ListedTools, McpClient, ServerSignals, StartError, TransportEnd,
 };
 use super::framing::StdioTransport;
-use crate::process::{CapturedStderr, StderrCapture};
+use crate::process::{CapturedStderr, Registry, StderrCapture};
 
 /// Everything needed to start one stdio server, already authorized and interpolated.
 #[derive(Clone)]
@@ -52,7 +52,9 @@ pub(crate) struct ChildProcess {
     pid: u32,
     exit: watch::Receiver<Option<String>>,
     stderr: Option<StderrCapture>,
-    /// Set once the group was killed on purpose; Drop then has nothing to do.
+    /// Where the server's whole tree is recorded and ended.
+    registry: Arc<Registry>,
+    /// Set once the tree was ended on purpose; Drop then has nothing to do.
     closed: bool,
 }
 
@@ -82,17 +84,19 @@ impl ChildProcess {
             .is_ok()
     }
 
-    /// Stops the group: wait for a voluntary exit (stdin is already closed), SIGTERM,
-    /// SIGKILL; then kills whatever else is left in the group (grandchildren).
+    /// Stops the server: wait for a voluntary exit (stdin is already closed), SIGTERM to
+    /// its group, then ends its whole tree (every descendant, whatever group or session
+    /// it moved to, and orphans it left behind) and waits for the exit.
     pub(crate) async fn close(mut self, grace: Duration) -> CloseReport {
+        // Recorded before the server may exit: its children become orphans then.
+        self.registry.snapshot(self.pid);
         if !self.wait_exit(grace).await {
             self.signal_group(Signal::SIGTERM);
-            if !self.wait_exit(grace).await {
-                self.signal_group(Signal::SIGKILL);
-                self.wait_exit(grace).await;
-            }
+            self.wait_exit(grace).await;
         }
         self.signal_group(Signal::SIGKILL);
+        self.registry.end(self.pid);
+        self.wait_exit(grace).await;
         self.closed = true;
         let exit = self.exit.borrow().clone();
         let stderr = match self.stderr.take() {
@@ -107,6 +111,7 @@ impl Drop for ChildProcess {
     fn drop(&mut self) {
         if !self.closed {
             self.signal_group(Signal::SIGKILL);
+            self.registry.end(self.pid);
         }
     }
 }
@@ -123,6 +128,7 @@ pub async fn connect_stdio(
     signals: Arc<ServerSignals>,
     timeout: Duration,
     grace: Duration,
+    registry: &Arc<Registry>,
 ) -> Result<(McpClient, ListedTools), (String, Option<CapturedStderr>)> {
     let mut command = Command::new(&launch.command);
     command
@@ -139,6 +145,7 @@ pub async fn connect_stdio(
         .spawn()
         .map_err(|e| (format!("cannot start `{}`: {e}", launch.command), None))?;
     let pid = child.id().unwrap_or_default();
+    registry.started(pid);
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (exit_tx, exit_rx) = watch::channel(None);
     tokio::spawn(async move {
@@ -152,6 +159,7 @@ pub async fn connect_stdio(
         pid,
         exit: exit_rx,
         stderr: stderr.and_then(|s| StderrCapture::start(s).ok()),
+        registry: Arc::clone(registry),
         closed: false,
     };
     let (Some(stdin), Some(stdout)) = (stdin, stdout) else {
@@ -197,7 +205,9 @@ pub async fn connect_stdio(
 }
 
 async fn close_failed(process: ChildProcess, grace: Duration) -> CloseReport {
-    // A server that failed to start gets no grace for a voluntary exit.
+    // A server that failed to start gets no grace for a voluntary exit; what it started
+    // is recorded first, while it is still below it.
+    process.registry.snapshot(process.pid);
     process.signal_group(Signal::SIGKILL);
     process.close(grace).await
 }

@@ -1,0 +1,456 @@
+//! Every process the runtime's stdio servers started, so that none outlives its
+//! connection or the host, however the host ends.
+//!
+//! Adversary: a server author whose process forks, calls `setsid`, double-forks,
+//! ignores EOF and SIGTERM (threat model 2), and the environment that kills the host
+//! with any signal, SIGKILL included (threat model 5). The mechanisms, each for what
+//! the others cannot do:
+//!
+//! - **Trees, not groups.** Closing a connection ends the server's whole tree
+//!   ([`super::tree::end_tree`]): children in other groups and sessions included.
+//! - **Adoption.** The host process is made a child subreaper
+//!   ([`Registry::new`]), so a process that double-forks away from its server is
+//!   reparented to the host, not to init. A sweep every [`SWEEP`] records each
+//!   server's descendants; an adopted orphan it recorded is ended with its server, an
+//!   adopted process carrying the servers' `HOME` that no server can claim is ended at
+//!   the next sweep (it left before it was seen; one sweep of patience spares a server
+//!   caught between its spawn and its registration), and adopted zombies are reaped.
+//!   An adopted process still in a server's process group is that server's: only one
+//!   that left tree, group and session (a daemon) cannot be told apart, and is ended.
+//! - **The reaper.** A small `sh` process, started with the first server, reads the
+//!   recorded processes from a pipe the host holds. The pipe reaches end of file when
+//!   the host ends, whatever ended it (a SIGKILL included, which no handler sees); the
+//!   reaper then freezes, walks and kills every recorded tree. It runs in its own
+//!   process group, so a terminal's SIGINT or SIGHUP reaches it no more than the
+//!   servers, and ignores them anyway.
+//!
+//! What remains possible: a process that both leaves its tree and clears its
+//! environment within one sweep, just before the host is SIGKILLed. Without cgroups no
+//! unprivileged host can follow it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::tree::{self, Proc};
+
+/// Every registry of this process: a host may run several runtimes, even on one home,
+/// and one runtime's sweep must not take another's server for an orphan.
+static ALL: Mutex<Vec<Weak<Registry>>> = Mutex::new(Vec::new());
+
+/// Whether any registry of this process records `p` (as a server or a descendant).
+fn claimed_anywhere(p: &Proc) -> bool {
+    let registries: Vec<Arc<Registry>> = ALL
+        .lock()
+        .map(|all| all.iter().filter_map(Weak::upgrade).collect())
+        .unwrap_or_default();
+    registries.iter().any(|r| {
+        r.inner.lock().is_ok_and(|i| {
+            i.trees
+                .values()
+                .any(|t| t.root == *p || t.members.get(&p.pid) == Some(p))
+        })
+    })
+}
+
+/// How often descendants are recorded and adopted orphans looked at.
+pub const SWEEP: Duration = Duration::from_millis(250);
+
+/// The reaper (`$1`: the servers' `HOME=` entry): reads `+pid:start` and `-pid:start`
+/// lines until end of file, then ends every recorded process still alive (same start
+/// time), with every process below it, freezing before killing; a recorded process
+/// that leads its own group takes the group with it. A `.` line means the host is
+/// closing on purpose. Without it the host died: once the reaper is reparented (the
+/// kernel closes a dying process's files before it reparents its children), the host's
+/// former children carrying the servers' HOME are taken too: orphans adopted since the
+/// last sweep, reparented with the reaper.
+const REAPER: &str = r#"
+trap '' HUP INT TERM QUIT PIPE
+set -f
+marker=$1
+host=$PPID
+entries=' '
+clean=0
+info() {
+    s=''
+    read -r s 2>/dev/null < "/proc/$1/stat" || [ -n "$s" ] || return 1
+    rest=${s##*) }
+    set -- $rest
+    state=$1
+    ppid=$2
+    pgrp=$3
+    shift 19
+    start=$1
+    [ "$state" != Z ]
+}
+while IFS= read -r line; do
+    case $line in
+        +*) entries="$entries${line#+} " ;;
+        .) clean=1 ;;
+        -*)
+            kept=' '
+            for e in $entries; do [ "$e" = "${line#-}" ] || kept="$kept$e "; done
+            entries=$kept
+            ;;
+    esac
+done
+found=$entries
+waited=0
+while [ "$clean" = 0 ] && [ "$waited" -lt 40 ]; do
+    info $$
+    [ "$ppid" = "$host" ] || break
+    sleep 0.05 2>/dev/null || sleep 1
+    waited=$((waited + 1))
+done
+info $$
+now=$ppid
+if [ "$clean" = 0 ] && [ "$now" != "$host" ]; then
+    set +f
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        info "$p" || continue
+        [ "$ppid" = "$now" ] || continue
+        if tr '\0' '\n' 2>/dev/null < "$d/environ" | grep -qxF -- "$marker"; then
+            found="$found$p:$start "
+        fi
+    done
+    set -f
+fi
+stopped=' '
+round=0
+while [ "$round" -lt 64 ]; do
+    round=$((round + 1))
+    grew=0
+    for e in $found; do
+        case $stopped in *" $e "*) continue ;; esac
+        pid=${e%%:*}
+        info "$pid" || continue
+        [ "$start" = "${e#*:}" ] || continue
+        kill -STOP "$pid" 2>/dev/null
+        stopped="$stopped$e "
+        grew=1
+        for f in /proc/"$pid"/task/*/children; do
+            kids=''
+            read -r kids 2>/dev/null < "$f"
+            for k in $kids; do
+                info "$k" || continue
+                case $found in *" $k:$start "*) ;; *) found="$found$k:$start " ;; esac
+            done
+        done
+    done
+    [ "$grew" = 1 ] || break
+done
+for e in $stopped; do
+    pid=${e%%:*}
+    if info "$pid" && [ "$pgrp" = "$pid" ]; then kill -KILL -"$pid" 2>/dev/null; fi
+    kill -KILL "$pid" 2>/dev/null
+    kill -CONT "$pid" 2>/dev/null
+done
+"#;
+
+/// The processes of one server: its own, and every descendant a sweep has seen.
+#[derive(Debug)]
+struct Tree {
+    root: Proc,
+    members: BTreeMap<u32, Proc>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// By the server's pid.
+    trees: HashMap<u32, Tree>,
+    /// Children of the host carrying the servers' HOME that no server claimed at the
+    /// last sweep: ended if still unclaimed at the next.
+    suspects: Vec<Proc>,
+    reaper: Option<(Child, ChildStdin)>,
+    /// The reaper's argument, kept to start it again.
+    marker: Option<Vec<u8>>,
+    sweeping: bool,
+}
+
+/// The runtime's record of its servers' processes (see the module documentation).
+#[derive(Debug)]
+pub struct Registry {
+    inner: Mutex<Inner>,
+    /// `HOME=<home>/mcp-home`: every server and descendant that kept its environment
+    /// carries it; nothing else of the host does.
+    marker: Vec<u8>,
+}
+
+impl Registry {
+    /// A registry for servers whose HOME is `server_home`. With `adopt`, the host
+    /// becomes a child subreaper (Linux), so orphans of its servers are reparented to it
+    /// instead of to init.
+    pub fn new(server_home: &Path, adopt: bool) -> Arc<Registry> {
+        if adopt && let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+            tracing::warn!(
+                "cannot make the host a child subreaper ({e}); an orphan of a server may outlive its connection"
+            );
+        }
+        let marker = format!("HOME={}", server_home.display()).into_bytes();
+        let registry = Arc::new(Registry {
+            inner: Mutex::new(Inner {
+                marker: Some(marker.clone()),
+                ..Inner::default()
+            }),
+            marker,
+        });
+        if let Ok(mut all) = ALL.lock() {
+            all.retain(|r| r.strong_count() > 0);
+            all.push(Arc::downgrade(&registry));
+        }
+        registry
+    }
+
+    /// Records a server the runtime just started; starts the reaper and the sweep on
+    /// first use.
+    pub fn started(self: &Arc<Self>, pid: u32) {
+        let Some(root) = Proc::current(pid) else {
+            return;
+        };
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        if inner.reaper.is_none() {
+            inner.reaper = spawn_reaper(&self.marker);
+        }
+        tell(&mut inner, '+', &root);
+        inner.trees.insert(
+            pid,
+            Tree {
+                root,
+                members: BTreeMap::new(),
+            },
+        );
+        if !inner.sweeping && tokio::runtime::Handle::try_current().is_ok() {
+            inner.sweeping = true;
+            tokio::spawn(sweep_while_alive(Arc::downgrade(self)));
+        }
+    }
+
+    /// Ends the tree of server `pid`: the server, every descendant recorded or found
+    /// now, adopted orphans of it included. Idempotent.
+    pub fn end(&self, pid: u32) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let Some(tree) = inner.trees.remove(&pid) else {
+            return;
+        };
+        let mut members: Vec<Proc> = tree.members.values().copied().collect();
+        members.push(tree.root);
+        for p in tree::end_tree(&members) {
+            // The server itself is tokio's child to wait for; only adopted ones are ours.
+            if p != tree.root {
+                tree::reap(&p);
+            }
+            tell(&mut inner, '-', &p);
+        }
+    }
+
+    /// Records what is below server `pid` now (before it is asked to exit: once it has,
+    /// its children are orphans, adopted by the host but no longer below it).
+    pub fn snapshot(&self, pid: u32) {
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let fresh: Vec<Proc> = match inner.trees.get_mut(&pid) {
+            Some(tree) => tree::descendants(pid)
+                .into_iter()
+                .filter(|p| tree.members.insert(p.pid, *p).is_none())
+                .collect(),
+            None => return,
+        };
+        for p in fresh {
+            tell(&mut inner, '+', &p);
+        }
+    }
+
+    /// Records what is below every server now, ends adopted processes no server claims
+    /// (at once when `last`, else at their second sighting), reaps adopted zombies.
+    pub fn sweep(&self, last: bool) {
+        let candidates = self.record_descendants();
+        let Ok(mut inner) = self.inner.lock() else {
+            return;
+        };
+        let mut suspects = Vec::new();
+        for p in candidates {
+            if last || inner.suspects.contains(&p) {
+                // It left its server before any sweep saw it: no connection owns it.
+                for q in tree::end_tree(&[p]) {
+                    tree::reap(&q);
+                }
+            } else {
+                suspects.push(p);
+            }
+        }
+        inner.suspects = suspects;
+    }
+
+    /// Records the descendants of every server, reaps adopted zombies this registry
+    /// claims, and returns the host's children carrying the servers' HOME that no
+    /// registry of this process claims.
+    fn record_descendants(&self) -> Vec<Proc> {
+        let Ok(mut inner) = self.inner.lock() else {
+            return Vec::new();
+        };
+        let mut told = Vec::new();
+        for tree in inner.trees.values_mut() {
+            tree.members.retain(|_, p| {
+                let alive = p.exists();
+                if !alive {
+                    told.push(('-', *p));
+                }
+                alive
+            });
+            for p in tree::descendants(tree.root.pid) {
+                if tree.members.insert(p.pid, p).is_none() {
+                    told.push(('+', p));
+                }
+            }
+        }
+        for (sign, p) in told {
+            tell(&mut inner, sign, &p);
+        }
+        let host = std::process::id();
+        let mut unclaimed = Vec::new();
+        for pid in tree::children(host) {
+            let Some(stat) = tree::stat(pid) else {
+                continue;
+            };
+            let p = Proc {
+                pid,
+                start: stat.start,
+            };
+            if inner.trees.values().any(|t| t.root == p) {
+                // A server: tokio waits for it.
+                continue;
+            }
+            // Left by a server but still in its group: that server's.
+            if let Some(tree) = inner
+                .trees
+                .values_mut()
+                .find(|t| t.root.pid == stat.pgrp && !t.members.contains_key(&pid))
+            {
+                tree.members.insert(pid, p);
+                tell(&mut inner, '+', &p);
+            }
+            let claimed = inner
+                .trees
+                .values()
+                .any(|t| t.members.get(&pid) == Some(&p));
+            if claimed {
+                tree::reap(&p);
+            } else if self.carries_marker(pid) {
+                unclaimed.push(p);
+            }
+        }
+        drop(inner);
+        unclaimed.retain(|p| !claimed_anywhere(p));
+        unclaimed
+    }
+
+    fn carries_marker(&self, pid: u32) -> bool {
+        std::fs::read(format!("/proc/{pid}/environ"))
+            .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == self.marker))
+    }
+
+    /// Ends every recorded tree and lets the reaper go (it exits at end of file).
+    pub fn shutdown(&self) {
+        let pids: Vec<u32> = self
+            .inner
+            .lock()
+            .map(|i| i.trees.keys().copied().collect())
+            .unwrap_or_default();
+        for pid in pids {
+            self.end(pid);
+        }
+        self.sweep(true);
+        if let Some((mut child, mut stdin)) =
+            self.inner.lock().ok().and_then(|mut i| i.reaper.take())
+        {
+            // A closing host, not a dead one: nothing else to look for.
+            let _ = stdin.write_all(b".\n");
+            drop(stdin);
+            // It has nothing left to kill; wait briefly so it is not left a zombie.
+            for _ in 0..50 {
+                if child.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// Tells the reaper about `p` (`+` to watch, `-` to forget); a reaper that died is
+/// started again, told everything recorded.
+fn tell(inner: &mut Inner, sign: char, p: &Proc) {
+    let line = format!("{sign}{}:{}\n", p.pid, p.start);
+    let written = inner
+        .reaper
+        .as_mut()
+        .is_some_and(|(_, stdin)| stdin.write_all(line.as_bytes()).is_ok());
+    if !written && sign == '+' {
+        let Some(marker) = inner.marker.clone() else {
+            return;
+        };
+        inner.reaper = spawn_reaper(&marker);
+        let everything: Vec<Proc> = inner
+            .trees
+            .values()
+            .flat_map(|t| std::iter::once(t.root).chain(t.members.values().copied()))
+            .chain(std::iter::once(*p))
+            .collect();
+        if let Some((_, stdin)) = inner.reaper.as_mut() {
+            for q in everything {
+                let _ = stdin.write_all(format!("+{}:{}\n", q.pid, q.start).as_bytes());
+            }
+        }
+    }
+}
+
+fn spawn_reaper(marker: &[u8]) -> Option<(Child, ChildStdin)> {
+    use std::os::unix::process::CommandExt;
+    let marker = String::from_utf8_lossy(marker).into_owned();
+    let spawned = Command::new("/bin/sh")
+        .args(["-c", REAPER, "demiurge-reaper", &marker])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+    match spawned {
+        Ok(mut child) => {
+            let stdin = child.stdin.take()?;
+            Some((child, stdin))
+        }
+        Err(e) => {
+            tracing::warn!(
+                "cannot start the process reaper ({e}); servers may outlive a killed host"
+            );
+            None
+        }
+    }
+}
+
+async fn sweep_while_alive(registry: Weak<Registry>) {
+    let mut every = tokio::time::interval(SWEEP);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(registry) = registry.upgrade() else {
+            return;
+        };
+        let busy = registry.inner.lock().is_ok_and(|i| !i.trees.is_empty());
+        if busy {
+            registry.sweep(false);
+        }
+    }
+}

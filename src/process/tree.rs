@@ -1,0 +1,205 @@
+//! Process trees read from `/proc`, and ending one so that nothing in it survives.
+//!
+//! A server's tree is its process and every process descended from it, whatever group
+//! or session they moved to (`setsid` changes neither parent nor tree). A process that
+//! double-forks away loses its parent; the runtime is a child subreaper, so it is
+//! adopted by the host instead of init, and the [`super::Registry`] keeps it with the
+//! server it came from.
+//!
+//! Ending a tree freezes before it kills: every member found is sent `SIGSTOP` (a
+//! stopped process cannot fork), the tree is walked again until no new member shows,
+//! then everything is sent `SIGKILL`. A pid is only signalled while its start time is
+//! the one recorded, so a reused pid is never hit.
+
+use std::collections::BTreeMap;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// A process as recorded: its pid and its start time (clock ticks since boot), which
+/// tells it apart from a later process given the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Proc {
+    /// Process id.
+    pub pid: u32,
+    /// Field 22 of `/proc/<pid>/stat`.
+    pub start: u64,
+}
+
+/// What `/proc/<pid>/stat` says, or `None` when the process is gone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Stat {
+    pub state: char,
+    pub ppid: u32,
+    pub pgrp: u32,
+    pub start: u64,
+}
+
+/// Reads `/proc/<pid>/stat`. The command name (field 2) may contain anything, spaces
+/// and parentheses included, so fields are counted from its last `)`.
+pub(crate) fn stat(pid: u32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); field 4 is the parent, field 22 the start time.
+    Some(Stat {
+        state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+impl Proc {
+    /// `pid` as it is now, if it is alive (a zombie is not).
+    pub fn current(pid: u32) -> Option<Proc> {
+        let s = stat(pid)?;
+        (!matches!(s.state, 'Z' | 'X')).then_some(Proc {
+            pid,
+            start: s.start,
+        })
+    }
+
+    /// Whether this very process (same pid, same start) still exists, zombies included.
+    pub fn exists(&self) -> bool {
+        stat(self.pid).is_some_and(|s| s.start == self.start)
+    }
+
+    fn signal(&self, signal: Signal) {
+        // Never pid 0 or 1, never outside the pid range: `kill(0)` is our own group.
+        if self.pid <= 1 || self.pid > i32::MAX as u32 {
+            return;
+        }
+        if self.exists() {
+            let _ = kill(Pid::from_raw(self.pid as i32), signal);
+        }
+    }
+}
+
+/// The direct children of `pid`, from `/proc/<pid>/task/*/children` (every thread's).
+pub(crate) fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Every live process below `root` (not `root` itself), each with its start time.
+pub fn descendants(root: u32) -> Vec<Proc> {
+    let mut seen: BTreeMap<u32, Proc> = BTreeMap::new();
+    let mut todo = vec![root];
+    while let Some(pid) = todo.pop() {
+        for child in children(pid) {
+            if child == root || seen.contains_key(&child) {
+                continue;
+            }
+            if let Some(p) = Proc::current(child) {
+                seen.insert(child, p);
+                todo.push(child);
+            }
+        }
+    }
+    seen.into_values().collect()
+}
+
+/// Most freeze rounds: each round stops what the last one found, so a tree converges
+/// in as many rounds as it is deep; a tree still growing after this many is killed as
+/// far as it was found.
+const FREEZE_ROUNDS: usize = 64;
+
+/// Ends `members` and every process below any of them: freeze all, walk again until
+/// nothing new appears, then kill all. Returns what was killed.
+pub fn end_tree(members: &[Proc]) -> Vec<Proc> {
+    let mut found: BTreeMap<u32, Proc> = members.iter().map(|p| (p.pid, *p)).collect();
+    let mut stopped: BTreeMap<u32, Proc> = BTreeMap::new();
+    for _ in 0..FREEZE_ROUNDS {
+        let fresh: Vec<Proc> = found
+            .values()
+            .filter(|p| !stopped.contains_key(&p.pid))
+            .copied()
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for p in &fresh {
+            p.signal(Signal::SIGSTOP);
+            stopped.insert(p.pid, *p);
+        }
+        for p in &fresh {
+            for child in descendants(p.pid) {
+                found.entry(child.pid).or_insert(child);
+            }
+        }
+    }
+    let all: Vec<Proc> = found.into_values().collect();
+    for p in &all {
+        p.signal(Signal::SIGKILL);
+        // A stopped process dies of SIGKILL; SIGCONT lets one that ignores nothing run
+        // its exit at once instead of waiting to be scheduled.
+        p.signal(Signal::SIGCONT);
+    }
+    all
+}
+
+/// Reaps `p` if it is a zombie child of this process (an adopted orphan that died):
+/// never a pid this process did not adopt, so no exit status tokio waits for is taken.
+pub(crate) fn reap(p: &Proc) {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+    let ours = stat(p.pid).is_some_and(|s| s.start == p.start && s.ppid == std::process::id());
+    if ours {
+        let _ = waitpid(Pid::from_raw(p.pid as i32), Some(WaitPidFlag::WNOHANG));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_reads_a_name_with_spaces_and_parentheses() {
+        let me = stat(std::process::id()).unwrap();
+        assert_eq!(me.ppid, nix::unistd::getppid().as_raw() as u32);
+        assert!(me.start > 0);
+    }
+
+    #[test]
+    fn a_setsid_grandchild_is_in_the_tree_and_ends_with_it() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "setsid sh -c 'sleep 300' & sleep 300"])
+            .spawn()
+            .unwrap();
+        let root = Proc::current(child.id()).unwrap();
+        let mut below = Vec::new();
+        for _ in 0..200 {
+            below = descendants(root.pid);
+            if below.len() >= 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(below.len() >= 3, "{below:?}");
+        let killed = end_tree(&[root]);
+        assert!(killed.len() >= 4);
+        let _ = child.wait();
+        for p in &below {
+            let mut gone = false;
+            for _ in 0..200 {
+                gone = Proc::current(p.pid).is_none_or(|now| now.start != p.start);
+                if gone {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert!(gone, "{p:?} survived");
+        }
+    }
+}

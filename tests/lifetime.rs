@@ -1,0 +1,176 @@
+//! No server or descendant outlives its host, however the host ends (threat model:
+//! adversaries 2 and 5). Servers that ignore EOF and SIGTERM, fork children, start
+//! `setsid` grandchildren and double-fork daemons; the host (a real `demiurge` shell)
+//! is ended by SIGINT, SIGTERM, SIGHUP and SIGKILL; within 3 s nothing they started is
+//! alive. And a clean close ends a server's whole tree while the host lives on.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Core, Recorder, eventually, exe, harness, processes_with_env, shell};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// Servers that try every way out: each `sh` execs the demo server, so the children it
+/// started before become the server's.
+fn hostile_core() -> Core {
+    let demo = |fault: &str| format!("'{}' demo-server --fault {fault}", exe());
+    Core::new()
+        .grant(&["mcp.connect:*", "mcp.call:*"])
+        // Ignores EOF, SIGTERM, SIGHUP and SIGINT (ignored dispositions survive exec).
+        .server(
+            "stubborn",
+            &shell(
+                &format!("trap '' TERM HUP INT; exec {}", demo("ignore-eof")),
+                "",
+            ),
+        )
+        // Children in its own group.
+        .server(
+            "forker",
+            &shell(
+                &format!("sleep 301 & sleep 302 & exec {}", demo("ignore-eof")),
+                "",
+            ),
+        )
+        // A grandchild in a session of its own, ignoring SIGTERM, and one that
+        // double-forks away as a daemon.
+        .server(
+            "escaper",
+            &shell(
+                &format!(
+                    "setsid sh -c 'trap \"\" TERM HUP; while :; do sleep 1; done' & \
+                     (setsid sh -c 'trap \"\" TERM HUP; exec sleep 303' &); \
+                     exec {}",
+                    demo("ignore-eof")
+                ),
+                "",
+            ),
+        )
+}
+
+fn marker(home: &std::path::Path) -> String {
+    format!("HOME={}", home.join("mcp-home").display())
+}
+
+#[tokio::test]
+async fn no_process_outlives_the_host_whatever_signal_ends_it() {
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGKILL,
+    ] {
+        let core = hostile_core();
+        let home = tempfile::tempdir().unwrap();
+        let mut host = Command::new(exe())
+            .args(["--yes", "--provider", "fake", "--core"])
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = host.stdin.take().unwrap();
+        let mut stdout = BufReader::new(host.stdout.take().unwrap());
+        writeln!(stdin, "/tools").unwrap();
+        writeln!(stdin, "/servers").unwrap();
+        let mut line = String::new();
+        let mut connected = 0;
+        while connected < 3 {
+            line.clear();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "the shell ended early"
+            );
+            if line.contains("connected (pid") {
+                connected += 1;
+            }
+        }
+        let marker = marker(home.path());
+        // The servers and everything they started (the daemon may already be gone:
+        // it left every tree, and the runtime ends what it cannot attribute).
+        let started = processes_with_env(&marker);
+        assert!(started.len() >= 6, "{signal}: only {started:?}");
+        kill(Pid::from_raw(host.id() as i32), signal).unwrap();
+        let clean = eventually(Duration::from_secs(3), || {
+            processes_with_env(&marker).is_empty()
+        })
+        .await;
+        let left: Vec<String> = processes_with_env(&marker)
+            .iter()
+            .map(|p| {
+                format!(
+                    "{p}: {} {:?}",
+                    std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default(),
+                    std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default()
+                )
+            })
+            .collect();
+        assert!(
+            clean,
+            "{signal}: still alive 3 s after the host was signalled: {left:?}"
+        );
+        let _ = host.kill();
+        let status = host.wait().unwrap();
+        assert!(!status.success(), "{signal}: {status}");
+        drop(stdin);
+    }
+}
+
+#[tokio::test]
+async fn closing_a_connection_ends_its_whole_tree_while_the_host_lives() {
+    let core = hostile_core();
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert_eq!(catalog.diagnostics(), [], "{:?}", catalog.diagnostics());
+    let marker = marker(h.home.path());
+    // Give the sweeps a moment to see every grandchild.
+    let all = eventually(Duration::from_secs(5), || {
+        processes_with_env(&marker).len() >= 6
+    })
+    .await;
+    assert!(all, "{:?}", processes_with_env(&marker));
+    session.evict().await.unwrap();
+    let clean = eventually(Duration::from_secs(3), || {
+        processes_with_env(&marker).is_empty()
+    })
+    .await;
+    assert!(clean, "left behind: {:?}", processes_with_env(&marker));
+    // The runtime lives on: a new session starts the servers again.
+    let (again, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    assert!(!again.prepare_turn().await.unwrap().tools().is_empty());
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_daemon_that_leaves_every_tree_does_not_live_on() {
+    // Double fork and setsid: the daemon has no parent, group or session of its
+    // server's. The host adopted it; no connection can claim it, so it is ended.
+    let core = Core::new().grant(&["mcp.connect:*"]).server(
+        "daemonizer",
+        &shell(
+            &format!(
+                "(setsid sh -c 'trap \"\" TERM HUP; exec sleep 304' &); exec '{}' demo-server",
+                exe()
+            ),
+            "",
+        ),
+    );
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    session.prepare_turn().await.unwrap();
+    let marker = marker(h.home.path());
+    let only_server = eventually(Duration::from_secs(5), || {
+        processes_with_env(&marker).len() == 1
+    })
+    .await;
+    assert!(only_server, "{:?}", processes_with_env(&marker));
+    h.finish().await;
+}
