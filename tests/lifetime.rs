@@ -150,27 +150,32 @@ async fn closing_a_connection_ends_its_whole_tree_while_the_host_lives() {
 }
 
 #[tokio::test]
-async fn a_daemon_that_leaves_every_tree_does_not_live_on() {
-    // Double fork and setsid: the daemon has no parent, group or session of its
-    // server's. The host adopted it; no connection can claim it, so it is ended.
-    let core = Core::new().grant(&["mcp.connect:*"]).server(
-        "daemonizer",
-        &shell(
-            &format!(
-                "(setsid sh -c 'trap \"\" TERM HUP; exec sleep 304' &); exec '{}' demo-server",
-                exe()
+async fn a_daemon_that_leaves_every_tree_does_not_outlive_its_connection() {
+    // Double fork and setsid: the daemon keeps no parent, group or session of its
+    // server's. The host adopts it; a sweep that saw it below its server keeps it with
+    // that server (it ends when the connection closes), one that did not cannot tell
+    // whose it is and ends it at once. Either way nothing is left after the close.
+    for round in 0..3 {
+        let core = Core::new().grant(&["mcp.connect:*"]).server(
+            "daemonizer",
+            &shell(
+                &format!(
+                    "(setsid sh -c 'trap \"\" TERM HUP; exec sleep 304' &); sleep 0.{round}; exec '{}' demo-server",
+                    exe()
+                ),
+                "",
             ),
-            "",
-        ),
-    );
-    let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    session.prepare_turn().await.unwrap();
-    let marker = marker(h.home.path());
-    let only_server = eventually(Duration::from_secs(5), || {
-        processes_with_env(&marker).len() == 1
-    })
-    .await;
-    assert!(only_server, "{:?}", processes_with_env(&marker));
-    h.finish().await;
+        );
+        let h = harness(Recorder::allow()).await;
+        let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+        session.prepare_turn().await.unwrap();
+        let marker = marker(h.home.path());
+        session.evict().await.unwrap();
+        let clean = eventually(Duration::from_secs(3), || {
+            processes_with_env(&marker).is_empty()
+        })
+        .await;
+        assert!(clean, "round {round}: {:?}", processes_with_env(&marker));
+        h.finish().await;
+    }
 }

@@ -175,6 +175,9 @@ struct Inner {
 #[derive(Debug)]
 pub struct Registry {
     inner: Mutex<Inner>,
+    /// Servers being spawned and not yet recorded: while any is, an unclaimed child of
+    /// the host may be one of them, and is only a suspect.
+    spawning: std::sync::atomic::AtomicUsize,
     /// `HOME=<home>/mcp-home`: every server and descendant that kept its environment
     /// carries it; nothing else of the host does.
     marker: Vec<u8>,
@@ -197,12 +200,20 @@ impl Registry {
                 ..Inner::default()
             }),
             marker,
+            spawning: Default::default(),
         });
         if let Ok(mut all) = ALL.lock() {
             all.retain(|r| r.strong_count() > 0);
             all.push(Arc::downgrade(&registry));
         }
         registry
+    }
+
+    /// Marks a spawn in progress until the guard drops (after [`Registry::started`]).
+    pub fn spawning(&self) -> Spawning<'_> {
+        self.spawning
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Spawning(self)
     }
 
     /// Records a server the runtime just started; starts the reaper and the sweep on
@@ -249,6 +260,9 @@ impl Registry {
             }
             tell(&mut inner, '-', &p);
         }
+        drop(inner);
+        // An orphan no sweep saw below this server has no owner left: look now.
+        self.sweep(true);
     }
 
     /// Records what is below server `pid` now (before it is asked to exit: once it has,
@@ -270,8 +284,10 @@ impl Registry {
     }
 
     /// Records what is below every server now, ends adopted processes no server claims
-    /// (at once when `last`, else at their second sighting), reaps adopted zombies.
-    pub fn sweep(&self, last: bool) {
+    /// (at once when `now` and no spawn is in progress, else at their second sighting),
+    /// reaps adopted zombies.
+    pub fn sweep(&self, now: bool) {
+        let last = now && self.spawning.load(std::sync::atomic::Ordering::Acquire) == 0;
         let candidates = self.record_descendants();
         let Ok(mut inner) = self.inner.lock() else {
             return;
@@ -440,6 +456,17 @@ fn spawn_reaper(marker: &[u8]) -> Option<(Child, ChildStdin)> {
     }
 }
 
+/// A spawn in progress (see [`Registry::spawning`]).
+pub struct Spawning<'a>(&'a Registry);
+
+impl Drop for Spawning<'_> {
+    fn drop(&mut self) {
+        self.0
+            .spawning
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 async fn sweep_while_alive(registry: Weak<Registry>) {
     let mut every = tokio::time::interval(SWEEP);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -448,7 +475,10 @@ async fn sweep_while_alive(registry: Weak<Registry>) {
         let Some(registry) = registry.upgrade() else {
             return;
         };
-        let busy = registry.inner.lock().is_ok_and(|i| !i.trees.is_empty());
+        let busy = registry
+            .inner
+            .lock()
+            .is_ok_and(|i| !i.trees.is_empty() || !i.suspects.is_empty());
         if busy {
             registry.sweep(false);
         }

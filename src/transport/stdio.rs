@@ -141,11 +141,13 @@ pub async fn connect_stdio(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    let spawning = registry.spawning();
     let mut child = command
         .spawn()
         .map_err(|e| (format!("cannot start `{}`: {e}", launch.command), None))?;
     let pid = child.id().unwrap_or_default();
     registry.started(pid);
+    drop(spawning);
     let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
     let (exit_tx, exit_rx) = watch::channel(None);
     tokio::spawn(async move {
