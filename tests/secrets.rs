@@ -242,14 +242,19 @@ fn no_canary_appears_in_any_cli_output() {
             &core,
             home.path(),
             &["--yes", "--provider", "fake"],
-            &format!("/tools\n/servers\n/call canary__echo {echo}\n/events\n/quit\n"),
+            &format!(
+                "/tools\n/servers\n/call canary__echo {echo}\n/call canary__add_tool {{\"name\": \"lookup_{HOST_SECRET}\"}}\n/tools\n/call canary__echo_json {{\"message\": \"{{\\\"password\\\": \\\"{REVEALED}\\\", \\\"copy\\\": \\\"{REVEALED}\\\"}}\"}}\n/events\n/quit\n"
+            ),
         ),
         cli(&core, home.path(), &["tools"], ""),
     ];
     for (i, (stdout, stderr)) in runs.iter().enumerate() {
         assert_clean(&format!("run {i} stdout"), stdout);
         assert_clean(&format!("run {i} stderr"), stderr);
+        assert!(!stdout.contains(REVEALED) && !stderr.contains(REVEALED), "run {i}");
     }
+    assert!(runs[5].0.contains("1 tool(s) hidden"), "{}", runs[5].0);
+    assert!(runs[5].0.contains("<redacted:password>"), "{}", runs[5].0);
     assert!(
         runs[3]
             .0
