@@ -1207,10 +1207,15 @@ fn shape_listing(
         ));
     }
     let total = listed.tools.len();
+    // The raw name and the name it becomes (`sk.live.x` is exposed as `sk-live-x`).
+    let carries_secret = |name: &str| {
+        let exposed = naming::normalize_fragment(name, "tool");
+        redactor.text(name, View::Model) != name || redactor.text(&exposed, View::Model) != exposed
+    };
     let clean: Vec<Tool> = listed
         .tools
         .into_iter()
-        .filter(|t| redactor.text(&t.name, View::Model) == t.name.as_ref())
+        .filter(|t| !carries_secret(&t.name))
         .collect();
     if clean.len() < total {
         notes.push(format!(

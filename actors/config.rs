@@ -282,6 +282,8 @@ pub(crate) struct Shared {
     pub load_cache: Arc<crate::core::LoadCache>,
     /// Live revisions of cores that follow their live ref, kept while the ref is unchanged.
     pub live_revisions: Arc<crate::evolution::LiveRevisions>,
+    /// Cores as committed in their live revision (what such sessions run).
+    pub live_cores: Arc<crate::evolution::LiveCores>,
     /// Tool input schemas shared by every connection that lists the same one.
     pub schemas: super::catalog::SchemaPool,
     pub limiter: LimiterHandle,
@@ -308,6 +310,7 @@ impl Shared {
             net,
             load_cache: Arc::default(),
             live_revisions: Arc::default(),
+            live_cores: Arc::default(),
             schemas: Default::default(),
             limiter,
             broker,

@@ -168,7 +168,7 @@ impl Actor for Connection {
                         let flooded = cause
                             .borrow()
                             .clone()
-                            .filter(|end| matches!(end, TransportEnd::Flooded { .. }));
+                            .filter(TransportEnd::on_purpose);
                         let message = match (flooded, status) {
                             (Some(end), _) => ConnectionMsg::TransportClosed(end),
                             (None, Some(status)) => ConnectionMsg::ProcessExited(status),

@@ -647,11 +647,18 @@ impl Session {
         let cache = Arc::clone(&self.runtime.shared.load_cache);
         // Inline, not on a blocking thread: a warm load reads one inotify descriptor
         // (or at worst lists one directory and stats its files), less than a hop.
-        let revision = track_live.then(|| {
-            let live = self.runtime.shared.live_revisions.get(&root);
-            format!("live:{}", live.as_deref().unwrap_or("none"))
-        });
-        let core = crate::core::load_cached(&root, &cache)?;
+        let live = track_live.then(|| self.runtime.shared.live_revisions.get(&root));
+        // A core that follows its live revision runs exactly that commit, read as the
+        // review read it: nothing in the working tree (untracked, ignored or edited
+        // files) runs without a review. Without a live revision yet, the working tree.
+        let core = match &live {
+            Some(Some(commit)) => {
+                let root = cache.canonical(&root);
+                self.runtime.shared.live_cores.load(&root, commit)?
+            }
+            _ => crate::core::load_cached(&root, &cache)?,
+        };
+        let revision = live.map(|live| format!("live:{}", live.as_deref().unwrap_or("none")));
         match self
             .actor
             .call(

@@ -135,7 +135,7 @@ fn calls(c: &mut Criterion) {
 fn prepare(c: &mut Criterion) {
     let rt = rt();
     let dir = tempfile::tempdir().unwrap();
-    let warm_core = common::core(dir.path(), 16, 40, false);
+    let warm_core = common::core(dir.path(), 16, 50 - common::DEMO_TOOLS, false);
     let (runtime, session) = rt.block_on(async {
         let runtime = common::runtime(&dir.path().join("home"), 4).await;
         let (session, _) = runtime
@@ -169,7 +169,7 @@ fn prepare(c: &mut Criterion) {
                         let started = Instant::now();
                         let turn = s.prepare_turn().await.unwrap();
                         total += started.elapsed();
-                        assert_eq!(turn.tools().len(), servers * 10);
+                        assert_eq!(turn.tools().len(), servers * common::DEMO_TOOLS);
                         s.evict().await.unwrap();
                     }
                     total

@@ -8,7 +8,11 @@ use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig};
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_demiurge");
 
-/// A core with `servers` demo servers, each offering `10 + extra` tools; calls `auto`.
+/// Tools of the built-in demo server.
+pub const DEMO_TOOLS: usize = 11;
+
+/// A core with `servers` demo servers, each offering `DEMO_TOOLS + extra` tools; calls
+/// `auto`.
 pub fn core(dir: &Path, servers: usize, extra: usize, parallel: bool) -> PathBuf {
     let core = dir.join(format!("core-{servers}-{extra}-{parallel}"));
     std::fs::create_dir_all(core.join("agent/mcp")).unwrap();

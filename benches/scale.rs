@@ -89,7 +89,7 @@ async fn memory_per_connection() {
     let took = started.elapsed();
     assert_eq!(
         turn.tools().len(),
-        200 * 10,
+        200 * common::DEMO_TOOLS,
         "{:?}",
         turn.diagnostics().first()
     );
@@ -171,7 +171,8 @@ async fn tools_growth() {
     let dir = tempfile::tempdir().unwrap();
     let runtime = common::runtime(&dir.path().join("home"), 4).await;
     let mut rows = Vec::new();
-    for extra in [40usize, 490, 4990] {
+    for tools in [50usize, 500, 5000] {
+        let extra = tools - common::DEMO_TOOLS;
         let core = common::core(dir.path(), 1, extra, false);
         let mut spec = SessionSpec::new(&core);
         spec.lane = format!("tools-{extra}");
@@ -179,9 +180,9 @@ async fn tools_growth() {
         let first = Instant::now();
         let turn = session.prepare_turn().await.unwrap();
         let cold = first.elapsed();
-        assert_eq!(turn.tools().len(), extra + 10);
+        assert_eq!(turn.tools().len(), tools);
         let warm = warm_median(&session, 200).await;
-        rows.push((extra + 10, warm, cold));
+        rows.push((tools, warm, cold));
     }
     for (tools, warm, cold) in &rows {
         println!(

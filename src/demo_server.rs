@@ -78,6 +78,14 @@ pub enum Fault {
     /// After listing tools, send log notifications without end while reading stdin: a
     /// flood that asks for nothing back.
     FloodNotifications,
+    /// After listing tools, stop reading stdin and send `ping` requests that all reuse
+    /// one id.
+    FloodSameId,
+    /// After listing tools, stop reading stdin and send each `ping` followed by its own
+    /// `notifications/cancelled`.
+    FloodCancelled,
+    /// After listing tools, send `ping` requests whose ids are a megabyte long.
+    FloodLongIds,
     /// Keep running after stdin closes (a server that ignores EOF).
     IgnoreEof,
 }
@@ -113,10 +121,13 @@ impl Fault {
             "flood-pings" => Fault::FloodPings,
             "flood-at-connect" => Fault::FloodAtConnect,
             "flood-notifications" => Fault::FloodNotifications,
+            "flood-same-id" => Fault::FloodSameId,
+            "flood-cancelled" => Fault::FloodCancelled,
+            "flood-long-ids" => Fault::FloodLongIds,
             "ignore-eof" => Fault::IgnoreEof,
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-at-connect, ignore-eof"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof"
                 ));
             }
         })
@@ -474,6 +485,9 @@ pub async fn serve_stdio(mut options: DemoOptions) -> anyhow::Result<()> {
             | Fault::FloodUnreadable
             | Fault::FloodPings
             | Fault::FloodNotifications
+            | Fault::FloodSameId
+            | Fault::FloodCancelled
+            | Fault::FloodLongIds
             | Fault::FloodAtConnect,
         ) => {
             return serve_raw(options.fault).await;
@@ -583,6 +597,11 @@ async fn serve_raw(fault: Option<Fault>) -> anyhow::Result<()> {
                 return flood(&mut out, Flood::Unreadable).await;
             }
             Some(Fault::FloodPings) if listed => return flood(&mut out, Flood::Pings).await,
+            Some(Fault::FloodSameId) if listed => return flood(&mut out, Flood::SameId).await,
+            Some(Fault::FloodCancelled) if listed => {
+                return flood(&mut out, Flood::Cancelled).await;
+            }
+            Some(Fault::FloodLongIds) if listed => return flood(&mut out, Flood::LongIds).await,
             Some(Fault::FloodNotifications) if listed => {
                 tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
                 return flood(&mut out, Flood::Notifications).await;
@@ -602,6 +621,12 @@ enum Flood {
     Pings,
     /// Valid log notifications.
     Notifications,
+    /// `ping` requests that all carry the same id.
+    SameId,
+    /// Each `ping` followed by its cancellation.
+    Cancelled,
+    /// `ping` requests with megabyte ids.
+    LongIds,
 }
 
 /// Writes messages without end, as fast as the pipe takes them.
@@ -620,6 +645,20 @@ async fn flood(out: &mut tokio::io::Stdout, kind: Flood) -> anyhow::Result<()> {
                 "method": "notifications/message",
                 "params": {"level": "info", "data": format!("log line {n}")}
             }),
+            Flood::SameId => json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}),
+            Flood::Cancelled => {
+                let id = format!("c-{n}");
+                let ping = json!({"jsonrpc": "2.0", "id": id, "method": "ping"});
+                out.write_all(format!("{ping}\n").as_bytes()).await?;
+                json!({
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": id}
+                })
+            }
+            Flood::LongIds => {
+                json!({"jsonrpc": "2.0", "id": format!("{n}-{}", "x".repeat(1 << 20)), "method": "ping"})
+            }
         };
         out.write_all(format!("{line}\n").as_bytes()).await?;
     }

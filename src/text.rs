@@ -10,38 +10,63 @@
 use std::borrow::Cow;
 
 /// Whether `c` must not reach a terminal as it is: C0 and C1 controls (newline and tab
-/// included: callers that print several lines split them first), DEL, the bidi
-/// embedding, override and isolate controls, the marks that change direction, zero-width
-/// characters that hide boundaries, the byte order mark, and the line and paragraph
-/// separators.
+/// included: callers that print several lines split them first), DEL, the format
+/// characters (bidi embeddings, overrides and isolates, direction marks, zero-width
+/// joiners and spaces, the soft hyphen, tag characters, the byte order mark,
+/// interlinear annotation), the line and paragraph separators, variation selectors, and
+/// the fillers that render as nothing (Hangul fillers, the Mongolian vowel separator).
 pub fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061C}'
+            '\u{00AD}'
+                | '\u{034F}'
+                | '\u{0600}'..='\u{0605}'
+                | '\u{061C}'
+                | '\u{06DD}'
+                | '\u{070F}'
+                | '\u{0890}'..='\u{0891}'
+                | '\u{08E2}'
+                | '\u{115F}'..='\u{1160}'
+                | '\u{17B4}'..='\u{17B5}'
+                | '\u{180B}'..='\u{180F}'
                 | '\u{200B}'..='\u{200F}'
                 | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2069}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{3164}'
+                | '\u{FE00}'..='\u{FE0F}'
                 | '\u{FEFF}'
+                | '\u{FFA0}'
                 | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{110BD}'
+                | '\u{110CD}'
+                | '\u{13430}'..='\u{1343F}'
+                | '\u{1BCA0}'..='\u{1BCA3}'
+                | '\u{1D173}'..='\u{1D17A}'
+                | '\u{E0000}'..='\u{E0FFF}'
         )
 }
 
 /// `text` with every unsafe character shown as an escape (`\u{1b}`), so it reads the
-/// same on any terminal and cannot move the cursor, hide text or reorder it.
+/// same on any terminal and cannot move the cursor, hide text or reorder it. A
+/// backslash that starts `u{` is doubled, so a name that spells `\u{1b}` cannot pass
+/// for an escape; other backslashes (paths, patterns) stay as they are.
 ///
 /// ```
 /// use demiurge_mcp::text::escape;
 /// assert_eq!(escape("docs\u{1b}[8m"), "docs\\u{1b}[8m");
+/// assert_eq!(escape("a\\u{1b}"), "a\\\\u{1b}");
 /// assert_eq!(escape("plain"), "plain");
 /// ```
 pub fn escape(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_unsafe) {
+    if !text.chars().any(is_unsafe) && !text.contains("\\u{") {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if is_unsafe(c) {
+    for (at, c) in text.char_indices() {
+        if c == '\\' && text[at + 1..].starts_with("u{") {
+            out.push_str("\\\\");
+        } else if is_unsafe(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
@@ -87,6 +112,12 @@ mod tests {
             ("ls\u{2028}x", "ls\\u{2028}x"),
             ("bom\u{feff}", "bom\\u{feff}"),
             ("del\u{7f}", "del\\u{7f}"),
+            ("tag\u{e0041}", "tag\\u{e0041}"),
+            ("soft\u{ad}hyphen", "soft\\u{ad}hyphen"),
+            ("filler\u{3164}", "filler\\u{3164}"),
+            ("vs\u{fe0f}", "vs\\u{fe0f}"),
+            ("back\\u{1b}slash", "back\\\\u{1b}slash"),
+            ("C:\\path\\x", "C:\\path\\x"),
         ] {
             assert_eq!(escape(raw), shown, "{raw:?}");
         }

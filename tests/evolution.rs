@@ -380,6 +380,46 @@ async fn a_promotion_reauthorizes_sessions_that_follow_the_live_revision() {
     h.finish().await;
 }
 
+#[tokio::test]
+async fn a_session_that_follows_the_live_revision_runs_that_commit_not_the_working_tree() {
+    let repo = Repo::new();
+    repo.write(
+        "agent.yaml",
+        "capabilities:\n  defaults:\n    mcp.connect:*: {scope: core}\n    mcp.call:*: {scope: core}\n",
+    );
+    repo.write("agent/mcp/a.yaml", &demo("approval_policy: auto\n"));
+    repo.write(".gitignore", "agent/mcp/ignored.yaml\n");
+    repo.commit("one");
+    promote_with(&repo, "HEAD").unwrap();
+    // What no review saw: an edited declaration, an untracked one, an ignored one.
+    let started = repo.path().join("started");
+    let counting = common::demo_counting(&started, "approval_policy: auto\n");
+    repo.write("agent/mcp/a.yaml", &counting);
+    repo.write("agent/mcp/untracked.yaml", &counting);
+    repo.write("agent/mcp/ignored.yaml", &counting);
+    let h = harness(Recorder::allow()).await;
+    let mut spec = SessionSpec::new(repo.path());
+    spec.core_revision = demiurge_mcp::actors::LIVE_REVISION.into();
+    let (session, _) = h.runtime.start_session(spec).await.unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    let servers: std::collections::BTreeSet<&str> =
+        turn.tools().iter().map(|t| t.server.as_str()).collect();
+    assert_eq!(servers, ["a"].into_iter().collect());
+    assert_eq!(common::count(&started), 0, "the edited declaration ran");
+    // Reviewed and promoted, the same files run.
+    let candidate = repo.commit("two");
+    let review = repo.core().review(&candidate).unwrap();
+    repo.core()
+        .promote(&candidate, Some(&review.token), |_| true)
+        .unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    let servers: std::collections::BTreeSet<&str> =
+        turn.tools().iter().map(|t| t.server.as_str()).collect();
+    assert_eq!(servers, ["a", "untracked"].into_iter().collect());
+    assert_eq!(common::count(&started), 2);
+    h.finish().await;
+}
+
 /// Long enough for every file written so far to count as settled (`Stamp::settled`).
 fn settle() {
     std::thread::sleep(std::time::Duration::from_millis(2100));

@@ -253,6 +253,28 @@ fn review_and_runtime_agree_on_every_hostile_commit() {
             "{what}: the review and the runtime disagree"
         );
         assert_eq!(runtime, expected, "{what}");
+        // Not only the same paths: the same content, to the fingerprint, whether the
+        // runtime reads a checkout or (following the live revision) the commit.
+        let repo_handle = CoreRepo::open(repo.path()).unwrap();
+        let head = repo_handle.resolve("HEAD").unwrap();
+        let from_commit = repo_handle.load_commit(head, repo.path()).unwrap();
+        let clone = tempfile::tempdir().unwrap();
+        git(
+            clone.path(),
+            &["clone", "-q", repo.path().to_str().unwrap(), "c"],
+        );
+        let from_checkout = core::load(&clone.path().join("c"));
+        let prints = |core: &core::AgentCore| {
+            core.declarations
+                .iter()
+                .map(|d| (d.path.clone(), d.fingerprint))
+                .collect::<Vec<_>>()
+        };
+        match (from_commit, from_checkout) {
+            (Ok(a), Ok(b)) => assert_eq!(prints(&a), prints(&b), "{what}"),
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("{what}: commit {:?} vs checkout {:?}", a.is_ok(), b.is_ok()),
+        }
     }
 }
 
@@ -612,4 +634,21 @@ fn a_relative_home_is_made_absolute_for_the_servers() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn a_file_that_does_not_load_never_shares_a_token_with_one_that_does() {
+    // The bytes of the invalid file are exactly what the valid declaration's
+    // fingerprint hashes: without the kind in the token, both reviews would match.
+    let preimage = r#"["demiurge-mcp-server/v1","evil","agent/mcp/evil.yaml",{"command":"evil"}]"#;
+    let (invalid, _a) = commit(|root, _| write(root, "agent/mcp/evil.yaml", preimage));
+    let (valid, _b) = commit(|root, _| write(root, "agent/mcp/evil.yaml", "command: evil\n"));
+    let token = |repo: &Path| CoreRepo::open(repo).unwrap().review("HEAD").unwrap().token;
+    let valid_decl = core::load(valid.path()).unwrap();
+    assert_eq!(
+        valid_decl.declarations[0].fingerprint,
+        demiurge_mcp::core::Fingerprint::of(preimage.as_bytes()),
+        "the attack's premise"
+    );
+    assert_ne!(token(invalid.path()), token(valid.path()));
 }

@@ -50,6 +50,25 @@ fn hostile_core() -> Core {
                 "",
             ),
         )
+        // Forks when its server ends, as the host dies: a child born after every sweep.
+        .server(
+            "late",
+            &shell(
+                &format!(
+                    "'{}' demo-server; setsid sh -c 'trap \"\" TERM HUP; exec sleep 305' & sleep 306",
+                    exe()
+                ),
+                "",
+            ),
+        )
+        // A process name with a newline (it breaks a naive reading of /proc/PID/stat).
+        .server(
+            "newline",
+            &shell(
+                &format!("printf 'x\\ny' > /proc/$$/comm; '{}' demo-server; sleep 307", exe()),
+                "",
+            ),
+        )
 }
 
 fn marker(home: &std::path::Path) -> String {
@@ -82,7 +101,7 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
         writeln!(stdin, "/servers").unwrap();
         let mut line = String::new();
         let mut connected = 0;
-        while connected < 3 {
+        while connected < 5 {
             line.clear();
             assert!(
                 stdout.read_line(&mut line).unwrap() > 0,
@@ -96,7 +115,7 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
         // The servers and everything they started (the daemon may already be gone:
         // it left every tree, and the runtime ends what it cannot attribute).
         let started = processes_with_env(&marker);
-        assert!(started.len() >= 6, "{signal}: only {started:?}");
+        assert!(started.len() >= 8, "{signal}: only {started:?}");
         kill(Pid::from_raw(host.id() as i32), signal).unwrap();
         let clean = eventually(Duration::from_secs(3), || {
             processes_with_env(&marker).is_empty()

@@ -251,7 +251,10 @@ fn no_canary_appears_in_any_cli_output() {
     for (i, (stdout, stderr)) in runs.iter().enumerate() {
         assert_clean(&format!("run {i} stdout"), stdout);
         assert_clean(&format!("run {i} stderr"), stderr);
-        assert!(!stdout.contains(REVEALED) && !stderr.contains(REVEALED), "run {i}");
+        assert!(
+            !stdout.contains(REVEALED) && !stderr.contains(REVEALED),
+            "run {i}"
+        );
     }
     assert!(runs[5].0.contains("1 tool(s) hidden"), "{}", runs[5].0);
     assert!(runs[5].0.contains("<redacted:password>"), "{}", runs[5].0);

@@ -44,12 +44,8 @@ pub struct LoadError {
 }
 
 impl LoadError {
-    pub(crate) fn new(
-        file: &Path,
-        field: Option<&str>,
-        line: Option<usize>,
-        message: String,
-    ) -> Self {
+    /// An error about `file`; `field` and `message` must hold no value of the file.
+    pub fn new(file: &Path, field: Option<&str>, line: Option<usize>, message: String) -> Self {
         LoadError {
             file: file.to_path_buf(),
             field: field.map(str::to_string),
@@ -206,6 +202,17 @@ impl Stamp {
         }
     }
 
+    /// The stamp of a `stat` result.
+    pub(crate) fn from_stat(st: &nix::sys::stat::FileStat) -> Stamp {
+        Stamp {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            len: st.st_size.max(0) as u64,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+            ctime: (st.st_ctime, st.st_ctime_nsec),
+        }
+    }
+
     /// Whether the file last changed at least a full second before now. Filesystem
     /// clocks tick coarsely (a few milliseconds), so a file rewritten within one tick to
     /// the same length, possibly in the same inode, can keep its stamp; a change made
@@ -252,7 +259,7 @@ impl LoadCache {
         Self::default()
     }
 
-    fn canonical(&self, root: &Path) -> PathBuf {
+    pub(crate) fn canonical(&self, root: &Path) -> PathBuf {
         if let Some(known) = self.roots.lock().ok().and_then(|m| m.get(root).cloned()) {
             return known;
         }
@@ -716,8 +723,16 @@ fn broken_entry(
         server_id,
         path: rel.to_string(),
         errors: vec![LoadError::new(&tree.display(rel), None, None, message)],
-        digest: Fingerprint::of(identity),
+        digest: broken_digest(identity),
     }
+}
+
+/// The digest a broken file is bound by in a review token: sha256 of its bytes (or of
+/// what it is, when it could not be read), domain-separated from every other digest.
+pub fn broken_digest(bytes: &[u8]) -> Fingerprint {
+    let mut input = b"demiurge-mcp-broken/v1\n".to_vec();
+    input.extend_from_slice(bytes);
+    Fingerprint::of(&input)
 }
 
 /// Reads and validates one declaration file.
@@ -742,7 +757,7 @@ fn parse_declaration(tree: &dyn CoreTree, rel: &str, id: &str, file: &Path) -> P
                 server_id: id.to_string(),
                 path: rel.to_string(),
                 errors,
-                digest: Fingerprint::of(&bytes),
+                digest: broken_digest(&bytes),
             })
         })
 }

@@ -10,8 +10,12 @@
 //! following links and without blocking (a FIFO named `agent.yaml` cannot hang a load).
 
 use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::PathBuf;
+
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::Mode;
 
 use super::Stamp;
 
@@ -85,7 +89,10 @@ pub trait CoreTree {
     fn display(&self, rel: &str) -> PathBuf;
 }
 
-/// A core directory on disk.
+/// A core directory on disk, read through directory descriptors: every component
+/// below the root is opened with `O_NOFOLLOW | O_DIRECTORY` from the one above, so a
+/// directory swapped for a symlink between a check and a read is refused, never
+/// followed.
 #[derive(Debug, Clone)]
 pub struct FsTree {
     root: PathBuf,
@@ -105,84 +112,115 @@ impl FsTree {
             self.root.join(rel)
         }
     }
+
+    /// The directory `rel`, opened component by component without following links.
+    fn open_dir(&self, rel: &str) -> nix::Result<OwnedFd> {
+        let dir = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut fd = nix::fcntl::open(&self.root, dir, Mode::empty())?;
+        for part in rel.split('/').filter(|p| !p.is_empty() && *p != ".") {
+            fd = nix::fcntl::openat(&fd, part, dir | OFlag::O_NOFOLLOW, Mode::empty())?;
+        }
+        Ok(fd)
+    }
 }
 
-fn kind_of(meta: &std::fs::Metadata) -> EntryKind {
-    let t = meta.file_type();
-    if t.is_symlink() {
-        EntryKind::Symlink
-    } else if t.is_dir() {
-        EntryKind::Dir
-    } else if t.is_file() {
-        EntryKind::File {
-            len: meta.len(),
-            stamp: Some(Stamp::from_metadata(meta)),
-        }
-    } else if t.is_fifo() {
-        EntryKind::Other("a FIFO")
-    } else if t.is_socket() {
-        EntryKind::Other("a socket")
-    } else {
-        EntryKind::Other("a device")
+/// `rel` split into its directory and its last component.
+fn split(rel: &str) -> (&str, &str) {
+    match rel.rsplit_once('/') {
+        Some((dir, name)) => (dir, name),
+        None => ("", rel),
+    }
+}
+
+fn kind_of_stat(st: &nix::sys::stat::FileStat) -> EntryKind {
+    use nix::sys::stat::SFlag;
+    match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFLNK => EntryKind::Symlink,
+        SFlag::S_IFDIR => EntryKind::Dir,
+        SFlag::S_IFREG => EntryKind::File {
+            len: st.st_size.max(0) as u64,
+            stamp: Some(Stamp::from_stat(st)),
+        },
+        SFlag::S_IFIFO => EntryKind::Other("a FIFO"),
+        SFlag::S_IFSOCK => EntryKind::Other("a socket"),
+        _ => EntryKind::Other("a device"),
+    }
+}
+
+fn stat_at(dir: &OwnedFd, name: &str) -> EntryKind {
+    match nix::sys::stat::fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => kind_of_stat(&st),
+        Err(_) => EntryKind::Missing,
     }
 }
 
 impl CoreTree for FsTree {
     fn kind(&self, rel: &str) -> EntryKind {
-        match std::fs::symlink_metadata(self.path(rel)) {
-            Ok(meta) => kind_of(&meta),
+        let (dir, name) = split(rel);
+        match self.open_dir(dir) {
+            Ok(fd) => stat_at(&fd, name),
+            Err(nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR) if !dir.is_empty() => {
+                // A component above is not a directory (or a symlink): nothing below it.
+                EntryKind::Missing
+            }
             Err(_) => EntryKind::Missing,
         }
     }
 
     fn list(&self, rel: &str) -> Result<Vec<DirEntry>, String> {
-        let entries = std::fs::read_dir(self.path(rel)).map_err(|e| e.to_string())?;
+        use nix::dir::{Dir, Type};
+        let fd = self.open_dir(rel).map_err(|e| e.to_string())?;
+        let probe = fd.try_clone().map_err(|e| e.to_string())?;
+        let mut dir = Dir::from_fd(fd).map_err(|e| e.to_string())?;
         let mut out = Vec::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name();
+        for entry in dir.iter().flatten() {
+            let raw = entry.file_name().to_bytes();
+            if raw == b"." || raw == b".." {
+                continue;
+            }
+            let name = std::str::from_utf8(raw)
+                .map(str::to_string)
+                .map_err(|_| String::from_utf8_lossy(raw).into_owned());
             // Only what could be a declaration is statted; the rest needs no syscall.
             let looks_declared = name
-                .to_str()
-                .is_some_and(|n| super::declaration_extension(n).is_some());
+                .as_ref()
+                .is_ok_and(|n| super::declaration_extension(n).is_some());
             let kind = match entry.file_type() {
-                // `metadata` of a directory entry does not follow a symlink.
-                Ok(t) if looks_declared && t.is_file() => match entry.metadata() {
-                    Ok(meta) => kind_of(&meta),
-                    Err(_) => EntryKind::Missing,
-                },
-                Ok(t) if t.is_symlink() => EntryKind::Symlink,
-                Ok(t) if t.is_dir() => EntryKind::Dir,
-                Ok(t) if t.is_file() => EntryKind::File {
+                Some(Type::File) if looks_declared => {
+                    stat_at(&probe, name.as_deref().unwrap_or_default())
+                }
+                Some(Type::File) => EntryKind::File {
                     len: 0,
                     stamp: None,
                 },
-                Ok(t) if t.is_fifo() => EntryKind::Other("a FIFO"),
-                Ok(t) if t.is_socket() => EntryKind::Other("a socket"),
-                Ok(_) => EntryKind::Other("a device"),
-                Err(_) => EntryKind::Missing,
+                Some(Type::Symlink) => EntryKind::Symlink,
+                Some(Type::Directory) => EntryKind::Dir,
+                Some(Type::Fifo) => EntryKind::Other("a FIFO"),
+                Some(Type::Socket) => EntryKind::Other("a socket"),
+                Some(_) => EntryKind::Other("a device"),
+                // Filesystems that do not report the type: ask.
+                None => match &name {
+                    Ok(n) => stat_at(&probe, n),
+                    Err(_) => EntryKind::Missing,
+                },
             };
-            let name = name
-                .into_string()
-                .map_err(|raw| raw.to_string_lossy().into_owned());
             out.push((name, kind));
         }
         Ok(out)
     }
 
     fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, ReadRefusal> {
-        let path = self.path(rel);
+        let (dir, name) = split(rel);
+        let parent = self
+            .open_dir(dir)
+            .map_err(|e| ReadRefusal::Io(e.to_string()))?;
         // Never follow a link, never block on a FIFO, never leak the descriptor.
-        let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(flags.bits())
-            .open(&path)
-            .map_err(|e| match e.raw_os_error() {
-                Some(code) if code == nix::errno::Errno::ELOOP as i32 => {
-                    ReadRefusal::NotAFile(EntryKind::Symlink)
-                }
-                _ => ReadRefusal::Io(e.to_string()),
-            })?;
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let fd = nix::fcntl::openat(&parent, name, flags, Mode::empty()).map_err(|e| match e {
+            nix::errno::Errno::ELOOP => ReadRefusal::NotAFile(EntryKind::Symlink),
+            other => ReadRefusal::Io(other.to_string()),
+        })?;
+        let file = std::fs::File::from(fd);
         let meta = file
             .metadata()
             .map_err(|e| ReadRefusal::Io(e.to_string()))?;
@@ -205,6 +243,26 @@ impl CoreTree for FsTree {
 
     fn display(&self, rel: &str) -> PathBuf {
         self.path(rel)
+    }
+}
+
+fn kind_of(meta: &std::fs::Metadata) -> EntryKind {
+    let t = meta.file_type();
+    if t.is_symlink() {
+        EntryKind::Symlink
+    } else if t.is_dir() {
+        EntryKind::Dir
+    } else if t.is_file() {
+        EntryKind::File {
+            len: meta.len(),
+            stamp: Some(Stamp::from_metadata(meta)),
+        }
+    } else if t.is_fifo() {
+        EntryKind::Other("a FIFO")
+    } else if t.is_socket() {
+        EntryKind::Other("a socket")
+    } else {
+        EntryKind::Other("a device")
     }
 }
 

@@ -148,7 +148,8 @@ fn split_message(rendered: &str, line: Option<usize>) -> YamlError {
 /// `unknown field `x``) and only our own vocabulary after it, so the found part is
 /// rewritten to the kind of thing found and the expected part kept.
 fn without_values(message: &str) -> String {
-    let (found, expected) = match message.find(", expected") {
+    // serde appends `, expected ...` last; a quoted value may itself contain the words.
+    let (found, expected) = match message.rfind(", expected") {
         Some(at) => (&message[..at], &message[at..]),
         None => (message, ""),
     };
@@ -309,6 +310,8 @@ mod tests {
             ("env:\n  \"sk canary 1\": [1]\n", Some("env.<key>")),
             ("env: {a: \"sk-canary-1\"\n", None),
             ("\"sk-canary-1\n", None),
+            ("env: \"x, expected sk-canary-1\"\n", Some("env")),
+            ("mode: \"y, expected sk-canary-1\"\n", Some("mode")),
         ] {
             let err = parse::<Env>(text).unwrap_err();
             let shown = format!("{err:?}");

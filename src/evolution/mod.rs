@@ -6,19 +6,23 @@
 //! # The review token
 //! `mcp-review:` followed by the lowercase hex sha256 of this UTF-8 text:
 //! ```text
-//! demiurge-mcp-review/v1\n
-//! <path>\t<change>\t<before fingerprint or ->\t<after fingerprint or ->\n   (one line per change, sorted by path)
+//! demiurge-mcp-review/v2\n
+//! ["<path>","<change>","<before>","<after>"]\n   (one JSON array per change, sorted by path)
 //! ```
-//! Paths are relative to the core (`agent/mcp/docs.yaml`); MCP root changes use the path
-//! `agent.yaml#slots.mcp` and grant changes `agent.yaml#capabilities.defaults.<name>`.
-//! A declaration's fingerprint is its server fingerprint (sha256 over server id, path
-//! and the canonical declaration, secrets included), an unparsable file's is the sha256
-//! of its bytes, a root's or grant's is the sha256 of its value. The same change gives
-//! the same token on any machine; any change to reviewed content, a secret included,
-//! gives another.
+//! Each line is a JSON array, so no path or grant name (which may hold tabs or newlines)
+//! can run into the next field. Paths are relative to the core (`agent/mcp/docs.yaml`);
+//! MCP root changes use the path `agent.yaml#slots.mcp` and grant changes
+//! `agent.yaml#capabilities.defaults.<name>`. `<before>` and `<after>` are `-` when
+//! absent, else a kind and a sha256: `valid:` and the server fingerprint (over server
+//! id, path and the canonical declaration, secrets included), `invalid:` and the
+//! broken file's digest (of its bytes, domain-separated), `root:` or `grant:` and the
+//! sha256 of the value. The kind is part of what is bound: a file that does not load
+//! can never share a token with one that does. The same change gives the same token on
+//! any machine; any change to reviewed content, a secret included, gives another.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use gix::ObjectId;
 use serde::Serialize;
@@ -160,6 +164,7 @@ impl CoreRepo {
             repo: &self.repo,
             tree,
             core_rel: &self.core_rel,
+            shown: PathBuf::new(),
         };
         // The very function the loader uses on a checkout: one definition of what a
         // revision declares.
@@ -169,8 +174,8 @@ impl CoreRepo {
             // A broken agent.yaml stops the core: the runtime loads no server at all, so
             // the review shows none, only what is wrong with agent.yaml.
             let digest = match files.read("agent.yaml", core::MAX_FILE_BYTES) {
-                Ok(bytes) => Fingerprint::of(&bytes),
-                Err(_) => Fingerprint::of(files.kind("agent.yaml").describe().as_bytes()),
+                Ok(bytes) => core::broken_digest(&bytes),
+                Err(_) => core::broken_digest(files.kind("agent.yaml").describe().as_bytes()),
             };
             let errors = report
                 .manifest_errors
@@ -212,6 +217,38 @@ impl CoreRepo {
             mcp_root: report.core.mcp_root,
             grants,
             declarations,
+        })
+    }
+
+    /// The core as it is in commit `id`, read exactly as a review reads it: what a
+    /// session following the live revision runs, whatever the working tree holds
+    /// (untracked, ignored or edited files included). Paths in errors start at `root`.
+    ///
+    /// # Errors
+    /// Git errors; a commit whose `agent.yaml` does not load gives [`core::CoreErrors`]
+    /// in the `Ok` side's `Err`.
+    pub fn load_commit(
+        &self,
+        id: ObjectId,
+        root: &Path,
+    ) -> Result<Result<core::AgentCore, core::CoreErrors>, EvolutionError> {
+        let tree = self
+            .repo
+            .find_commit(id)
+            .map_err(git)?
+            .tree()
+            .map_err(git)?;
+        let files = GitTree {
+            repo: &self.repo,
+            tree,
+            core_rel: &self.core_rel,
+            shown: root.to_path_buf(),
+        };
+        let report = core::read_revision(&files, root, None);
+        Ok(if report.manifest_errors.is_empty() {
+            Ok(report.core)
+        } else {
+            Err(core::CoreErrors(report.errors))
         })
     }
 
@@ -333,6 +370,8 @@ struct GitTree<'r> {
     repo: &'r gix::Repository,
     tree: gix::Tree<'r>,
     core_rel: &'r Path,
+    /// What error messages name paths from (empty in a review: paths stay relative).
+    shown: PathBuf,
 }
 
 impl GitTree<'_> {
@@ -399,7 +438,7 @@ impl core::CoreTree for GitTree<'_> {
     }
 
     fn display(&self, rel: &str) -> PathBuf {
-        PathBuf::from(rel)
+        self.shown.join(rel)
     }
 }
 
@@ -488,6 +527,60 @@ impl LiveRevisions {
     }
 }
 
+/// Cores as loaded from a commit, by core root and commit id: a commit never changes,
+/// so a turn of a session that follows its live revision reads no object twice.
+#[derive(Debug, Default)]
+pub struct LiveCores {
+    cores: std::sync::Mutex<std::collections::HashMap<(PathBuf, String), Arc<core::AgentCore>>>,
+}
+
+/// Most (core, commit) pairs kept; a long-lived host that sees many promotions starts
+/// over instead of growing.
+const MAX_LIVE_CORES: usize = 64;
+
+impl LiveCores {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The core at `root` as committed in `commit` (see [`CoreRepo::load_commit`]).
+    ///
+    /// # Errors
+    /// [`core::CoreErrors`]: the commit's `agent.yaml` does not load, or git failed.
+    pub fn load(
+        &self,
+        root: &Path,
+        commit: &str,
+    ) -> Result<Arc<core::AgentCore>, core::CoreErrors> {
+        let key = (root.to_path_buf(), commit.to_string());
+        if let Some(known) = self.cores.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            return Ok(known);
+        }
+        let failed = |message: String| {
+            core::CoreErrors(vec![core::LoadError::new(
+                &root.join("agent.yaml"),
+                None,
+                None,
+                message,
+            )])
+        };
+        let id = ObjectId::from_hex(commit.as_bytes())
+            .map_err(|_| failed("the live revision is not a commit id".into()))?;
+        let loaded = CoreRepo::open(root)
+            .and_then(|repo| repo.load_commit(id, root))
+            .map_err(|e| failed(format!("cannot read the live revision ({e})")))??;
+        let loaded = Arc::new(loaded);
+        if let Ok(mut cores) = self.cores.lock() {
+            if cores.len() >= MAX_LIVE_CORES {
+                cores.clear();
+            }
+            cores.insert(key, Arc::clone(&loaded));
+        }
+        Ok(loaded)
+    }
+}
+
 /// A successful promotion.
 #[derive(Debug, Clone, Serialize)]
 pub struct Promotion {
@@ -570,8 +663,8 @@ fn preview(found: &Found) -> Value {
 
 fn fingerprint_of(found: &Found) -> String {
     match found {
-        Found::Valid { declaration, .. } => declaration.fingerprint.hex(),
-        Found::Invalid { digest, .. } => digest.hex(),
+        Found::Valid { declaration, .. } => format!("valid:{}", declaration.fingerprint.hex()),
+        Found::Invalid { digest, .. } => format!("invalid:{}", digest.hex()),
     }
 }
 
@@ -698,7 +791,7 @@ fn diff(before: &Snapshot, after: &Snapshot) -> Vec<ChangeEntry> {
         }
     }
     if before.mcp_root != after.mcp_root {
-        let digest = |s: &str| Fingerprint::of(s.as_bytes()).hex();
+        let digest = |s: &str| format!("root:{}", Fingerprint::of(s.as_bytes()).hex());
         changes.push(ChangeEntry {
             path: "agent.yaml#slots.mcp".into(),
             change: "modified",
@@ -714,7 +807,7 @@ fn diff(before: &Snapshot, after: &Snapshot) -> Vec<ChangeEntry> {
     }
     for grant in before.grants.symmetric_difference(&after.grants) {
         let added = after.grants.contains(grant);
-        let digest = Some(Fingerprint::of(grant.as_bytes()).hex());
+        let digest = Some(format!("grant:{}", Fingerprint::of(grant.as_bytes()).hex()));
         changes.push(ChangeEntry {
             path: format!("agent.yaml#capabilities.defaults.{grant}"),
             change: if added { "added" } else { "removed" },
@@ -734,15 +827,16 @@ fn diff(before: &Snapshot, after: &Snapshot) -> Vec<ChangeEntry> {
 
 /// The token over the canonical serialization documented in the module docs.
 fn token(changes: &[ChangeEntry]) -> String {
-    let mut text = String::from("demiurge-mcp-review/v1\n");
+    let mut text = String::from("demiurge-mcp-review/v2\n");
     for c in changes {
-        text.push_str(&format!(
-            "{}\t{}\t{}\t{}\n",
+        let line = json!([
             c.path,
             c.change,
             c.before_fingerprint.as_deref().unwrap_or("-"),
             c.after_fingerprint.as_deref().unwrap_or("-")
-        ));
+        ]);
+        text.push_str(&line.to_string());
+        text.push('\n');
     }
     format!("mcp-review:{}", Fingerprint::of(text.as_bytes()).hex())
 }

@@ -41,19 +41,56 @@ use super::tree::{self, Proc};
 /// and one runtime's sweep must not take another's server for an orphan.
 static ALL: Mutex<Vec<Weak<Registry>>> = Mutex::new(Vec::new());
 
-/// Whether any registry of this process records `p` (as a server or a descendant).
+/// Whether any registry of this process records `p` as a descendant of a server.
 fn claimed_anywhere(p: &Proc) -> bool {
     let registries: Vec<Arc<Registry>> = ALL
         .lock()
         .map(|all| all.iter().filter_map(Weak::upgrade).collect())
         .unwrap_or_default();
     registries.iter().any(|r| {
-        r.inner.lock().is_ok_and(|i| {
-            i.trees
-                .values()
-                .any(|t| t.root == *p || t.members.get(&p.pid) == Some(p))
-        })
+        r.inner
+            .lock()
+            .is_ok_and(|i| i.trees.values().any(|t| t.members.get(&p.pid) == Some(p)))
     })
+}
+
+/// What this process knows of its own children, for every registry of it.
+#[derive(Debug, Default)]
+struct HostChildren {
+    /// Servers spawned by a runtime of this process, until they are gone from `/proc`:
+    /// tokio waits for them, so they are never reaped or taken for orphans here, even
+    /// after their tree was ended.
+    servers: std::collections::HashSet<Proc>,
+    /// Children adopted (reparented to the host), known from their start time: older
+    /// than the previous sweep, yet not a child then. Only these zombies are reaped: a
+    /// child the embedding host spawned itself is its own to wait for.
+    adopted: std::collections::HashSet<Proc>,
+    /// The children seen at the previous sweep, and when (clock ticks since boot).
+    seen: std::collections::HashSet<Proc>,
+    seen_at: u64,
+}
+
+static HOST: Mutex<Option<HostChildren>> = Mutex::new(None);
+
+/// Servers being spawned by any runtime of this process and not yet recorded: while
+/// any is, an unclaimed child of the host may be one of them, and is only a suspect.
+static SPAWNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn with_host<T>(f: impl FnOnce(&mut HostChildren) -> T) -> Option<T> {
+    let mut guard = HOST.lock().ok()?;
+    Some(f(guard.get_or_insert_with(HostChildren::default)))
+}
+
+/// Clock ticks since boot, the unit of [`Proc::start`].
+fn uptime_ticks() -> u64 {
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(100, |t| t.max(1) as u64);
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0, |secs| (secs * hz as f64) as u64)
 }
 
 /// How often descendants are recorded and adopted orphans looked at.
@@ -69,16 +106,21 @@ pub const SWEEP: Duration = Duration::from_millis(250);
 /// last sweep, reparented with the reaper.
 const REAPER: &str = r#"
 trap '' HUP INT TERM QUIT PIPE
-set -f
 marker=$1
 host=$PPID
 entries=' '
 clean=0
+# info PID: state, ppid, pgrp and start of a live process; fails for a zombie, a gone
+# process or a stat it cannot read. The name (field 2) may hold anything, newlines
+# included: every line is read, and fields are counted from the last ") ".
 info() {
     s=''
-    read -r s 2>/dev/null < "/proc/$1/stat" || [ -n "$s" ] || return 1
+    part=''
+    { while IFS= read -r part || [ -n "$part" ]; do s="$s $part"; part=''; done; } \
+        2>/dev/null < "/proc/$1/stat" || [ -n "$s" ] || return 1
     rest=${s##*) }
     set -- $rest
+    [ $# -ge 20 ] || return 1
     state=$1
     ppid=$2
     pgrp=$3
@@ -108,7 +150,6 @@ done
 info $$
 now=$ppid
 if [ "$clean" = 0 ] && [ "$now" != "$host" ]; then
-    set +f
     for d in /proc/[0-9]*; do
         p=${d#/proc/}
         info "$p" || continue
@@ -117,7 +158,6 @@ if [ "$clean" = 0 ] && [ "$now" != "$host" ]; then
             found="$found$p:$start "
         fi
     done
-    set -f
 fi
 stopped=' '
 round=0
@@ -175,9 +215,6 @@ struct Inner {
 #[derive(Debug)]
 pub struct Registry {
     inner: Mutex<Inner>,
-    /// Servers being spawned and not yet recorded: while any is, an unclaimed child of
-    /// the host may be one of them, and is only a suspect.
-    spawning: std::sync::atomic::AtomicUsize,
     /// `HOME=<home>/mcp-home`: every server and descendant that kept its environment
     /// carries it; nothing else of the host does.
     marker: Vec<u8>,
@@ -200,7 +237,6 @@ impl Registry {
                 ..Inner::default()
             }),
             marker,
-            spawning: Default::default(),
         });
         if let Ok(mut all) = ALL.lock() {
             all.retain(|r| r.strong_count() > 0);
@@ -210,10 +246,9 @@ impl Registry {
     }
 
     /// Marks a spawn in progress until the guard drops (after [`Registry::started`]).
-    pub fn spawning(&self) -> Spawning<'_> {
-        self.spawning
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Spawning(self)
+    pub fn spawning(&self) -> Spawning {
+        SPAWNING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Spawning(())
     }
 
     /// Records a server the runtime just started; starts the reaper and the sweep on
@@ -222,6 +257,7 @@ impl Registry {
         let Some(root) = Proc::current(pid) else {
             return;
         };
+        with_host(|h| h.servers.insert(root));
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -287,7 +323,7 @@ impl Registry {
     /// (at once when `now` and no spawn is in progress, else at their second sighting),
     /// reaps adopted zombies.
     pub fn sweep(&self, now: bool) {
-        let last = now && self.spawning.load(std::sync::atomic::Ordering::Acquire) == 0;
+        let last = now && SPAWNING.load(std::sync::atomic::Ordering::Acquire) == 0;
         let candidates = self.record_descendants();
         let Ok(mut inner) = self.inner.lock() else {
             return;
@@ -331,17 +367,37 @@ impl Registry {
         for (sign, p) in told {
             tell(&mut inner, sign, &p);
         }
+        self.check_reaper(&mut inner);
         let host = std::process::id();
-        let mut unclaimed = Vec::new();
+        let now = uptime_ticks();
+        let mut children = Vec::new();
         for pid in tree::children(host) {
-            let Some(stat) = tree::stat(pid) else {
-                continue;
-            };
-            let p = Proc {
-                pid,
-                start: stat.start,
-            };
-            if inner.trees.values().any(|t| t.root == p) {
+            if let Some(stat) = tree::stat(pid) {
+                children.push((
+                    Proc {
+                        pid,
+                        start: stat.start,
+                    },
+                    stat,
+                ));
+            }
+        }
+        let (servers, adopted) = with_host(|h| {
+            h.servers.retain(Proc::exists);
+            h.adopted.retain(Proc::exists);
+            for (p, _) in &children {
+                if !h.seen.contains(p) && p.start < h.seen_at {
+                    h.adopted.insert(*p);
+                }
+            }
+            h.seen = children.iter().map(|(p, _)| *p).collect();
+            h.seen_at = now;
+            (h.servers.clone(), h.adopted.clone())
+        })
+        .unwrap_or_default();
+        let mut unclaimed = Vec::new();
+        for (p, stat) in children {
+            if servers.contains(&p) {
                 // A server: tokio waits for it.
                 continue;
             }
@@ -349,24 +405,42 @@ impl Registry {
             if let Some(tree) = inner
                 .trees
                 .values_mut()
-                .find(|t| t.root.pid == stat.pgrp && !t.members.contains_key(&pid))
+                .find(|t| t.root.pid == stat.pgrp && !t.members.contains_key(&p.pid))
             {
-                tree.members.insert(pid, p);
+                tree.members.insert(p.pid, p);
                 tell(&mut inner, '+', &p);
             }
             let claimed = inner
                 .trees
                 .values()
-                .any(|t| t.members.get(&pid) == Some(&p));
-            if claimed {
+                .any(|t| t.members.get(&p.pid) == Some(&p));
+            if claimed || adopted.contains(&p) {
+                // Adopted: a zombie of it is ours to reap.
                 tree::reap(&p);
-            } else if self.carries_marker(pid) {
+            }
+            if !claimed && self.carries_marker(p.pid) {
                 unclaimed.push(p);
             }
         }
         drop(inner);
         unclaimed.retain(|p| !claimed_anywhere(p));
         unclaimed
+    }
+
+    /// Starts the reaper again when it exited or was stopped (a server of the same user
+    /// can signal it), telling it everything recorded.
+    fn check_reaper(&self, inner: &mut Inner) {
+        let healthy = match inner.reaper.as_mut() {
+            None => inner.trees.is_empty(),
+            Some((child, _)) => {
+                let running = matches!(child.try_wait(), Ok(None));
+                let stopped = tree::stat(child.id()).is_some_and(|s| s.state == 'T');
+                running && !stopped
+            }
+        };
+        if !healthy {
+            restart_reaper(inner);
+        }
     }
 
     fn carries_marker(&self, pid: u32) -> bool {
@@ -402,30 +476,46 @@ impl Registry {
     }
 }
 
-/// Tells the reaper about `p` (`+` to watch, `-` to forget); a reaper that died is
-/// started again, told everything recorded.
+/// Tells the reaper about `p` (`+` to watch, `-` to forget). The pipe is
+/// non-blocking: a reaper that does not read (stopped, stuck) or died is killed and
+/// started again, told everything recorded, and the registry never waits on it.
 fn tell(inner: &mut Inner, sign: char, p: &Proc) {
     let line = format!("{sign}{}:{}\n", p.pid, p.start);
     let written = inner
         .reaper
         .as_mut()
         .is_some_and(|(_, stdin)| stdin.write_all(line.as_bytes()).is_ok());
-    if !written && sign == '+' {
-        let Some(marker) = inner.marker.clone() else {
-            return;
-        };
-        inner.reaper = spawn_reaper(&marker);
-        let everything: Vec<Proc> = inner
-            .trees
-            .values()
-            .flat_map(|t| std::iter::once(t.root).chain(t.members.values().copied()))
-            .chain(std::iter::once(*p))
-            .collect();
-        if let Some((_, stdin)) = inner.reaper.as_mut() {
-            for q in everything {
-                let _ = stdin.write_all(format!("+{}:{}\n", q.pid, q.start).as_bytes());
-            }
-        }
+    if !written && (sign == '+' || inner.reaper.is_some()) {
+        restart_reaper(inner);
+    }
+}
+
+/// Replaces the reaper with a fresh one that knows every recorded process.
+fn restart_reaper(inner: &mut Inner) {
+    if let Some((mut old, stdin)) = inner.reaper.take() {
+        drop(stdin);
+        let _ = old.kill();
+        let _ = old.wait();
+    }
+    let Some(marker) = inner.marker.clone() else {
+        return;
+    };
+    inner.reaper = spawn_reaper(&marker);
+    let everything: Vec<Proc> = inner
+        .trees
+        .values()
+        .flat_map(|t| std::iter::once(t.root).chain(t.members.values().copied()))
+        .collect();
+    let mut lines = String::new();
+    for q in everything {
+        lines.push_str(&format!("+{}:{}\n", q.pid, q.start));
+    }
+    if let Some((_, stdin)) = inner.reaper.as_mut()
+        && stdin.write_all(lines.as_bytes()).is_err()
+    {
+        tracing::warn!(
+            "the process reaper does not take its list; servers may outlive a killed host"
+        );
     }
 }
 
@@ -445,6 +535,15 @@ fn spawn_reaper(marker: &[u8]) -> Option<(Child, ChildStdin)> {
     match spawned {
         Ok(mut child) => {
             let stdin = child.stdin.take()?;
+            let nonblocking = nix::fcntl::fcntl(
+                &stdin,
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            );
+            if nonblocking.is_err() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
             Some((child, stdin))
         }
         Err(e) => {
@@ -457,13 +556,11 @@ fn spawn_reaper(marker: &[u8]) -> Option<(Child, ChildStdin)> {
 }
 
 /// A spawn in progress (see [`Registry::spawning`]).
-pub struct Spawning<'a>(&'a Registry);
+pub struct Spawning(());
 
-impl Drop for Spawning<'_> {
+impl Drop for Spawning {
     fn drop(&mut self) {
-        self.0
-            .spawning
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        SPAWNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 

@@ -130,10 +130,10 @@ static AUTHORIZATION_LINE: LazyLock<Regex> = LazyLock::new(|| {
 });
 static SPACED_OPTION: LazyLock<Regex> = LazyLock::new(|| {
     // `--token VALUE` (a space, not `=`): the value is the next word unless it is
-    // another option.
+    // another option, or a quoted string (`--token "a b"`).
     let markers = sensitive_alternation();
     Regex::new(&format!(
-        r#"(?i)(?:^|[\s"'(\[,])(--?[A-Za-z0-9_.\-]*(?:{markers})[A-Za-z0-9_.\-]*)[ \t]+([^\s"'`;,)\]}}\-][^\s"'`;,)\]}}]*)"#
+        r#"(?i)(?:^|[\s"'(\[,])(--?[A-Za-z0-9_.\-]*(?:{markers})[A-Za-z0-9_.\-]*)[ \t]+(?:"([^"\n]+)"|'([^'\n]+)'|([^\s"'`;,)\]}}\-][^\s"'`;,)\]}}]*))"#
     ))
     .expect("valid regex")
 });
@@ -361,7 +361,8 @@ impl Redactor {
         }
         if text.contains('-') {
             for c in SPACED_OPTION.captures_iter(text) {
-                if let (Some(name), Some(value)) = (c.get(1), c.get(2)) {
+                let value = c.get(2).or_else(|| c.get(3)).or_else(|| c.get(4));
+                if let (Some(name), Some(value)) = (c.get(1), value) {
                     let name = name.as_str().trim_start_matches('-');
                     absorb(&mut hits, value.start(), value.end(), name);
                 }
@@ -706,6 +707,8 @@ mod tests {
             ("start --token abc123 --verbose", "abc123"),
             ("cmd -api-key=zzz9 --password   hunter22", "hunter22"),
             ("(--client-secret s3cr3t-x)", "s3cr3t-x"),
+            ("login --password \"two words\" now", "two words"),
+            ("login --token 'q-tok-9' now", "q-tok-9"),
         ] {
             let shown = r.text(text, View::Operator);
             assert!(!shown.contains(hidden), "{text} -> {shown}");

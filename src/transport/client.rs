@@ -289,6 +289,20 @@ pub enum TransportEnd {
         /// The bound.
         limit: usize,
     },
+    /// The server broke the protocol in a way that would make the host hold more than
+    /// it should (an id reused while in flight, an id too long to echo).
+    Refused {
+        /// What it did, in words.
+        reason: &'static str,
+    },
+}
+
+impl TransportEnd {
+    /// Whether the runtime ended the transport itself (a flood, a refusal), which says
+    /// more than anything that follows (the exit of a server whose pipes closed).
+    pub fn on_purpose(&self) -> bool {
+        !matches!(self, TransportEnd::Closed)
+    }
 }
 
 impl std::fmt::Display for TransportEnd {
@@ -299,31 +313,108 @@ impl std::fmt::Display for TransportEnd {
                 f,
                 "the server sent more than {limit} {what} without taking the answers; the connection was closed to keep the host bounded"
             ),
+            TransportEnd::Refused { reason } => {
+                write!(f, "the server {reason}; the connection was closed")
+            }
         }
     }
 }
 
-/// Most requests from a server waiting for our answer at once (each is a task in rmcp
-/// and an answer on its way to the server); a well-behaved server has one or two.
+/// Most requests from a server waiting for our answer at once, answers still being
+/// written included (each is a task in rmcp, an answer is a buffer on its way to the
+/// server); a well-behaved server has one or two.
 pub const MAX_PENDING_SERVER_REQUESTS: usize = 16;
+
+/// Longest request id echoed back: an answer repeats the id, so a server could make
+/// each pending answer megabytes long.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Whether a request id is short enough to echo (see [`MAX_REQUEST_ID_BYTES`]).
+pub(crate) fn id_fits(id: &RequestId) -> bool {
+    match id {
+        rmcp::model::NumberOrString::String(s) => s.len() <= MAX_REQUEST_ID_BYTES,
+        rmcp::model::NumberOrString::Number(_) => true,
+    }
+}
+
+/// Most messages a server may send per second, sustained (bursts of as many pass at
+/// once). Past it the runtime reads the server's next message later, so the server's
+/// own writes block: one server cannot take the host's threads from the others.
+pub const MAX_MESSAGES_PER_SECOND: f64 = 1000.0;
+
+/// A token bucket: `rate` per second, at most `burst` saved up.
+#[derive(Debug)]
+pub(crate) struct Bucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: std::time::Instant,
+}
+
+impl Bucket {
+    pub(crate) fn new(rate: f64, burst: f64) -> Self {
+        Bucket {
+            rate,
+            burst,
+            tokens: burst,
+            last: std::time::Instant::now(),
+        }
+    }
+
+    fn refill(&mut self) {
+        let now = std::time::Instant::now();
+        let earned = now.duration_since(self.last).as_secs_f64() * self.rate;
+        self.tokens = (self.tokens + earned).min(self.burst);
+        self.last = now;
+    }
+
+    /// Waits until the bucket holds a token. Cancel-safe: nothing is taken by waiting.
+    pub(crate) async fn ready(&mut self) {
+        self.refill();
+        if self.tokens < 1.0 {
+            let wait = (1.0 - self.tokens) / self.rate;
+            tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+            self.refill();
+        }
+    }
+
+    /// Spends `cost` tokens (the balance may go below zero: the next wait is longer).
+    pub(crate) fn spend(&mut self, cost: f64) {
+        self.tokens -= cost;
+    }
+}
 
 /// The first reason a transport gave for ending, shared between the layer that saw it
 /// (the stdio framing, [`Guarded`]) and whoever reports it.
 pub(crate) type EndCause = Arc<OnceLock<TransportEnd>>;
+
+/// What a server's requests hold on our side.
+#[derive(Debug, Default)]
+struct Held {
+    /// Requests received and not yet answered (nor withdrawn by the server).
+    open: HashSet<RequestId>,
+    /// Answers handed to the transport and not yet written.
+    sending: usize,
+}
 
 /// Wraps a transport to bound what the server's input can make the host hold, and to
 /// report when the server side ends (rmcp's service loop stops quietly on EOF, and a
 /// supervisor must know at once, not at the next call).
 ///
 /// Adversary: a server author (threat model 2). rmcp spawns a task for each request a
-/// server sends and keeps it, with its answer, until the answer is written; a server
-/// that sends requests and never reads its input would grow both without end. Each
-/// request id counts from its arrival until our answer to it has been sent (or the
-/// server cancels it); past [`MAX_PENDING_SERVER_REQUESTS`] the transport ends with
-/// [`TransportEnd::Flooded`], which fails the connection.
+/// server sends and keeps it until its answer is produced, then a task per answer until
+/// it is written; a server that sends requests and never reads its input would grow
+/// both without end. A server that sends as fast as it can would take the host's
+/// threads: messages are paced at [`MAX_MESSAGES_PER_SECOND`]. Requests are counted from arrival until answered (or withdrawn),
+/// answers from being handed over until written; past [`MAX_PENDING_SERVER_REQUESTS`]
+/// together, the transport ends with [`TransportEnd::Flooded`]. An id reused while its
+/// request is open, or longer than [`MAX_REQUEST_ID_BYTES`], ends it with
+/// [`TransportEnd::Refused`]. Either fails the connection.
 pub(crate) struct Guarded<T> {
     inner: T,
-    pending: Arc<Mutex<HashSet<RequestId>>>,
+    held: Arc<Mutex<Held>>,
+    /// Messages the server may send before the next is read later.
+    pace: Bucket,
     cause: EndCause,
     closed: watch::Sender<Option<TransportEnd>>,
 }
@@ -333,7 +424,8 @@ impl<T> Guarded<T> {
         let (closed, rx) = watch::channel(None);
         let guarded = Guarded {
             inner,
-            pending: Arc::default(),
+            held: Arc::default(),
+            pace: Bucket::new(MAX_MESSAGES_PER_SECOND, MAX_MESSAGES_PER_SECOND),
             cause,
             closed,
         };
@@ -344,6 +436,43 @@ impl<T> Guarded<T> {
         let cause = self.cause.get().cloned().unwrap_or(TransportEnd::Closed);
         let _ = self.closed.send(Some(cause));
     }
+
+    /// What a request or notification from the server does to what we hold; `Some`
+    /// when the transport must end.
+    fn admit(&self, message: &RxJsonRpcMessage<RoleClient>) -> Option<TransportEnd> {
+        let mut held = self.held.lock().ok()?;
+        match message {
+            JsonRpcMessage::Request(request) => {
+                if !id_fits(&request.id) {
+                    return Some(TransportEnd::Refused {
+                        reason: "sent a request id longer than 128 bytes",
+                    });
+                }
+                if !held.open.insert(request.id.clone()) {
+                    return Some(TransportEnd::Refused {
+                        reason: "reused the id of a request still in flight",
+                    });
+                }
+                (held.open.len() + held.sending > MAX_PENDING_SERVER_REQUESTS).then_some(
+                    TransportEnd::Flooded {
+                        what: "requests",
+                        limit: MAX_PENDING_SERVER_REQUESTS,
+                    },
+                )
+            }
+            JsonRpcMessage::Notification(n) => {
+                // A request the server withdrew gets no answer from rmcp (an answer
+                // already handed over still counts until written).
+                if let ServerNotification::CancelledNotification(c) = &n.notification
+                    && let Some(id) = &c.params.request_id
+                {
+                    held.open.remove(id);
+                }
+                None
+            }
+            _ => None,
+        }
+    }
 }
 
 impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
@@ -353,51 +482,40 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let answered = match &item {
+        let answer = match &item {
             JsonRpcMessage::Response(r) => Some(r.id.clone()),
             JsonRpcMessage::Error(e) => e.id.clone(),
             _ => None,
         };
-        let pending = Arc::clone(&self.pending);
+        let held = Arc::clone(&self.held);
+        if let Some(id) = &answer
+            && let Ok(mut h) = held.lock()
+        {
+            h.open.remove(id);
+            h.sending += 1;
+        }
         let sent = self.inner.send(item);
         async move {
             let result = sent.await;
-            if let Some(id) = answered
-                && let Ok(mut pending) = pending.lock()
+            if answer.is_some()
+                && let Ok(mut h) = held.lock()
             {
-                pending.remove(&id);
+                h.sending = h.sending.saturating_sub(1);
             }
             result
         }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        // Before taking a message: a receive that is cancelled while waiting loses none.
+        self.pace.ready().await;
         let Some(message) = self.inner.receive().await else {
             self.end();
             return None;
         };
-        let flooded = match &message {
-            JsonRpcMessage::Request(request) => self.pending.lock().is_ok_and(|mut pending| {
-                pending.insert(request.id.clone());
-                pending.len() > MAX_PENDING_SERVER_REQUESTS
-            }),
-            JsonRpcMessage::Notification(n) => {
-                // A request the server withdrew gets no answer from rmcp.
-                if let ServerNotification::CancelledNotification(c) = &n.notification
-                    && let Some(id) = &c.params.request_id
-                    && let Ok(mut pending) = self.pending.lock()
-                {
-                    pending.remove(id);
-                }
-                false
-            }
-            _ => false,
-        };
-        if flooded {
-            let _ = self.cause.set(TransportEnd::Flooded {
-                what: "requests",
-                limit: MAX_PENDING_SERVER_REQUESTS,
-            });
+        self.pace.spend(1.0);
+        if let Some(end) = self.admit(&message) {
+            let _ = self.cause.set(end);
             self.end();
             return None;
         }
@@ -432,7 +550,7 @@ where
     let seen = ended.clone();
     let flooded = async move {
         let end = ended
-            .wait_for(|end| matches!(end, Some(TransportEnd::Flooded { .. })))
+            .wait_for(|end| end.as_ref().is_some_and(TransportEnd::on_purpose))
             .await
             .ok()
             .and_then(|end| end.clone());
@@ -452,10 +570,7 @@ where
         Ok(Ok(pair)) => Ok(pair),
         Ok(Err(message)) => {
             // rmcp may see the end first ("connection closed"); the flood is the reason.
-            let flooded = seen
-                .borrow()
-                .clone()
-                .filter(|end| matches!(end, TransportEnd::Flooded { .. }));
+            let flooded = seen.borrow().clone().filter(TransportEnd::on_purpose);
             Err(StartError::Failed(match flooded {
                 Some(end) => format!("the connection ended: {end}"),
                 None => message,

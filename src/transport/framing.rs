@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Mutex;
 
-use super::client::{EndCause, MAX_PENDING_SERVER_REQUESTS, TransportEnd};
+use super::client::{EndCause, MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, TransportEnd};
 
 /// Most bytes of one message from a stdio server.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -259,8 +259,14 @@ fn request_id(head: &[u8]) -> Option<Value> {
 }
 
 /// The client side of a stdio server's MCP stream (see the module documentation).
+/// Bytes a stdio server may send per second, sustained (a burst of as much passes at
+/// once): parsing is the cost a server controls, so it is paced like messages are.
+pub const MAX_BYTES_PER_SECOND: f64 = 32.0 * 1024.0 * 1024.0;
+
 pub(crate) struct StdioTransport<R, W> {
     lines: LineReader<R>,
+    /// Bytes the server may send before the next line is read later.
+    pace: super::client::Bucket,
     write: Arc<Mutex<Option<W>>>,
     /// Error answers to unreadable requests not yet written.
     replies: Arc<AtomicUsize>,
@@ -276,6 +282,7 @@ where
     pub(crate) fn new(read: R, write: W, cause: EndCause) -> Self {
         StdioTransport {
             lines: LineReader::new(read, MAX_MESSAGE_BYTES),
+            pace: super::client::Bucket::new(MAX_BYTES_PER_SECOND, MAX_BYTES_PER_SECOND),
             write: Arc::new(Mutex::new(Some(write))),
             replies: Arc::default(),
             cause,
@@ -320,6 +327,7 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
+            self.pace.ready().await;
             let line = match poll_fn(|cx| self.lines.poll_line(cx)).await? {
                 Ok(line) => line,
                 Err(e) => {
@@ -327,9 +335,21 @@ where
                     return None;
                 }
             };
+            self.pace.spend(match &line {
+                Line::Text(text) => text.len() as f64,
+                Line::Oversized(_) => MAX_MESSAGE_BYTES as f64,
+            });
             match decode(line, self.lines.limit) {
                 Decoded::Message(message) => return Some(*message),
                 Decoded::Reply(bytes) => {
+                    // The answer repeats the id: one that is too long would make each
+                    // pending answer that long.
+                    if bytes.len() > MAX_REQUEST_ID_BYTES + 128 {
+                        let _ = self.cause.set(TransportEnd::Refused {
+                            reason: "sent a request id longer than 128 bytes",
+                        });
+                        return None;
+                    }
                     if self.replies.load(Ordering::Acquire) >= MAX_PENDING_SERVER_REQUESTS {
                         let _ = self.cause.set(TransportEnd::Flooded {
                             what: "unreadable requests",

@@ -17,7 +17,7 @@ use tokio::process::Command;
 use tokio::sync::watch;
 
 use super::client::{
-    CloseReport, EndCause, Guarded, ListedTools, McpClient, ServerSignals, StartError, TransportEnd,
+    CloseReport, EndCause, Guarded, ListedTools, McpClient, ServerSignals, StartError,
 };
 use super::framing::StdioTransport;
 use crate::process::{CapturedStderr, Registry, StderrCapture};
@@ -187,7 +187,7 @@ pub async fn connect_stdio(
             let exited = process.exit.borrow().clone();
             let report = close_failed(process, grace).await;
             let message = match (cause.get(), exited.or(report.exit)) {
-                (Some(TransportEnd::Flooded { .. }), _) => message,
+                (Some(end), _) if end.on_purpose() => message,
                 (_, Some(status)) => format!("{message} (process exited: {status})"),
                 (_, None) => message,
             };
