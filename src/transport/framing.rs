@@ -35,7 +35,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Mutex;
 
-use super::client::{EndCause, MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, TransportEnd};
+use super::guard::{
+    EndCause, MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, Traffic, TransportEnd,
+};
 
 /// Most bytes of one message from a stdio server.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -259,14 +261,10 @@ fn request_id(head: &[u8]) -> Option<Value> {
 }
 
 /// The client side of a stdio server's MCP stream (see the module documentation).
-/// Bytes a stdio server may send per second, sustained (a burst of as much passes at
-/// once): parsing is the cost a server controls, so it is paced like messages are.
-pub const MAX_BYTES_PER_SECOND: f64 = 32.0 * 1024.0 * 1024.0;
-
 pub(crate) struct StdioTransport<R, W> {
     lines: LineReader<R>,
-    /// Bytes the server may send before the next line is read later.
-    pace: super::client::Bucket,
+    /// Pacing of what the server sends unasked, shared with the guard above.
+    traffic: Arc<Traffic>,
     write: Arc<Mutex<Option<W>>>,
     /// Error answers to unreadable requests not yet written.
     replies: Arc<AtomicUsize>,
@@ -279,10 +277,10 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    pub(crate) fn new(read: R, write: W, cause: EndCause) -> Self {
+    pub(crate) fn new(read: R, write: W, traffic: Arc<Traffic>, cause: EndCause) -> Self {
         StdioTransport {
             lines: LineReader::new(read, MAX_MESSAGE_BYTES),
-            pace: super::client::Bucket::new(MAX_BYTES_PER_SECOND, MAX_BYTES_PER_SECOND),
+            traffic,
             write: Arc::new(Mutex::new(Some(write))),
             replies: Arc::default(),
             cause,
@@ -327,7 +325,8 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            self.pace.ready().await;
+            // Before taking a line: a receive cancelled while waiting loses none.
+            self.traffic.ready().await;
             let line = match poll_fn(|cx| self.lines.poll_line(cx)).await? {
                 Ok(line) => line,
                 Err(e) => {
@@ -335,11 +334,16 @@ where
                     return None;
                 }
             };
-            self.pace.spend(match &line {
-                Line::Text(text) => text.len() as f64,
-                Line::Oversized(_) => MAX_MESSAGE_BYTES as f64,
-            });
-            match decode(line, self.lines.limit) {
+            let bytes = match &line {
+                Line::Text(text) => text.len(),
+                Line::Oversized(_) => MAX_MESSAGE_BYTES,
+            };
+            let decoded = decode(line, self.lines.limit);
+            // Answers to our own requests are ours to pace; the rest costs the server.
+            if !matches!(&decoded, Decoded::Message(m) if self.traffic.answers_us(m)) {
+                self.traffic.spend_bytes(bytes);
+            }
+            match decoded {
                 Decoded::Message(message) => return Some(*message),
                 Decoded::Reply(bytes) => {
                     // The answer repeats the id: one that is too long would make each
@@ -563,7 +567,12 @@ mod tests {
     #[tokio::test]
     async fn messages_are_written_as_lines_and_closing_closes_stdin() {
         let (ours, mut theirs) = tokio::io::duplex(4096);
-        let mut transport = StdioTransport::new(tokio::io::empty(), ours, EndCause::default());
+        let mut transport = StdioTransport::new(
+            tokio::io::empty(),
+            ours,
+            Arc::default(),
+            EndCause::default(),
+        );
         let ping = |id: i64| -> TxJsonRpcMessage<RoleClient> {
             serde_json::from_value(json!({"jsonrpc": "2.0", "id": id, "method": "ping"})).unwrap()
         };

@@ -9,7 +9,8 @@ use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use std::sync::Arc;
 
-use super::client::{EndCause, Guarded, ListedTools, McpClient, ServerSignals, StartError};
+use super::client::{ListedTools, McpClient, ServerSignals, StartError};
+use super::guard::{EndCause, Guarded};
 use crate::net::PinnedClient;
 
 /// Connects, initializes and lists tools within `timeout`.
@@ -42,6 +43,7 @@ pub async fn connect_http(
     let config = StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
     let (transport, closed) = Guarded::new(
         StreamableHttpClientTransport::with_client(client, config),
+        Arc::default(),
         EndCause::default(),
     );
     match super::client::initialize_and_list(transport, signals, timeout, closed.clone()).await {

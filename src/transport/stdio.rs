@@ -16,10 +16,9 @@ use tokio::process::Command;
 
 use tokio::sync::watch;
 
-use super::client::{
-    CloseReport, EndCause, Guarded, ListedTools, McpClient, ServerSignals, StartError,
-};
+use super::client::{CloseReport, ListedTools, McpClient, ServerSignals, StartError};
 use super::framing::StdioTransport;
+use super::guard::{EndCause, Guarded, Traffic};
 use crate::process::{CapturedStderr, Registry, StderrCapture};
 
 /// Everything needed to start one stdio server, already authorized and interpolated.
@@ -172,9 +171,9 @@ pub async fn connect_stdio(
         ));
     };
 
-    let cause = EndCause::default();
-    let framing = StdioTransport::new(stdout, stdin, Arc::clone(&cause));
-    let (transport, transport_closed) = Guarded::new(framing, Arc::clone(&cause));
+    let (cause, traffic) = (EndCause::default(), Arc::new(Traffic::default()));
+    let framing = StdioTransport::new(stdout, stdin, Arc::clone(&traffic), Arc::clone(&cause));
+    let (transport, transport_closed) = Guarded::new(framing, traffic, Arc::clone(&cause));
     let started =
         super::client::initialize_and_list(transport, signals, timeout, transport_closed.clone())
             .await;
