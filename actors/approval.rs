@@ -11,7 +11,8 @@ use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use super::config::{Action, ApprovalAnswer, ApprovalRequest, Approver, Clock};
+use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, Approver};
+use crate::clock::Clock;
 use crate::core::{ApprovalPolicy, Fingerprint};
 use crate::events::{EventHub, EventKind};
 

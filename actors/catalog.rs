@@ -16,9 +16,10 @@ use std::time::Instant;
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use rmcp::model::Tool;
 
-use super::config::{Action, ApprovalRequest, Shared};
 use super::connection::{Connection, ConnectionArgs, ConnectionMsg, FAILED};
+use super::shared::Shared;
 use super::turn::{Binding, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};
+use crate::authority::{Action, ApprovalRequest};
 use crate::authority::{CapabilitySet, ConnectPreview};
 use crate::core::{AgentCore, Declaration, Endpoint, Fingerprint};
 use crate::events::EventKind;

@@ -20,14 +20,14 @@ mod connection;
 mod limiter;
 mod runtime;
 mod session;
+mod shared;
 mod turn;
 
+pub use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, Approver, FixedApprover};
+pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use approval::Approval;
 pub use catalog::{ServerState, ServerStatus};
-pub use config::{
-    Action, ApprovalAnswer, ApprovalRequest, Approver, Clock, FixedApprover, HostTool, ManualClock,
-    RuntimeConfig, SystemClock,
-};
+pub use config::{HostTool, RuntimeConfig};
 pub use limiter::{LimiterStats, Permit};
 pub use runtime::{ChildSession, Eviction, RESUMABLE, Runtime, RuntimeError, Session};
 pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};

@@ -12,11 +12,12 @@ use tokio::sync::oneshot;
 
 use super::approval::{Broker, BrokerArgs, BrokerHandle};
 use super::catalog::ServerStatus;
-use super::config::{RuntimeConfig, Shared};
+use super::config::RuntimeConfig;
 use super::limiter::{Limiter, LimiterHandle, LimiterStats};
 use super::session::{
     EvictionReport, SessionActor, SessionArgs, SessionMsg, SessionSpec, SharedSpec,
 };
+use super::shared::Shared;
 use super::turn::{PrepareError, TurnCatalog};
 use crate::authority::CapabilitySet;
 use crate::events::{EventHub, EventKind};
@@ -400,9 +401,8 @@ fn new_session_id(n: u64) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let digest = crate::hex(&<sha2::Sha256 as sha2::Digest>::digest(
-        format!("{nanos}-{n}-{}", std::process::id()).as_bytes(),
-    ));
+    let digest =
+        crate::digest::sha256_hex(format!("{nanos}-{n}-{}", std::process::id()).as_bytes());
     format!("s-{}", &digest[..12])
 }
 

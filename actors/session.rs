@@ -11,7 +11,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use serde::Serialize;
 
 use super::catalog::{Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, ServerStatus};
-use super::config::Shared;
+use super::shared::Shared;
 use super::turn::{PrepareError, TurnCatalog};
 use crate::authority::{CapabilitySet, HostPolicy};
 use crate::core::AgentCore;
@@ -266,7 +266,7 @@ impl SessionState {
         let base = spec
             .capabilities
             .clone()
-            .unwrap_or_else(|| core.grants.clone());
+            .unwrap_or_else(|| CapabilitySet::new(core.grants.iter().cloned()));
         let capabilities = match &self.args.scope {
             Some(scope) => base.narrowed_by(scope),
             None => base,

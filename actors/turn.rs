@@ -11,8 +11,9 @@ use rmcp::model::JsonObject;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::config::{Action, ApprovalRequest, Shared};
 use super::connection::{ConnectionMsg, Dispatch};
+use super::shared::Shared;
+use crate::authority::{Action, ApprovalRequest};
 use crate::authority::{ConnectPreview, HostPolicy};
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration};
 use crate::events::EventKind;

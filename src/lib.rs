@@ -26,8 +26,10 @@
 #[path = "../actors/mod.rs"]
 pub mod actors;
 pub mod authority;
+pub mod clock;
 pub mod core;
 pub mod demo_server;
+mod digest;
 pub mod events;
 pub mod evolution;
 pub mod naming;
@@ -43,14 +45,3 @@ pub use actors::{
     EvictionReport, FixedApprover, ManualClock, PrepareError, Runtime, RuntimeConfig, RuntimeError,
     Session, SessionSpec, SystemClock, ToolEntry, TurnCatalog,
 };
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
-    }
-    out
-}

@@ -4,23 +4,10 @@
 //! a credential-free URL origin, and arguments summarized (decisions.md section 6).
 
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::core::{ApprovalPolicy, Declaration, Endpoint};
 
-/// Substrings of an option name that mark its value as a secret.
-pub const SECRET_OPTION_MARKERS: &[&str] = &[
-    "api_key",
-    "apikey",
-    "authorization",
-    "cookie",
-    "credential",
-    "password",
-    "passwd",
-    "private_key",
-    "secret",
-    "token",
-];
+use crate::redact::SECRET_OPTION_MARKERS;
 
 /// What the approver is shown before connecting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -173,7 +160,7 @@ pub fn origin_of(raw: &str) -> String {
 
 /// `<value sha256:H12 length:N>`.
 pub fn value_summary(value: &str) -> String {
-    let digest = crate::hex(&Sha256::digest(value.as_bytes()));
+    let digest = crate::digest::sha256_hex(value.as_bytes());
     format!(
         "<value sha256:{} length:{}>",
         &digest[..12],

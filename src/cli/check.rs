@@ -6,7 +6,7 @@ use super::{Cli, t};
 
 pub(crate) fn run(cli: &Cli) -> u8 {
     let report = core::load_report(&cli.core_dir());
-    let grants = &report.core.grants;
+    let grants = demiurge_mcp::authority::CapabilitySet::new(report.core.grants.iter().cloned());
     for d in &report.core.declarations {
         let mark = |cap: &str| {
             if grants.allows(cap) {

@@ -225,7 +225,7 @@ impl Fingerprint {
 
     /// Lowercase hex.
     pub fn hex(&self) -> String {
-        crate::hex(&self.0)
+        crate::digest::hex(&self.0)
     }
 
     /// The first 12 hex characters, for display.

@@ -23,8 +23,6 @@ pub use declaration::{
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, ReadRefusal};
 pub use yaml::YamlError;
 
-use crate::authority::CapabilitySet;
-
 /// Default MCP root, relative to the core.
 pub const DEFAULT_MCP_ROOT: &str = "agent/mcp";
 
@@ -103,8 +101,9 @@ pub struct AgentCore {
     pub root: PathBuf,
     /// MCP root, relative to `root` (`agent/mcp` unless `slots.mcp` says otherwise).
     pub mcp_root: String,
-    /// `capabilities.defaults` of agent.yaml.
-    pub grants: CapabilitySet,
+    /// The names under `capabilities.defaults` of agent.yaml (what they grant is
+    /// `authority::CapabilitySet`'s to say).
+    pub grants: BTreeSet<String>,
     /// Every declaration that loaded, enabled or not, sorted by file name.
     pub declarations: Vec<Arc<Declaration>>,
     /// Declaration files that did not load, in file order: each is a diagnostic of every
@@ -464,7 +463,7 @@ pub fn read_revision(
         core: AgentCore {
             root: shown_root.to_path_buf(),
             mcp_root: mcp_root.unwrap_or_else(|| DEFAULT_MCP_ROOT.to_string()),
-            grants: CapabilitySet::new(manifest.grants),
+            grants: manifest.grants,
             declarations,
             broken,
         },

@@ -209,9 +209,9 @@ impl CoreRepo {
         let grants = report
             .core
             .grants
-            .names()
+            .iter()
             .filter(|g| g.starts_with("mcp."))
-            .map(str::to_string)
+            .cloned()
             .collect();
         Ok(Snapshot {
             mcp_root: report.core.mcp_root,

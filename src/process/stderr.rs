@@ -144,7 +144,7 @@ pub fn append_stderr_log(
         "--- mcp server {} (session {}) at {} ---\n",
         redactor.text(server, View::Durable),
         session,
-        crate::events::now_ms()
+        crate::clock::now_ms()
     );
     entry.push_str(&body);
     if !entry.ends_with('\n') {

@@ -15,9 +15,20 @@ use std::sync::{Arc, LazyLock};
 use regex::Regex;
 use serde::Serialize;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
-use crate::authority::preview::SECRET_OPTION_MARKERS;
+/// Substrings of a name (an option, a field, a key) that mark its value as a secret.
+pub const SECRET_OPTION_MARKERS: &[&str] = &[
+    "api_key",
+    "apikey",
+    "authorization",
+    "cookie",
+    "credential",
+    "password",
+    "passwd",
+    "private_key",
+    "secret",
+    "token",
+];
 
 /// What every view shows when redaction could not complete.
 pub const REDACTION_FAILED: &str = "<redaction-failed>";
@@ -162,7 +173,7 @@ pub fn is_sensitive_field(name: &str) -> bool {
 
 /// The first 16 hex characters of sha256(value).
 fn f16(value: &str) -> String {
-    crate::hex(&Sha256::digest(value.as_bytes()))[..16].to_string()
+    crate::digest::sha256_hex(value.as_bytes())[..16].to_string()
 }
 
 fn marker(view: View, name: &str, value: &str) -> String {

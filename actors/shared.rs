@@ -1,0 +1,72 @@
+//! The context every actor of one runtime shares: the configuration, the event hub,
+//! the network context, the caches that outlive sessions, and handles on the helpers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::approval::BrokerHandle;
+use super::config::RuntimeConfig;
+use super::limiter::LimiterHandle;
+use crate::events::EventHub;
+
+/// The context shared by every actor of one runtime.
+pub(crate) struct Shared {
+    pub config: RuntimeConfig,
+    pub hub: Arc<EventHub>,
+    pub net: Arc<crate::net::NetContext>,
+    /// Parsed declarations reused across turns and sessions while their files are unchanged.
+    pub load_cache: Arc<crate::core::LoadCache>,
+    /// Live revisions of cores that follow their live ref, kept while the ref is unchanged.
+    pub live_revisions: Arc<crate::evolution::LiveRevisions>,
+    /// Cores as committed in their live revision (what such sessions run).
+    pub live_cores: Arc<crate::evolution::LiveCores>,
+    /// Tool input schemas shared by every connection that lists the same one.
+    pub schemas: super::catalog::SchemaPool,
+    pub limiter: LimiterHandle,
+    pub broker: BrokerHandle,
+    /// Every process the stdio servers started, and the reaper that outlives the host.
+    pub processes: Arc<crate::process::Registry>,
+    ids: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(
+        config: RuntimeConfig,
+        hub: Arc<EventHub>,
+        net: Arc<crate::net::NetContext>,
+        limiter: LimiterHandle,
+        broker: BrokerHandle,
+    ) -> Self {
+        let processes =
+            crate::process::Registry::new(&config.home.join("mcp-home"), config.adopt_orphans);
+        Shared {
+            processes,
+            config,
+            hub,
+            net,
+            load_cache: Arc::default(),
+            live_revisions: Arc::default(),
+            live_cores: Arc::default(),
+            schemas: Default::default(),
+            limiter,
+            broker,
+            ids: AtomicU64::new(1),
+        }
+    }
+
+    /// A runtime-unique number (catalog and connection ids).
+    pub fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn now(&self) -> Instant {
+        self.config.clock.now()
+    }
+
+    /// The dedicated HOME of stdio servers.
+    pub fn server_home(&self) -> PathBuf {
+        self.config.home.join("mcp-home")
+    }
+}
