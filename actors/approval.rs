@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
-use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, Approver};
+use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver};
 use crate::clock::Clock;
 use crate::core::{ApprovalPolicy, Fingerprint};
 use crate::events::{EventHub, EventKind};
@@ -23,8 +23,8 @@ pub struct Approval {
     pub allowed: bool,
     /// The answer that decided it.
     pub answer: ApprovalAnswer,
-    /// `policy`, `cache` or `approver`.
-    pub source: &'static str,
+    /// Who decided.
+    pub source: ApprovalSource,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -63,6 +63,7 @@ pub enum BrokerMsg {
 
 pub(crate) struct Broker;
 
+#[derive(Clone)]
 pub(crate) struct BrokerArgs {
     pub approver: Arc<dyn Approver>,
     pub clock: Arc<dyn Clock>,
@@ -88,9 +89,9 @@ impl BrokerState {
         self.args.hub.emit(
             &request.session,
             EventKind::ApprovalDecided {
-                action: request.action.as_str(),
+                action: request.action,
                 server: request.server.clone(),
-                decision: approval.answer.as_str(),
+                decision: approval.answer,
                 source: approval.source,
             },
         );
@@ -110,7 +111,7 @@ impl BrokerState {
                 let approval = Approval {
                     allowed: true,
                     answer: ApprovalAnswer::AllowSession,
-                    source: "cache",
+                    source: ApprovalSource::Cache,
                 };
                 self.decided(&next.request, approval);
                 let _ = next.reply.send(approval);
@@ -119,10 +120,10 @@ impl BrokerState {
             self.args.hub.emit(
                 &next.request.session,
                 EventKind::ApprovalRequested {
-                    action: next.request.action.as_str(),
+                    action: next.request.action,
                     server: next.request.server.clone(),
                     tool: next.request.tool.clone(),
-                    preview: serde_json::to_value(&next.request.preview).unwrap_or_default(),
+                    preview: next.request.preview.clone(),
                 },
             );
             let decision = self.args.approver.decide(next.request.clone());
@@ -179,17 +180,17 @@ impl Actor for Broker {
                     ApprovalPolicy::Deny => Some(Approval {
                         allowed: false,
                         answer: ApprovalAnswer::Deny,
-                        source: "policy",
+                        source: ApprovalSource::Policy,
                     }),
                     ApprovalPolicy::Auto => Some(Approval {
                         allowed: true,
                         answer: ApprovalAnswer::AllowOnce,
-                        source: "policy",
+                        source: ApprovalSource::Policy,
                     }),
                     ApprovalPolicy::Prompt if state.cached(&key) => Some(Approval {
                         allowed: true,
                         answer: ApprovalAnswer::AllowSession,
-                        source: "cache",
+                        source: ApprovalSource::Cache,
                     }),
                     ApprovalPolicy::Prompt => None,
                 };
@@ -217,7 +218,7 @@ impl Actor for Broker {
                     let approval = Approval {
                         allowed: answer != ApprovalAnswer::Deny,
                         answer,
-                        source: "approver",
+                        source: ApprovalSource::Approver,
                     };
                     state.decided(&pending.request, approval);
                     let _ = pending.reply.send(approval);
@@ -232,31 +233,45 @@ impl Actor for Broker {
     }
 }
 
-/// Handle of the broker actor.
+/// The broker is not running (it is being restarted by the runtime's root): nothing
+/// was decided, and nothing may proceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the approval broker is restarting; nothing was approved")]
+pub struct BrokerUnavailable;
+
+/// Handle of the broker actor; the runtime's root swaps in a new actor when it
+/// restarts one that died.
 #[derive(Clone)]
 pub struct BrokerHandle {
-    actor: ActorRef<BrokerMsg>,
+    actor: super::shared::Swappable<BrokerMsg>,
 }
 
 impl BrokerHandle {
     pub(crate) fn new(actor: ActorRef<BrokerMsg>) -> Self {
-        BrokerHandle { actor }
+        BrokerHandle {
+            actor: super::shared::Swappable::new(actor),
+        }
     }
 
-    /// Decides `request` under `policy`; a vanished broker denies (fail closed).
+    /// Points the handle at a restarted broker.
+    pub(crate) fn replace(&self, actor: ActorRef<BrokerMsg>) {
+        self.actor.replace(actor);
+    }
+
+    /// Decides `request` under `policy`.
+    ///
+    /// # Errors
+    /// [`BrokerUnavailable`] while the broker is down: the caller fails closed with
+    /// that reason, never with an audit record saying the policy denied.
     pub async fn decide(
         &self,
         request: ApprovalRequest,
         fingerprint: Fingerprint,
         policy: ApprovalPolicy,
-    ) -> Approval {
-        let denied = Approval {
-            allowed: false,
-            answer: ApprovalAnswer::Deny,
-            source: "policy",
-        };
+    ) -> Result<Approval, BrokerUnavailable> {
         match self
             .actor
+            .get()
             .call(
                 |reply| BrokerMsg::Request {
                     request: Box::new(request),
@@ -268,8 +283,8 @@ impl BrokerHandle {
             )
             .await
         {
-            Ok(ractor::rpc::CallResult::Success(a)) => a,
-            _ => denied,
+            Ok(ractor::rpc::CallResult::Success(a)) => Ok(a),
+            _ => Err(BrokerUnavailable),
         }
     }
 
@@ -277,6 +292,7 @@ impl BrokerHandle {
     pub fn forget_session(&self, session: &str) {
         let _ = self
             .actor
+            .get()
             .cast(BrokerMsg::ForgetSession(session.to_string()));
     }
 }

@@ -1,67 +1,99 @@
 //! One actor per live server connection, spawned linked to its catalog.
 //!
-//! It owns the [`McpClient`] (and so the child process group). Calls run on spawned
-//! tasks so the mailbox stays free; `supports_parallel_tool_calls: false` serializes
-//! them through a one-permit semaphore. When the child exits or the transport breaks,
-//! the actor stops at once with a `failed:` reason, which its catalog (the supervisor)
-//! turns into a diagnostic and a failure-cache entry. Closing happens in `post_stop`,
-//! so every way the actor ends (eviction, failure, runtime shutdown) closes the group
-//! and writes the stderr log.
+//! It owns the [`McpClient`] (and so the server's process tree) and watches it: when
+//! the process exits or the transport ends, it records why ([`ConnectionEnd`], in a
+//! slot its catalog holds) and stops, so the catalog's supervision handler learns the
+//! typed cause at once. Closing happens in `post_stop`, so every way the actor ends
+//! (eviction, failure, runtime shutdown) closes the tree, logs its stderr and marks
+//! every [`Dispatch`] of it closed.
+//!
+//! Calls never pass through this actor: callers hold a [`Dispatch`] built by the
+//! catalog when the connection was made, and send requests themselves.
 
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rmcp::model::JsonObject;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 
 use crate::core::Declaration;
 use crate::events::{EventHub, EventKind};
-use crate::process::append_stderr_log;
-use crate::redact::Redactor;
 use crate::transport::{CallFailure, McpClient, ServerSignals, TransportEnd};
 
-/// Prefix of a stop reason that means "this connection failed" (vs. closed on purpose).
-pub(crate) const FAILED: &str = "failed: ";
+/// Why a connection ended on its own (not closed by its catalog).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum ConnectionEnd {
+    /// The server process exited, with this status.
+    Exited(String),
+    /// The transport ended, for this reason.
+    Transport(TransportEnd),
+}
 
-/// Messages of a connection actor.
-pub enum ConnectionMsg {
-    /// Grant dispatch rights for one catalog: the actor checks the binding and that the
-    /// connection is open, and answers with what callers need to send requests
-    /// themselves. Asked once per connection, so a call costs no actor message; closing
-    /// the connection revokes every grant (requests then fail as closed).
-    Dispatch {
-        /// The catalog this call's entry was bound by; a mismatch is refused.
-        catalog_id: u64,
-        /// The grant, or why there is none.
-        reply: RpcReplyPort<Result<Dispatch, CallFailure>>,
-    },
-    /// The child process exited.
-    ProcessExited(String),
-    /// The server side of the transport ended, and why.
-    TransportClosed(TransportEnd),
+impl std::fmt::Display for ConnectionEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectionEnd::Exited(status) => write!(f, "the server process exited ({status})"),
+            ConnectionEnd::Transport(end) => end.fmt(f),
+        }
+    }
+}
+
+/// Where a connection leaves why it ended, read by its catalog when it stops.
+pub(super) type EndSlot = Arc<OnceLock<ConnectionEnd>>;
+
+/// Messages of a connection actor (from its own watcher task).
+pub(super) enum ConnectionMsg {
+    /// The connection ended on its own.
+    Ended(ConnectionEnd),
     /// The server's tool list changed (once per change window: the flag stays set
     /// until a turn reads it).
     ToolsChanged,
 }
 
-/// The right to send requests on a connection, bound to its catalog.
+/// The right to send requests on one connection, built by the catalog from what it
+/// holds (no message to the connection actor): the request handle, the serial permit,
+/// the call timeout, and a watch that turns `true` once the connection closed.
 #[derive(Clone)]
-pub struct Dispatch {
+pub(super) struct Dispatch {
     peer: rmcp::Peer<rmcp::RoleClient>,
     /// One permit when calls to this server must not overlap.
     serial: Option<Arc<Semaphore>>,
     timeout: Duration,
+    closed: watch::Receiver<bool>,
 }
 
 impl Dispatch {
+    /// The dispatch rights on `client`'s connection, and the switch that closes them.
+    pub(super) fn new(client: &McpClient, declaration: &Declaration) -> (Self, watch::Sender<bool>) {
+        let (closer, closed) = watch::channel(false);
+        let serial =
+            (!declaration.supports_parallel_tool_calls).then(|| Arc::new(Semaphore::new(1)));
+        let dispatch = Dispatch {
+            peer: client.peer(),
+            serial,
+            timeout: declaration.call_timeout,
+            closed,
+        };
+        (dispatch, closer)
+    }
+
+    /// Whether the connection has closed (the entry is stale).
+    pub(super) fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+
+    /// A request handle, for relisting.
+    pub(super) fn peer(&self) -> &rmcp::Peer<rmcp::RoleClient> {
+        &self.peer
+    }
+
     /// Sends the call and waits for its result (as `CallToolResult` JSON), holding the
     /// server's serial permit while it runs. On timeout rmcp cancels it on the server.
     ///
     /// # Errors
     /// [`CallFailure`], unredacted.
-    pub async fn call(
+    pub(super) async fn call(
         &self,
         tool: &str,
         arguments: Option<JsonObject>,
@@ -78,32 +110,30 @@ impl Dispatch {
     }
 }
 
-pub(crate) struct ConnectionArgs {
+pub(super) struct ConnectionArgs {
     pub client: McpClient,
     pub declaration: Arc<Declaration>,
-    pub catalog_id: u64,
     pub session: String,
-    pub redactor: Redactor,
     pub hub: Arc<EventHub>,
-    pub home: PathBuf,
     pub grace: Duration,
     pub signals: Arc<ServerSignals>,
+    /// Where the actor leaves why it ended on its own.
+    pub end: EndSlot,
+    /// Turned on in `post_stop`: every [`Dispatch`] of this connection is closed.
+    pub closer: watch::Sender<bool>,
 }
 
-pub(crate) struct Connection;
+pub(super) struct Connection;
 
-pub(crate) struct ConnectionState {
+pub(super) struct ConnectionState {
     client: Option<McpClient>,
     declaration: Arc<Declaration>,
-    catalog_id: u64,
     session: String,
-    redactor: Redactor,
     hub: Arc<EventHub>,
-    home: PathBuf,
     grace: Duration,
-    /// One permit when calls must not overlap; `None` when they may.
-    serial: Option<Arc<Semaphore>>,
-    watchers: Vec<tokio::task::JoinHandle<()>>,
+    end: EndSlot,
+    closer: watch::Sender<bool>,
+    watcher: tokio::task::JoinHandle<()>,
 }
 
 impl Actor for Connection {
@@ -119,90 +149,23 @@ impl Actor for Connection {
         let ConnectionArgs {
             client,
             declaration,
-            catalog_id,
             session,
-            redactor,
             hub,
-            home,
             grace,
             signals,
+            end,
+            closer,
         } = args;
-        // One watcher task per connection: process exit, transport end, notifications.
-        let exit = client.exit_watch();
-        let mut transport = client.transport_watch();
-        let cause = client.transport_watch();
-        let me = myself.clone();
-        let watcher = tokio::spawn(async move {
-            let exited = async move {
-                match exit {
-                    Some(mut exit) => exit
-                        .wait_for(Option::is_some)
-                        .await
-                        .ok()
-                        .map(|s| s.clone().unwrap_or_default()),
-                    None => std::future::pending().await,
-                }
-            };
-            let closed = async {
-                let end = match transport.wait_for(Option::is_some).await {
-                    Ok(end) => Some(end.clone().unwrap_or(TransportEnd::Closed)),
-                    Err(_) => None,
-                };
-                let Some(end) = end else {
-                    return std::future::pending().await;
-                };
-                // An exiting process also ends its transport; give the exit status a
-                // moment to arrive first, since it says more (unless the runtime ended
-                // the stream itself, which says most).
-                if end == TransportEnd::Closed {
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                end
-            };
-            tokio::pin!(exited, closed);
-            loop {
-                tokio::select! {
-                    status = &mut exited => {
-                        // A server the runtime cut off for flooding exits when its pipes
-                        // close; the flood is what to report.
-                        let flooded = cause
-                            .borrow()
-                            .clone()
-                            .filter(TransportEnd::on_purpose);
-                        let message = match (flooded, status) {
-                            (Some(end), _) => ConnectionMsg::TransportClosed(end),
-                            (None, Some(status)) => ConnectionMsg::ProcessExited(status),
-                            (None, None) => return,
-                        };
-                        let _ = me.cast(message);
-                        return;
-                    }
-                    end = &mut closed => {
-                        let _ = me.cast(ConnectionMsg::TransportClosed(end));
-                        return;
-                    }
-                    () = signals.changed.notified() => {
-                        if me.cast(ConnectionMsg::ToolsChanged).is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
-        let watchers = vec![watcher];
-        let serial =
-            (!declaration.supports_parallel_tool_calls).then(|| Arc::new(Semaphore::new(1)));
+        let watcher = tokio::spawn(watch_connection(&client, signals, myself));
         Ok(ConnectionState {
             client: Some(client),
             declaration,
-            catalog_id,
             session,
-            redactor,
             hub,
-            home,
             grace,
-            serial,
-            watchers,
+            end,
+            closer,
+            watcher,
         })
     }
 
@@ -213,29 +176,9 @@ impl Actor for Connection {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ConnectionMsg::Dispatch { catalog_id, reply } => {
-                let grant = if catalog_id != state.catalog_id {
-                    Err(CallFailure::Closed(
-                        "the catalog entry belongs to another catalog".into(),
-                    ))
-                } else if let Some(client) = &state.client {
-                    Ok(Dispatch {
-                        peer: client.peer(),
-                        serial: state.serial.clone(),
-                        timeout: state.declaration.call_timeout,
-                    })
-                } else {
-                    Err(CallFailure::Closed("connection closed".into()))
-                };
-                let _ = reply.send(grant);
-            }
-            ConnectionMsg::ProcessExited(status) => {
-                myself.stop(Some(format!(
-                    "{FAILED}the server process exited ({status})"
-                )));
-            }
-            ConnectionMsg::TransportClosed(end) => {
-                myself.stop(Some(format!("{FAILED}{end}")));
+            ConnectionMsg::Ended(end) => {
+                let _ = state.end.set(end);
+                myself.stop(None);
             }
             ConnectionMsg::ToolsChanged => {
                 state.hub.emit(
@@ -254,23 +197,79 @@ impl Actor for Connection {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        for w in state.watchers.drain(..) {
-            w.abort();
-        }
+        state.watcher.abort();
+        let _ = state.closer.send(true);
         if let Some(client) = state.client.take() {
-            let report = client.close(state.grace).await;
-            if let Some(stderr) = report.stderr
-                && let Err(e) = append_stderr_log(
-                    &state.home,
-                    &state.declaration.server_id,
-                    &state.session,
-                    &stderr,
-                    &state.redactor,
-                )
-            {
-                tracing::warn!("cannot write the MCP stderr log: {e}");
-            }
+            // Ends the process tree and logs its stderr.
+            client.close(state.grace).await;
         }
         Ok(())
+    }
+}
+
+/// One task per connection: the process's exit, the transport's end, and the wake-ups
+/// of its notification flags, each turned into a message to the actor.
+fn watch_connection(
+    client: &McpClient,
+    signals: Arc<ServerSignals>,
+    me: ActorRef<ConnectionMsg>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let exit = client.exit_watch();
+    let mut transport = client.transport_watch();
+    let cause = client.transport_watch();
+    async move {
+        let exited = async move {
+            match exit {
+                Some(mut exit) => exit
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .map(|s| s.clone().unwrap_or_default()),
+                None => std::future::pending().await,
+            }
+        };
+        let closed = async {
+            let end = transport
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .map(|end| end.clone().unwrap_or(TransportEnd::Closed));
+            let Some(end) = end else {
+                return std::future::pending().await;
+            };
+            // An exiting process also ends its transport; give the exit status a moment
+            // to arrive first, since it says more (unless the runtime ended the stream
+            // itself, which says most).
+            if !end.on_purpose() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            end
+        };
+        tokio::pin!(exited, closed);
+        loop {
+            tokio::select! {
+                status = &mut exited => {
+                    // A server the runtime cut off exits when its pipes close; the cut
+                    // is what to report.
+                    let cut = cause.borrow().clone().filter(TransportEnd::on_purpose);
+                    let end = match (cut, status) {
+                        (Some(end), _) => ConnectionEnd::Transport(end),
+                        (None, Some(status)) => ConnectionEnd::Exited(status),
+                        (None, None) => return,
+                    };
+                    let _ = me.cast(ConnectionMsg::Ended(end));
+                    return;
+                }
+                end = &mut closed => {
+                    let _ = me.cast(ConnectionMsg::Ended(ConnectionEnd::Transport(end)));
+                    return;
+                }
+                () = signals.changed.notified() => {
+                    if me.cast(ConnectionMsg::ToolsChanged).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 }

@@ -104,6 +104,11 @@ impl Actor for Limiter {
     }
 }
 
+/// The limiter is not running (it is being restarted by the runtime's root).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the discovery limiter is restarting; the server is tried again next turn")]
+pub struct LimiterUnavailable;
+
 /// A held discovery permit; dropping it gives it back.
 #[derive(Debug)]
 pub struct Permit {
@@ -116,28 +121,44 @@ impl Drop for Permit {
     }
 }
 
-/// Handle of the limiter actor.
+/// Handle of the limiter actor; the runtime's root swaps in a new actor when it
+/// restarts one that died.
 #[derive(Clone)]
 pub struct LimiterHandle {
-    actor: ActorRef<LimiterMsg>,
+    actor: super::shared::Swappable<LimiterMsg>,
 }
 
 impl LimiterHandle {
     pub(crate) fn new(actor: ActorRef<LimiterMsg>) -> Self {
-        LimiterHandle { actor }
-    }
-
-    /// Waits for a permit. `None` if the limiter is gone (runtime shut down).
-    pub async fn acquire(&self) -> Option<Permit> {
-        match self.actor.call(LimiterMsg::Acquire, None).await {
-            Ok(ractor::rpc::CallResult::Success(permit)) => Some(permit),
-            _ => None,
+        LimiterHandle {
+            actor: super::shared::Swappable::new(actor),
         }
     }
 
-    /// Current counters.
+    /// Points the handle at a restarted limiter.
+    pub(crate) fn replace(&self, actor: ActorRef<LimiterMsg>) {
+        self.actor.replace(actor);
+    }
+
+    /// Waits for a permit, first come, first served.
+    ///
+    /// # Errors
+    /// [`LimiterUnavailable`] while the limiter is down (never a silent grant).
+    pub async fn acquire(&self) -> Result<Permit, LimiterUnavailable> {
+        match self.actor.get().call(LimiterMsg::Acquire, None).await {
+            Ok(ractor::rpc::CallResult::Success(permit)) => Ok(permit),
+            _ => Err(LimiterUnavailable),
+        }
+    }
+
+    /// Current counters (zero while the limiter is down).
     pub async fn stats(&self) -> LimiterStats {
-        match self.actor.call(LimiterMsg::Stats, None).await {
+        let asked = self
+            .actor
+            .get()
+            .call(LimiterMsg::Stats, Some(std::time::Duration::from_secs(5)))
+            .await;
+        match asked {
             Ok(ractor::rpc::CallResult::Success(s)) => s,
             _ => LimiterStats::default(),
         }

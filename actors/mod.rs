@@ -16,8 +16,11 @@
 mod approval;
 mod catalog;
 mod config;
+mod connect;
 mod connection;
 mod limiter;
+mod listing;
+mod plan;
 mod runtime;
 mod session;
 mod shared;
@@ -31,4 +34,5 @@ pub use config::{HostTool, RuntimeConfig};
 pub use limiter::{LimiterStats, Permit};
 pub use runtime::{ChildSession, Eviction, RESUMABLE, Runtime, RuntimeError, Session};
 pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
-pub use turn::{CallError, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};
+pub use connect::DenyReason;
+pub use turn::{CallError, Denial, Diagnostic, PrepareError, StaleReason, ToolEntry, TurnCatalog};

@@ -20,7 +20,7 @@ use super::session::{
 use super::shared::Shared;
 use super::turn::{PrepareError, TurnCatalog};
 use crate::authority::CapabilitySet;
-use crate::events::{EventHub, EventKind};
+use crate::events::{EventHub, EventKind, Opening};
 
 /// Why a runtime request failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -254,7 +254,7 @@ impl RuntimeState {
                 actor: None,
             },
         );
-        self.activate(myself, &id, "start").await
+        self.activate(myself, &id, Opening::Start).await
     }
 
     async fn resume(
@@ -274,7 +274,7 @@ impl RuntimeState {
             }
             return Ok(opened);
         }
-        self.activate(myself, id, "resume").await
+        self.activate(myself, id, Opening::Resume).await
     }
 
     /// Spawns the session actor of a known record and makes it its lane's current one.
@@ -282,7 +282,7 @@ impl RuntimeState {
         &mut self,
         myself: &ActorRef<RuntimeMsg>,
         id: &str,
-        how: &'static str,
+        how: Opening,
     ) -> Result<Opened, RuntimeError> {
         let record = self
             .sessions

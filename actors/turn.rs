@@ -6,15 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::ActorRef;
 use rmcp::model::JsonObject;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::connection::{ConnectionMsg, Dispatch};
+use super::connection::Dispatch;
 use super::shared::Shared;
-use crate::authority::{Action, ApprovalRequest};
-use crate::authority::{ConnectPreview, HostPolicy};
+use crate::authority::{Action, ApprovalRequest, ApprovalSource, ConnectPreview, HostPolicy};
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
@@ -39,22 +37,69 @@ pub enum PrepareError {
     Unavailable(String),
 }
 
-/// Why a call was refused before reaching a server.
+/// Why a call was refused before reaching a server: a host tells the cases apart by
+/// variant, never by text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CallError {
     /// No tool of that name in this turn's catalog.
     #[error("unknown tool `{0}`; list the tools of this turn to see what is available")]
     UnknownTool(String),
-    /// Capability or approval denied.
-    #[error("call denied: {0}")]
-    Denied(String),
-    /// The entry belongs to another session, catalog or a closed connection.
-    #[error("invalid catalog entry: {0}")]
-    Invalid(String),
+    /// The session does not hold the server's call capability.
+    #[error(
+        "call denied: missing capability {capability}; grant it under capabilities.defaults in agent.yaml"
+    )]
+    MissingCapability {
+        /// The exposed tool name.
+        tool: String,
+        /// The capability that is missing.
+        capability: String,
+    },
+    /// The effective call policy is `deny`.
+    #[error("call denied: the call policy of `{tool}` is deny")]
+    PolicyDenied {
+        /// The exposed tool name.
+        tool: String,
+    },
+    /// The approver refused the call.
+    #[error("call denied: call approval denied for `{tool}`")]
+    ApprovalDenied {
+        /// The exposed tool name.
+        tool: String,
+    },
+    /// The approval broker is not running (it is being restarted): nobody could ask.
+    #[error("call denied: the approval broker is restarting; call `{tool}` again")]
+    ApprovalUnavailable {
+        /// The exposed tool name.
+        tool: String,
+    },
+    /// The entry belongs to another session or catalog, or its connection closed.
+    #[error("invalid catalog entry: {reason}")]
+    Stale {
+        /// The exposed tool name.
+        tool: String,
+        /// What makes it stale.
+        reason: StaleReason,
+    },
     /// The arguments are not a JSON object.
     #[error("tool arguments must be a JSON object")]
     BadArguments,
+}
+
+/// What makes a catalog entry stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StaleReason {
+    /// Resolved for another session or catalog (revision, authority).
+    #[error(
+        "it was resolved for another session or catalog revision; prepare a turn and use its entries"
+    )]
+    OtherCatalog,
+    /// Its connection closed (the server failed, changed, or the session was evicted).
+    #[error(
+        "the connection behind it is closed (the server failed, changed or the session was evicted); prepare a new turn"
+    )]
+    Closed,
 }
 
 /// A server skipped or failed for this turn.
@@ -75,19 +120,25 @@ pub struct Denial {
     pub server: String,
     /// Declaration path.
     pub path: String,
-    /// Why.
+    /// The reason, in words.
     pub reason: String,
+    /// The reason, typed: what a host matches on.
+    #[serde(skip)]
+    pub cause: super::connect::DenyReason,
 }
 
 /// Where a tool entry's calls go.
 #[derive(Clone)]
-pub(crate) struct Binding {
+pub(super) struct Binding {
+    /// The session the entry was resolved for.
     pub session: String,
+    /// The catalog (identity) it was resolved by.
     pub catalog_id: u64,
-    pub actor: ActorRef<ConnectionMsg>,
+    /// The server's declaration (its call capability, policy, fingerprint).
     pub declaration: Arc<Declaration>,
+    /// The connection's secrets.
     pub redactor: Redactor,
-    /// The dispatch rights the connection actor granted this catalog.
+    /// The right to send on the entry's own connection.
     pub dispatch: Dispatch,
     /// Whether the catalog's capability snapshot grants the call capability (decided
     /// once per catalog build, not per call).
@@ -107,7 +158,7 @@ pub struct ToolEntry {
     pub description: String,
     /// JSON schema of the arguments (shared, not copied per turn).
     pub input_schema: Arc<JsonObject>,
-    pub(crate) binding: Binding,
+    pub(super) binding: Binding,
 }
 
 impl std::fmt::Debug for ToolEntry {
@@ -237,65 +288,30 @@ impl TurnCatalog {
 
     async fn dispatch(&self, entry: &ToolEntry, arguments: Value) -> Result<ToolResult, CallError> {
         let binding = &entry.binding;
+        let stale = |reason| CallError::Stale {
+            tool: entry.name.clone(),
+            reason,
+        };
         if binding.session != self.session || binding.catalog_id != self.catalog_id {
-            return Err(CallError::Invalid(format!(
-                "`{}` was resolved for another session or catalog revision; prepare a turn and use its entries",
-                entry.name
-            )));
+            return Err(stale(StaleReason::OtherCatalog));
         }
         let arguments = match arguments {
             Value::Null => None,
             Value::Object(map) => Some(map),
             _ => return Err(CallError::BadArguments),
         };
-        let declaration = &binding.declaration;
-        if !binding.call_allowed {
-            let capability = &declaration.call_capability;
-            return Err(CallError::Denied(format!(
-                "missing capability {capability}; grant it under capabilities.defaults in agent.yaml"
-            )));
-        }
-        let policy = self.policy.call_policy(declaration);
-        if policy != ApprovalPolicy::Auto {
-            let preview = ConnectPreview::new(
-                declaration,
-                self.policy.connect_policy(declaration),
-                None,
-                &[],
-            );
-            let request = ApprovalRequest {
-                session: self.session.clone(),
-                action: Action::Call,
-                server: entry.server.clone(),
-                tool: Some(entry.name.clone()),
-                preview,
-            };
-            let approval = self
-                .shared
-                .broker
-                .decide(request, declaration.fingerprint, policy)
-                .await;
-            if !approval.allowed {
-                return Err(CallError::Denied(format!(
-                    "call approval denied for `{}`",
-                    entry.name
-                )));
-            }
-        }
-
+        self.authorize(entry).await?;
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
-        if binding.actor.get_status() != ractor::ActorStatus::Running {
-            return Err(closed(&entry.name));
+        if binding.dispatch.is_closed() {
+            return Err(stale(StaleReason::Closed));
         }
         let started = Instant::now();
         let result = match binding.dispatch.call(&entry.tool, arguments).await {
             Ok(raw) => ToolResult::from_mcp(&entry.name, &raw, &redactor),
             // A connection closed before the call left is a stale entry; one that dies
             // during the call is that call's error.
-            Err(CallFailure::Closed(_))
-                if binding.actor.get_status() != ractor::ActorStatus::Running =>
-            {
-                return Err(closed(&entry.name));
+            Err(CallFailure::Closed(_)) if binding.dispatch.is_closed() => {
+                return Err(stale(StaleReason::Closed));
             }
             Err(failure) => ToolResult::error(&entry.name, &failure.to_string(), &redactor),
         };
@@ -311,10 +327,48 @@ impl TurnCatalog {
         );
         Ok(result)
     }
-}
 
-fn closed(name: &str) -> CallError {
-    CallError::Invalid(format!(
-        "the connection behind `{name}` is closed (the server failed, changed or the session was evicted); prepare a new turn"
-    ))
+    /// The call capability, then the call approval under the effective policy (`auto`
+    /// needs no prompt; the host may tighten it).
+    async fn authorize(&self, entry: &ToolEntry) -> Result<(), CallError> {
+        let declaration = &entry.binding.declaration;
+        let tool = || entry.name.clone();
+        if !entry.binding.call_allowed {
+            return Err(CallError::MissingCapability {
+                tool: tool(),
+                capability: declaration.call_capability.clone(),
+            });
+        }
+        let policy = self.policy.call_policy(declaration);
+        if policy == ApprovalPolicy::Auto {
+            return Ok(());
+        }
+        let preview = ConnectPreview::new(
+            declaration,
+            self.policy.connect_policy(declaration),
+            None,
+            &[],
+        );
+        let request = ApprovalRequest {
+            session: self.session.clone(),
+            action: Action::Call,
+            server: entry.server.clone(),
+            tool: Some(tool()),
+            preview,
+        };
+        match self
+            .shared
+            .broker
+            .decide(request, declaration.fingerprint, policy)
+            .await
+        {
+            Ok(approval) if approval.allowed => Ok(()),
+            // `deny` is decided (and recorded) by the broker without asking anyone.
+            Ok(approval) if approval.source == ApprovalSource::Policy => {
+                Err(CallError::PolicyDenied { tool: tool() })
+            }
+            Ok(_) => Err(CallError::ApprovalDenied { tool: tool() }),
+            Err(_) => Err(CallError::ApprovalUnavailable { tool: tool() }),
+        }
+    }
 }

@@ -12,6 +12,30 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::authority::{Action, ApprovalAnswer, ApprovalSource, ConnectPreview};
+use crate::net::AuditView;
+
+/// When a URL decision was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum UrlPhase {
+    /// On the declared URL, before approval and before any client exists.
+    Connect,
+    /// On one HTTP request or redirect hop.
+    Request,
+}
+
+/// How a session became live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Opening {
+    /// Started anew.
+    Start,
+    /// Resumed by id.
+    Resume,
+}
+
 pub use crate::clock::now_ms;
 
 /// What happened.
@@ -22,8 +46,8 @@ pub enum EventKind {
     /// A session started or was resumed.
     #[serde(rename = "mcp.session_started")]
     SessionStarted {
-        /// `start` or `resume`.
-        how: &'static str,
+        /// Started or resumed.
+        how: Opening,
         /// Principal of the session.
         principal: String,
     },
@@ -125,27 +149,27 @@ pub enum EventKind {
     /// An approval was requested.
     #[serde(rename = "approval.requested")]
     ApprovalRequested {
-        /// `connect` or `call`.
-        action: &'static str,
+        /// Connect or call.
+        action: Action,
         /// Server id.
         server: String,
         /// Exposed tool name for calls.
         #[serde(skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
         /// The secret-free preview.
-        preview: Value,
+        preview: ConnectPreview,
     },
     /// An approval was decided.
     #[serde(rename = "approval.decided")]
     ApprovalDecided {
-        /// `connect` or `call`.
-        action: &'static str,
+        /// Connect or call.
+        action: Action,
         /// Server id.
         server: String,
-        /// `allow_once`, `allow_session`, `deny`.
-        decision: &'static str,
-        /// Whether the answer came from the allow-for-session cache or the policy.
-        source: &'static str,
+        /// The answer.
+        decision: ApprovalAnswer,
+        /// Who answered: the policy, the allow-for-session cache, the approver.
+        source: ApprovalSource,
     },
     /// A tool was called.
     #[serde(rename = "mcp.tool_called")]
@@ -174,12 +198,12 @@ pub enum EventKind {
     /// A URL policy decision for one HTTP request.
     #[serde(rename = "mcp.url_decision")]
     UrlDecision {
-        /// `connect` (before approval) or `request`.
-        phase: &'static str,
+        /// Before approval, or for one request.
+        phase: UrlPhase,
         /// Server id.
         server: String,
         /// The safe audit view.
-        decision: Value,
+        decision: AuditView,
     },
 }
 

@@ -41,7 +41,7 @@ pub mod text;
 pub mod transport;
 
 pub use actors::{
-    ApprovalAnswer, ApprovalRequest, Approver, CallError, ChildSession, Clock, Eviction,
-    EvictionReport, FixedApprover, ManualClock, PrepareError, Runtime, RuntimeConfig, RuntimeError,
-    Session, SessionSpec, SystemClock, ToolEntry, TurnCatalog,
+    ApprovalAnswer, ApprovalRequest, Approver, CallError, ChildSession, Clock, DenyReason,
+    Eviction, EvictionReport, FixedApprover, ManualClock, PrepareError, Runtime, RuntimeConfig,
+    RuntimeError, Session, SessionSpec, StaleReason, SystemClock, ToolEntry, TurnCatalog,
 };

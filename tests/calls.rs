@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use common::{Core, Recorder, demo, harness, pid_of};
 use demiurge_mcp::actors::Action;
-use demiurge_mcp::{ApprovalAnswer, CallError};
+use demiurge_mcp::{ApprovalAnswer, CallError, StaleReason};
 use serde_json::json;
 
 #[tokio::test]
@@ -90,7 +90,7 @@ async fn a_call_without_the_call_capability_never_reaches_the_server() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, CallError::Denied(m) if m.contains("mcp.call:d")),
+        matches!(&err, CallError::MissingCapability { capability, .. } if capability == "mcp.call:d"),
         "{err}"
     );
     h.finish().await;
@@ -143,7 +143,7 @@ async fn call_approval_follows_the_manifest_policy() {
         .call("ask__echo", json!({"message": "x"}))
         .await
         .unwrap_err();
-    assert!(matches!(denied, CallError::Denied(_)));
+    assert!(matches!(denied, CallError::ApprovalDenied { .. }), "{denied}");
     assert!(
         catalog
             .call("auto__echo", json!({"message": "x"}))
@@ -218,7 +218,10 @@ async fn unknown_tools_and_entries_of_other_sessions_are_refused() {
         .call_entry(&foreign, json!({"message": "x"}))
         .await
         .unwrap_err();
-    assert!(matches!(err, CallError::Invalid(_)), "{err}");
+    assert!(
+        matches!(err, CallError::Stale { reason: StaleReason::OtherCatalog, .. }),
+        "{err}"
+    );
     h.finish().await;
 }
 

@@ -197,7 +197,7 @@ fn ids_and_commands(core: &demiurge_mcp::core::AgentCore) -> Vec<(String, String
         .map(|d| {
             let command = match &d.endpoint {
                 Endpoint::Stdio { command, .. } => command.clone(),
-                Endpoint::StreamableHttp { url, .. } => url.clone(),
+                Endpoint::StreamableHttp { url, .. } => url.origin(),
             };
             (d.server_id.clone(), command)
         })

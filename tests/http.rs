@@ -421,7 +421,7 @@ async fn dns_rebinding_between_two_requests_of_one_session_is_refused() {
         .await;
     match outcome {
         Ok(r) => assert!(r.is_error, "{:?}", r.views.operator),
-        Err(e) => assert!(matches!(e, CallError::Invalid(_)), "{e}"),
+        Err(e) => assert!(matches!(e, CallError::Stale { .. }), "{e}"),
     }
     assert_eq!(
         server.requests().len(),

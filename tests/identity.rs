@@ -6,7 +6,7 @@ mod common;
 use common::{Core, Recorder, alive, demo, eventually, harness, pid_of};
 use demiurge_mcp::authority::{CapabilitySet, HostPolicy};
 use demiurge_mcp::core::ApprovalPolicy;
-use demiurge_mcp::{CallError, Session, TurnCatalog};
+use demiurge_mcp::{CallError, Session, StaleReason, TurnCatalog};
 use serde_json::json;
 use std::time::Duration;
 
@@ -62,12 +62,18 @@ async fn everything_reconnects_after(change: impl FnOnce(&mut demiurge_mcp::Sess
         .call_entry(&stale, json!({"message": "x"}))
         .await
         .unwrap_err();
-    assert!(matches!(err, CallError::Invalid(_)), "{err}");
+    assert!(
+        matches!(err, CallError::Stale { reason: StaleReason::OtherCatalog, .. }),
+        "{err}"
+    );
     let err = first
         .call("a__echo", json!({"message": "x"}))
         .await
         .unwrap_err();
-    assert!(matches!(err, CallError::Invalid(_)), "{err}");
+    assert!(
+        matches!(err, CallError::Stale { reason: StaleReason::Closed, .. }),
+        "{err}"
+    );
     h.finish().await;
 }
 
@@ -168,7 +174,7 @@ async fn a_tighter_session_policy_applies_to_calls() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, CallError::Denied(_)),
+        matches!(err, CallError::ApprovalDenied { .. }),
         "the host may tighten a manifest's auto: {err}"
     );
     h.finish().await;

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use demiurge_mcp::net::{Answer, Decision, Host, UrlPolicy};
+use demiurge_mcp::net::{Answer, AuditView, Host, UrlPolicy};
 use proptest::prelude::*;
 
 /// A global address used as the DNS answer when a case names none.
@@ -15,11 +15,11 @@ enum Dns {
     Malformed,
 }
 
-fn decide(url: &str, dns: &Dns, trusted: &[&str]) -> Decision {
+fn decide(url: &str, dns: &Dns, trusted: &[&str]) -> AuditView {
     let policy = UrlPolicy::with_trusted(trusted.iter().map(|n| n.parse().unwrap()));
     let target = match policy.target(url) {
         Ok(t) => t,
-        Err(d) => return d,
+        Err(verdict) => return verdict.audit(),
     };
     let answer = match (&target.host, dns) {
         (Host::Ip(ip), _) => Answer::Addresses(vec![*ip]),
@@ -29,7 +29,7 @@ fn decide(url: &str, dns: &Dns, trusted: &[&str]) -> Decision {
         (Host::Name(_), Dns::Error) => Answer::Error,
         (Host::Name(_), Dns::Malformed) => Answer::Malformed,
     };
-    policy.decide(&target, &answer)
+    policy.decide(&target, &answer).audit()
 }
 
 fn global() -> Dns {
@@ -586,7 +586,7 @@ proptest! {
             let addr: IpAddr = ip.parse().unwrap();
             let target = policy.target("http://mcp.test/").unwrap();
             let d = policy.decide(&target, &Answer::Addresses(vec![addr]));
-            if d.allowed {
+            if d.is_allowed() {
                 let class = demiurge_mcp::net::policy::classify(addr);
                 prop_assert!(class.is_none() || (class.unwrap().trustable() && trust_private), "{addr} allowed as {class:?}");
             }

@@ -58,6 +58,19 @@ impl ApprovalRequest {
     }
 }
 
+/// Who decided an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ApprovalSource {
+    /// The effective policy (`auto` or `deny`) decided without asking.
+    Policy,
+    /// An earlier "allow for this session" answered.
+    Cache,
+    /// The host's approver was asked.
+    Approver,
+}
+
 /// An approver's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -4,10 +4,14 @@
 
 mod approval;
 mod capability;
+mod cwd;
 mod policy;
 pub mod preview;
 
-pub use approval::{Action, ApprovalAnswer, ApprovalRequest, Approver, FixedApprover};
+pub use approval::{
+    Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, FixedApprover,
+};
 pub use capability::CapabilitySet;
+pub use cwd::resolve_cwd;
 pub use policy::HostPolicy;
 pub use preview::ConnectPreview;

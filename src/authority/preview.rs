@@ -87,7 +87,7 @@ impl ConnectPreview {
                 preview.env_names = env.keys().cloned().collect();
             }
             Endpoint::StreamableHttp { url, headers } => {
-                preview.origin = Some(origin_of(url));
+                preview.origin = Some(url.origin());
                 preview.addresses = addresses.to_vec();
                 preview.header_names = headers.keys().cloned().collect();
             }
@@ -140,21 +140,6 @@ impl ConnectPreview {
             out.push_str(&format!("  headers: {}\n", list(&self.header_names, ", ")));
         }
         out
-    }
-}
-
-/// `scheme://host[:port]` of a URL, or `<invalid url>`: never userinfo, path, query or
-/// fragment.
-pub fn origin_of(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(u) => {
-            let host = u.host_str().unwrap_or("");
-            match u.port() {
-                Some(p) => format!("{}://{host}:{p}", u.scheme()),
-                None => format!("{}://{host}", u.scheme()),
-            }
-        }
-        Err(_) => "<invalid url>".into(),
     }
 }
 
@@ -293,15 +278,6 @@ mod tests {
                 ("client_secret".into(), "s3".into())
             ]
         );
-    }
-
-    #[test]
-    fn origin_drops_credentials_path_query() {
-        assert_eq!(
-            origin_of("https://u:p@example.test:8443/mcp?key=1#f"),
-            "https://example.test:8443"
-        );
-        assert_eq!(origin_of("http://example.test/x"), "http://example.test");
     }
 
     #[test]

@@ -86,7 +86,7 @@ async fn act(
             matches!(
                 e.kind,
                 EventKind::UrlDecision {
-                    phase: "request",
+                    phase: demiurge_mcp::events::UrlPhase::Request,
                     ..
                 }
             )

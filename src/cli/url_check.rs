@@ -53,7 +53,7 @@ pub(crate) async fn run(cli: &Cli, url: &str, resolve: &[String], json: bool) ->
             return 1;
         }
     };
-    let decision = net.check_url(url).await;
+    let decision = net.check_url(url).await.audit();
     if json {
         println!("{}", serde_json::to_string(&decision).unwrap_or_default());
     } else {

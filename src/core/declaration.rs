@@ -173,8 +173,8 @@ pub enum Endpoint {
     },
     /// A streamable HTTP endpoint.
     StreamableHttp {
-        /// The declared URL (may carry secrets in userinfo or query: never print it).
-        url: String,
+        /// The declared URL, parsed once at load.
+        url: DeclaredUrl,
         /// Declared headers, values still uninterpolated.
         headers: BTreeMap<String, String>,
     },
@@ -339,16 +339,15 @@ impl Declaration {
                         ));
                     }
                 }
-                let url = match url {
-                    Some(u) => {
-                        if let Some(problem) = url_problem(&u) {
-                            errors.push(err("url", problem));
-                        }
-                        u
+                let url = match url.as_deref().map(DeclaredUrl::parse) {
+                    Some(Ok(u)) => Some(u),
+                    Some(Err(problem)) => {
+                        errors.push(err("url", problem));
+                        None
                     }
                     None => {
                         errors.push(err("url", "`transport: streamable_http` requires `url` with an http:// or https:// URL".into()));
-                        String::new()
+                        None
                     }
                 };
                 let headers = headers.unwrap_or_default();
@@ -360,7 +359,11 @@ impl Declaration {
                         ));
                     }
                 }
-                Endpoint::StreamableHttp { url, headers }
+                match url {
+                    Some(url) => Endpoint::StreamableHttp { url, headers },
+                    // Errors were recorded: the declaration is not built.
+                    None => return Err(errors),
+                }
             }
         };
 
@@ -492,13 +495,62 @@ fn is_header_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-fn url_problem(raw: &str) -> Option<String> {
-    match url::Url::parse(raw) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => None,
-        Ok(_) => Some("`url` must be an http:// or https:// URL with a host".into()),
-        // The parser's reason names what is wrong (`invalid port number`), not the text.
-        Err(e) => Some(format!(
-            "`url` is not a valid URL ({e}); write an http:// or https:// URL"
-        )),
+/// A declared streamable HTTP URL, parsed once when the declaration loads. It may
+/// carry secrets (userinfo, query values): `Debug` shows the origin only, and nothing
+/// else of it is ever printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DeclaredUrl(url::Url);
+
+impl DeclaredUrl {
+    /// Parses an http(s) URL with a host.
+    ///
+    /// # Errors
+    /// What is wrong, in words that never quote the URL.
+    pub fn parse(raw: &str) -> Result<Self, String> {
+        match url::Url::parse(raw) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {
+                Ok(DeclaredUrl(u))
+            }
+            Ok(_) => Err("`url` must be an http:// or https:// URL with a host".into()),
+            // The parser's reason names what is wrong (`invalid port number`), not the text.
+            Err(e) => Err(format!(
+                "`url` is not a valid URL ({e}); write an http:// or https:// URL"
+            )),
+        }
+    }
+
+    /// The URL, secrets included (for the transport and the redactor only).
+    pub fn url(&self) -> &url::Url {
+        &self.0
+    }
+
+    /// `scheme://host[:port]`: never userinfo, path, query or fragment.
+    pub fn origin(&self) -> String {
+        let host = self.0.host_str().unwrap_or("");
+        match self.0.port() {
+            Some(p) => format!("{}://{host}:{p}", self.0.scheme()),
+            None => format!("{}://{host}", self.0.scheme()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DeclaredUrl;
+
+    #[test]
+    fn the_origin_drops_credentials_path_query_and_fragment() {
+        let u = DeclaredUrl::parse("https://u:p@example.test:8443/mcp?key=1#f").unwrap();
+        assert_eq!(u.origin(), "https://example.test:8443");
+        assert_eq!(format!("{u:?}"), "DeclaredUrl(https://example.test:8443)");
+        let u = DeclaredUrl::parse("http://example.test/x").unwrap();
+        assert_eq!(u.origin(), "http://example.test");
+        assert!(DeclaredUrl::parse("ftp://example.test/").is_err());
+    }
+}
+
+impl std::fmt::Debug for DeclaredUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeclaredUrl({})", self.origin())
     }
 }

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 pub use declaration::{
-    ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, Endpoint,
-    Fingerprint, Risk, ToolFilter, TransportKind, fingerprint,
+    ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, DeclaredUrl,
+    Endpoint, Fingerprint, Risk, ToolFilter, TransportKind, fingerprint,
 };
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, ReadRefusal};
 pub use yaml::YamlError;

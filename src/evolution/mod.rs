@@ -722,10 +722,7 @@ fn details(before: &Found, after: &Found) -> Vec<String> {
                 },
             ) => {
                 out.extend(changed_values("header", bh, ah));
-                if bu != au
-                    && crate::authority::preview::origin_of(bu)
-                        == crate::authority::preview::origin_of(au)
-                {
+                if bu != au && bu.origin() == au.origin() {
                     out.push("url: path, query or credentials changed (not shown)".into());
                 }
             }

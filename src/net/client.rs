@@ -32,7 +32,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::{Sse, SseStream};
 use tokio::net::TcpStream;
 
-use super::policy::{Answer, Decision, Host, Target, UrlPolicy};
+use super::policy::{Answer, AuditView, Block, Host, Target, UrlPolicy, Verdict};
 use super::resolver::Resolver;
 
 /// Most redirect hops followed for one request.
@@ -58,10 +58,10 @@ const EVENT_STREAM: &str = "text/event-stream";
 #[non_exhaustive]
 pub enum NetError {
     /// The URL policy refused the target of this request or redirect hop.
-    #[error("blocked by the URL policy ({reason}) for {target}")]
+    #[error("blocked by the URL policy ({}) for {target}", .block.as_str())]
     Blocked {
-        /// Snake-case block reason.
-        reason: &'static str,
+        /// Why.
+        block: Block,
         /// The origin, never more of the URL.
         target: String,
     },
@@ -141,7 +141,7 @@ impl NetContext {
     }
 
     /// Resolves and decides one target.
-    pub async fn check(&self, target: &Target) -> Decision {
+    pub async fn check(&self, target: &Target) -> Verdict {
         let answer = match &target.host {
             Host::Ip(ip) => Answer::Addresses(vec![*ip]),
             Host::Name(name) => self.resolver.resolve(name).await,
@@ -150,10 +150,10 @@ impl NetContext {
     }
 
     /// Parses, resolves and decides a URL.
-    pub async fn check_url(&self, url: &str) -> Decision {
+    pub async fn check_url(&self, url: &str) -> Verdict {
         match self.policy.target(url) {
             Ok(target) => self.check(&target).await,
-            Err(decision) => decision,
+            Err(verdict) => verdict,
         }
     }
 }
@@ -166,8 +166,8 @@ struct PoolKey {
     addr: IpAddr,
 }
 
-/// Called with every decision, in order (for `mcp.url_decision` events).
-pub type DecisionHook = Arc<dyn Fn(&Decision) + Send + Sync>;
+/// Called with the audit view of every decision, in order (`mcp.url_decision` events).
+pub type DecisionHook = Arc<dyn Fn(&AuditView) + Send + Sync>;
 
 /// A hyper client that resolves, checks and pins every request.
 #[derive(Clone)]
@@ -208,40 +208,36 @@ impl PinnedClient {
         body: Bytes,
     ) -> Result<Response<Incoming>, NetError> {
         let mut url = url::Url::parse(url).map_err(|_| NetError::Blocked {
-            reason: "invalid_url",
+            block: Block::InvalidUrl,
             target: String::new(),
         })?;
         let mut method = method;
         let mut body = body;
         let mut previous: Option<Target> = None;
         for hop in 0..=MAX_REDIRECTS {
-            let decision = match self.inner.net.policy.target(url.as_str()) {
+            let verdict = match self.inner.net.policy.target(url.as_str()) {
                 Ok(target) => {
                     if let Some(prev) = &previous
                         && !prev.same_origin(&target)
                     {
                         self.strip_credentials(&mut headers);
                     }
-                    let d = self.inner.net.check(&target).await;
-                    (self.inner.on_decision)(&d);
-                    if !d.allowed {
-                        return Err(NetError::Blocked {
-                            reason: d.reason,
-                            target: d.target,
-                        });
-                    }
-                    previous = Some(target.clone());
-                    (target, d)
+                    self.inner.net.check(&target).await
                 }
-                Err(d) => {
-                    (self.inner.on_decision)(&d);
+                Err(refused) => refused,
+            };
+            let audit = verdict.audit();
+            (self.inner.on_decision)(&audit);
+            let (target, addresses) = match verdict {
+                Verdict::Allowed { target, addresses } => (target, addresses),
+                Verdict::Blocked { block, .. } => {
                     return Err(NetError::Blocked {
-                        reason: d.reason,
-                        target: d.target,
+                        block,
+                        target: audit.target,
                     });
                 }
             };
-            let (target, decision) = decision;
+            previous = Some(target.clone());
             let path = match url.query() {
                 Some(q) => format!("{}?{q}", url.path()),
                 None => url.path().to_string(),
@@ -249,7 +245,7 @@ impl PinnedClient {
             let response = self
                 .dispatch(
                     &target,
-                    &decision.validated,
+                    &addresses,
                     &method,
                     &path,
                     &headers,

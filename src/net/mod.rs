@@ -7,5 +7,5 @@ pub mod policy;
 pub mod resolver;
 
 pub use client::{NetContext, NetError, PinnedClient};
-pub use policy::{Answer, Block, Decision, Host, Target, UrlPolicy};
+pub use policy::{Answer, AuditView, Block, Host, Target, UrlPolicy, Verdict};
 pub use resolver::{HickoryResolver, Resolver, StaticResolver};

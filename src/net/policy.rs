@@ -3,8 +3,9 @@
 //! [`UrlPolicy::target`] parses a URL with WHATWG rules (legacy IPv4 forms, unicode
 //! dots, IDNA UTS-46, percent-encoded hosts) and checks what can be checked without DNS;
 //! [`UrlPolicy::decide`] then checks every resolved address. The result is a
-//! [`Decision`] whose audit view holds the origin and the validated addresses only:
-//! never userinfo, path, query or fragment.
+//! [`Verdict`] (allowed with its target and addresses, or blocked with a [`Block`]);
+//! its [`AuditView`] holds the origin and the checked addresses only: never userinfo,
+//! path, query or fragment.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -156,9 +157,77 @@ impl Target {
     }
 }
 
-/// A policy decision with its safe audit view.
+/// What the policy decided about one request: allowed, with the target and the
+/// addresses a connection may use, or blocked with its reason. Decisions are values,
+/// never text: callers match on them; people read the [`AuditView`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The request may proceed to one of these addresses.
+    Allowed {
+        /// Where it goes.
+        target: Target,
+        /// Every address DNS gave (each passed): a connection may use any of them.
+        addresses: Vec<IpAddr>,
+    },
+    /// The request must not be sent.
+    Blocked {
+        /// Why.
+        block: Block,
+        /// As much of the target as could be parsed.
+        target: Option<Target>,
+        /// The addresses that were checked, when DNS answered.
+        resolved: Vec<IpAddr>,
+    },
+}
+
+impl Verdict {
+    fn blocked(block: Block, target: Option<&Target>, resolved: &[IpAddr]) -> Self {
+        Verdict::Blocked {
+            block,
+            target: target.cloned(),
+            resolved: resolved.to_vec(),
+        }
+    }
+
+    /// Whether the request may proceed.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, Verdict::Allowed { .. })
+    }
+
+    /// The reason, when blocked.
+    pub fn block(&self) -> Option<Block> {
+        match self {
+            Verdict::Blocked { block, .. } => Some(*block),
+            Verdict::Allowed { .. } => None,
+        }
+    }
+
+    /// The safe audit view: origin and addresses, never more of the URL.
+    pub fn audit(&self) -> AuditView {
+        let (allowed, reason, target, addresses) = match self {
+            Verdict::Allowed { target, addresses } => (true, "allowed", Some(target), addresses),
+            Verdict::Blocked {
+                block,
+                target,
+                resolved,
+            } => (false, block.as_str(), target.as_ref(), resolved),
+        };
+        AuditView {
+            allowed,
+            reason,
+            target: target.map(Target::origin).unwrap_or_default(),
+            scheme: target.map(|t| t.scheme.to_string()).unwrap_or_default(),
+            hostname: target.map(Target::hostname).unwrap_or_default(),
+            port: target.map_or(0, |t| t.port),
+            resolved_addresses: addresses.iter().map(IpAddr::to_string).collect(),
+        }
+    }
+}
+
+/// What the audit of one decision shows (`mcp.url_decision` events, `url-check`): the
+/// origin and the addresses checked, never userinfo, path, query or fragment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Decision {
+pub struct AuditView {
     /// Whether the request may proceed.
     pub allowed: bool,
     /// `allowed` or a [`Block`] name.
@@ -173,49 +242,6 @@ pub struct Decision {
     pub port: u16,
     /// Every address checked (all of them must pass).
     pub resolved_addresses: Vec<String>,
-    /// The addresses a connection may use (empty unless allowed).
-    #[serde(skip)]
-    pub validated: Vec<IpAddr>,
-}
-
-impl Decision {
-    fn blocked(block: Block, target: Option<&Target>, resolved: &[IpAddr]) -> Self {
-        let mut d = Decision {
-            allowed: false,
-            reason: block.as_str(),
-            target: String::new(),
-            scheme: String::new(),
-            hostname: String::new(),
-            port: 0,
-            resolved_addresses: resolved.iter().map(IpAddr::to_string).collect(),
-            validated: Vec::new(),
-        };
-        if let Some(t) = target {
-            d.target = t.origin();
-            d.scheme = t.scheme.to_string();
-            d.hostname = t.hostname();
-            d.port = t.port;
-        }
-        d
-    }
-
-    fn allowed(target: &Target, addrs: &[IpAddr]) -> Self {
-        Decision {
-            allowed: true,
-            reason: "allowed",
-            target: target.origin(),
-            scheme: target.scheme.to_string(),
-            hostname: target.hostname(),
-            port: target.port,
-            resolved_addresses: addrs.iter().map(IpAddr::to_string).collect(),
-            validated: addrs.to_vec(),
-        }
-    }
-
-    /// The block reason, if blocked.
-    pub fn block(&self) -> Option<&'static str> {
-        (!self.allowed).then_some(self.reason)
-    }
 }
 
 /// What DNS said about a name.
@@ -259,19 +285,19 @@ impl UrlPolicy {
     /// names, literal addresses.
     ///
     /// # Errors
-    /// A blocked [`Decision`] (with whatever of the target could be parsed).
-    #[allow(clippy::result_large_err)] // a refusal is the audit view itself; not a hot path
-    pub fn target(&self, url: &str) -> Result<Target, Decision> {
+    /// A blocked [`Verdict`] (with whatever of the target could be parsed).
+    #[allow(clippy::result_large_err)] // a refusal carries its target; not a hot path
+    pub fn target(&self, url: &str) -> Result<Target, Verdict> {
         let target = parse_target(url)?;
         if let Host::Name(name) = &target.host
             && is_metadata_name(name)
         {
-            return Err(Decision::blocked(Block::Metadata, Some(&target), &[]));
+            return Err(Verdict::blocked(Block::Metadata, Some(&target), &[]));
         }
         if let Host::Ip(ip) = target.host {
-            let d = self.decide(&target, &Answer::Addresses(vec![ip]));
-            if !d.allowed {
-                return Err(d);
+            let v = self.decide(&target, &Answer::Addresses(vec![ip]));
+            if !v.is_allowed() {
+                return Err(v);
             }
         }
         Ok(target)
@@ -279,32 +305,35 @@ impl UrlPolicy {
 
     /// Decides a target given what DNS answered (for a literal address, the address
     /// itself). Every answer must pass; the first failure decides the reason.
-    pub fn decide(&self, target: &Target, answer: &Answer) -> Decision {
+    pub fn decide(&self, target: &Target, answer: &Answer) -> Verdict {
         let addrs = match answer {
-            Answer::Error => return Decision::blocked(Block::DnsError, Some(target), &[]),
-            Answer::Malformed => return Decision::blocked(Block::DnsMalformed, Some(target), &[]),
+            Answer::Error => return Verdict::blocked(Block::DnsError, Some(target), &[]),
+            Answer::Malformed => return Verdict::blocked(Block::DnsMalformed, Some(target), &[]),
             Answer::Addresses(a) if a.is_empty() => {
-                return Decision::blocked(Block::DnsEmpty, Some(target), &[]);
+                return Verdict::blocked(Block::DnsEmpty, Some(target), &[]);
             }
             Answer::Addresses(a) => a,
         };
         if let Host::Name(name) = &target.host {
             if is_metadata_name(name) {
-                return Decision::blocked(Block::Metadata, Some(target), addrs);
+                return Verdict::blocked(Block::Metadata, Some(target), addrs);
             }
             // A localhost name is allowed only when every answer is in a trusted network.
             if is_localhost_name(name) && !addrs.iter().all(|a| self.is_trusted(*a)) {
-                return Decision::blocked(Block::LocalhostName, Some(target), addrs);
+                return Verdict::blocked(Block::LocalhostName, Some(target), addrs);
             }
         }
         for &addr in addrs {
             if let Some(block) = classify(addr)
                 && !(block.trustable() && self.is_trusted(addr))
             {
-                return Decision::blocked(block, Some(target), addrs);
+                return Verdict::blocked(block, Some(target), addrs);
             }
         }
-        Decision::allowed(target, addrs)
+        Verdict::Allowed {
+            target: target.clone(),
+            addresses: addrs.to_vec(),
+        }
     }
 
     fn is_trusted(&self, addr: IpAddr) -> bool {
@@ -322,7 +351,7 @@ fn canonical(addr: IpAddr) -> IpAddr {
 }
 
 #[allow(clippy::result_large_err)]
-fn parse_target(raw: &str) -> Result<Target, Decision> {
+fn parse_target(raw: &str) -> Result<Target, Verdict> {
     let url = url::Url::parse(raw.trim()).map_err(|e| {
         let block = match e {
             url::ParseError::InvalidPort => Block::InvalidPort,
@@ -333,23 +362,23 @@ fn parse_target(raw: &str) -> Result<Target, Decision> {
             | url::ParseError::InvalidDomainCharacter => Block::InvalidHost,
             _ => Block::InvalidUrl,
         };
-        Decision::blocked(block, None, &[])
+        Verdict::blocked(block, None, &[])
     })?;
     let scheme = match url.scheme() {
         "http" => "http",
         "https" => "https",
-        _ => return Err(Decision::blocked(Block::UnsupportedScheme, None, &[])),
+        _ => return Err(Verdict::blocked(Block::UnsupportedScheme, None, &[])),
     };
     let port = url
         .port_or_known_default()
         .unwrap_or(if scheme == "https" { 443 } else { 80 });
     let explicit_port = url.port().is_some();
     let host = match url.host() {
-        None => return Err(Decision::blocked(Block::MissingHost, None, &[])),
+        None => return Err(Verdict::blocked(Block::MissingHost, None, &[])),
         Some(url::Host::Ipv4(a)) => Host::Ip(IpAddr::V4(a)),
         Some(url::Host::Ipv6(a)) => Host::Ip(IpAddr::V6(a)),
         Some(url::Host::Domain(_)) if port == 0 => {
-            return Err(Decision::blocked(Block::InvalidPort, None, &[]));
+            return Err(Verdict::blocked(Block::InvalidPort, None, &[]));
         }
         Some(url::Host::Domain(d)) => {
             let name = d.strip_suffix('.').unwrap_or(d).to_ascii_lowercase();
@@ -360,13 +389,13 @@ fn parse_target(raw: &str) -> Result<Target, Decision> {
                 explicit_port,
             };
             if !is_dns_name(&name) {
-                return Err(Decision::blocked(Block::InvalidHost, Some(&target), &[]));
+                return Err(Verdict::blocked(Block::InvalidHost, Some(&target), &[]));
             }
             return Ok(target);
         }
     };
     if port == 0 {
-        return Err(Decision::blocked(Block::InvalidPort, None, &[]));
+        return Err(Verdict::blocked(Block::InvalidPort, None, &[]));
     }
     Ok(Target {
         scheme,

@@ -1,6 +1,7 @@
 //! Child process hygiene: the allowlisted environment, `${NAME}` interpolation, private
 //! files and directories, and stderr capture into a bounded anonymous file.
 
+mod child;
 mod registry;
 mod stderr;
 pub mod tree;
@@ -11,6 +12,8 @@ use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+pub(crate) use child::ChildProcess;
+pub use child::{CloseReport, StderrLog};
 pub use registry::{Registry, SWEEP};
 pub use stderr::{
     CapturedStderr, STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS, StderrCapture, append_stderr_log,

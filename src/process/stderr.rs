@@ -112,7 +112,7 @@ impl StderrCapture {
 
 /// Appends one connection's stderr to `<home>/logs/mcp-stderr.log` (dir 0700, file
 /// 0600, symlinks refused), redacted in the durable view. Nothing is written for an
-/// empty capture.
+/// empty capture; `true` when an entry was written.
 ///
 /// # Errors
 /// IO errors opening or writing the log.
@@ -122,9 +122,9 @@ pub fn append_stderr_log(
     session: &str,
     captured: &CapturedStderr,
     redactor: &Redactor,
-) -> std::io::Result<()> {
+) -> std::io::Result<bool> {
     if captured.text.is_empty() && !captured.truncated {
-        return Ok(());
+        return Ok(false);
     }
     let mut raw = captured.text.as_str();
     if captured.truncated {
@@ -156,7 +156,8 @@ pub fn append_stderr_log(
         ));
     }
     let mut file = super::open_private_append(&home.join("logs").join("mcp-stderr.log"))?;
-    file.write_all(entry.as_bytes())
+    file.write_all(entry.as_bytes())?;
+    Ok(true)
 }
 
 #[cfg(test)]

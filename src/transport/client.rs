@@ -15,8 +15,7 @@ use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::{Notify, watch};
 
 use super::guard::TransportEnd;
-use super::stdio::ChildProcess;
-use crate::process::CapturedStderr;
+use crate::process::{ChildProcess, CloseReport};
 
 /// Most pages of `tools/list` followed for one server.
 pub const MAX_TOOL_PAGES: usize = 100;
@@ -111,15 +110,6 @@ impl std::fmt::Display for CallFailure {
     }
 }
 
-/// What closing a connection observed.
-#[derive(Debug, Clone)]
-pub struct CloseReport {
-    /// Exit status of the child (stdio), when it could be observed.
-    pub exit: Option<String>,
-    /// The captured stderr window (stdio).
-    pub stderr: Option<CapturedStderr>,
-}
-
 /// A live MCP client.
 pub struct McpClient {
     service: Option<RunningService<RoleClient, ClientHandler>>,
@@ -180,18 +170,15 @@ impl McpClient {
         list_tools(&self.peer).await
     }
 
-    /// Closes the connection: transport first, then the process group (grace period,
-    /// SIGTERM, SIGKILL), then reads the stderr window.
+    /// Closes the connection: transport first, then the server's process tree (grace
+    /// period, SIGTERM, everything ended), its stderr logged.
     pub async fn close(mut self, grace: Duration) -> CloseReport {
         if let Some(service) = self.service.take() {
             let _ = tokio::time::timeout(grace, service.cancel()).await;
         }
         match self.process.take() {
             Some(process) => process.close(grace).await,
-            None => CloseReport {
-                exit: None,
-                stderr: None,
-            },
+            None => CloseReport::default(),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! MCP client connections: starting or reaching a server, listing its tools, calling
 //! them, and closing without leaving anything behind.
 //!
-//! Used only by the connection actor and the catalog's preparation task; nothing here
+//! One entry point, [`connect`], over a [`Launch`] of either transport, with one error
+//! type. Used only by the actors' connect pipeline and connection actors; nothing here
 //! knows about sessions or authority.
 
 mod client;
@@ -10,14 +11,67 @@ mod guard;
 mod http;
 mod stdio;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
 pub use client::{
-    CallFailure, ClientHandler, CloseReport, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient,
-    ServerSignals, call_tool, list_tools,
+    CallFailure, ClientHandler, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient, ServerSignals,
+    call_tool, list_tools,
 };
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
     MAX_BYTES_PER_SECOND, MAX_MESSAGES_PER_SECOND, MAX_PENDING_SERVER_REQUESTS,
     MAX_REQUEST_ID_BYTES, TransportEnd,
 };
-pub use http::connect_http;
-pub use stdio::{StdioLaunch, connect_stdio};
+pub(crate) use http::HttpLaunch;
+pub(crate) use stdio::StdioLaunch;
+
+/// How to reach one server, authorized and interpolated.
+#[derive(Debug)]
+pub(crate) enum Launch {
+    /// Start a child process.
+    Stdio(StdioLaunch),
+    /// Reach a streamable HTTP endpoint.
+    Http(HttpLaunch),
+}
+
+/// Why a connect did not end with a listed server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectErrorKind {
+    /// The program could not be started.
+    Spawn,
+    /// The server or the transport failed during initialize or `tools/list`.
+    Failed,
+    /// Nothing came back within the connect timeout.
+    TimedOut,
+}
+
+/// A connect that failed, with what the server left behind.
+#[derive(Debug, Clone)]
+pub struct ConnectError {
+    /// What kind of failure.
+    pub kind: ConnectErrorKind,
+    /// What happened, in words (not yet redacted: the caller knows the secrets).
+    pub message: String,
+    /// The stderr log, when the failed server's stderr was appended to it.
+    pub logged: Option<PathBuf>,
+}
+
+/// Starts or reaches the server, initializes MCP and lists every page of tools, all
+/// within `timeout`; notifications go to `signals`. A stdio server that fails is ended
+/// (its whole tree) and its stderr logged before this returns.
+///
+/// # Errors
+/// [`ConnectError`].
+pub(crate) async fn connect(
+    launch: Launch,
+    signals: Arc<ServerSignals>,
+    timeout: Duration,
+    grace: Duration,
+) -> Result<(McpClient, ListedTools), ConnectError> {
+    match launch {
+        Launch::Stdio(launch) => stdio::connect(launch, signals, timeout, grace).await,
+        Launch::Http(launch) => http::connect(launch, signals, timeout).await,
+    }
+}

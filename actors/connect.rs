@@ -1,0 +1,388 @@
+//! The connect pipeline: one server of one turn, from its declaration to a listed
+//! connection or the reason there is none, in the order of docs/design.md#2-authority:
+//!
+//! 1. the connect capability;
+//! 2. where it runs: the `cwd` inside the workspace (stdio), the URL policy on the
+//!    declared URL (HTTP);
+//! 3. the connect approval;
+//! 4. interpolation of `${NAME}` references, only now;
+//! 5. a discovery permit;
+//! 6. the transport's connect (spawn or reach, initialize, list tools).
+//!
+//! A denial at any step happens before any process, client or socket exists. Runs on a
+//! task of its own (never in an actor's handler), so approvals and slow servers block
+//! nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::limiter::Permit;
+use super::shared::Shared;
+use crate::authority::{
+    Action, ApprovalRequest, CapabilitySet, ConnectPreview, HostPolicy, resolve_cwd,
+};
+use crate::core::{Declaration, DeclaredUrl, Endpoint};
+use crate::events::{EventKind, UrlPhase};
+use crate::net::Verdict;
+use crate::process::{HostEnv, StderrLog, child_environment, interpolate_all, private_dir, referenced_values};
+use crate::redact::{Redactor, View};
+use crate::transport::{self, HttpLaunch, Launch, ListedTools, McpClient, ServerSignals, StdioLaunch};
+
+/// Why a server was denied this turn (asked again next turn).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DenyReason {
+    /// The session does not hold `mcp.connect:<id>`.
+    MissingCapability(String),
+    /// The declared `cwd` does not resolve inside the workspace.
+    Cwd(String),
+    /// The URL policy blocks the declared URL.
+    UrlBlocked {
+        /// The block, by name.
+        reason: &'static str,
+        /// The origin, when it parsed.
+        target: String,
+    },
+    /// The approver (or the `deny` policy) refused.
+    ApprovalDenied,
+    /// The approval broker is not running (it is being restarted).
+    BrokerUnavailable,
+}
+
+impl std::fmt::Display for DenyReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DenyReason::MissingCapability(cap) => write!(
+                f,
+                "missing capability {cap}; grant it under capabilities.defaults in agent.yaml"
+            ),
+            DenyReason::Cwd(reason) => f.write_str(reason),
+            DenyReason::UrlBlocked { reason, target } => {
+                let target = if target.is_empty() {
+                    "the declared url"
+                } else {
+                    target
+                };
+                write!(f, "the URL policy blocks {target} ({reason})")
+            }
+            DenyReason::ApprovalDenied => f.write_str("connect approval denied"),
+            DenyReason::BrokerUnavailable => f.write_str(
+                "the approval broker is restarting; the server is asked for again next turn",
+            ),
+        }
+    }
+}
+
+/// A server that connected and listed its tools.
+pub(super) struct Connected {
+    pub declaration: Arc<Declaration>,
+    pub client: McpClient,
+    pub listed: ListedTools,
+    /// Every secret the connection knows.
+    pub redactor: Redactor,
+    /// Flags its notifications set.
+    pub signals: Arc<ServerSignals>,
+}
+
+/// What the pipeline made of one server.
+pub(super) enum Outcome {
+    /// Connected and listed.
+    Connected(Box<Connected>),
+    /// Denied by authority (asked again next turn).
+    Denied {
+        declaration: Arc<Declaration>,
+        reason: DenyReason,
+    },
+    /// Skipped for this turn, uncached (a missing variable).
+    Skipped {
+        declaration: Arc<Declaration>,
+        message: String,
+    },
+    /// Failed; cached for the failure TTL.
+    Failed {
+        declaration: Arc<Declaration>,
+        message: String,
+    },
+}
+
+/// Where an authorized server will run or be reached (step 2's result).
+enum Place {
+    /// A stdio server's checked working directory.
+    Dir(PathBuf),
+    /// An HTTP server's validated addresses.
+    Addresses(Vec<String>),
+}
+
+/// What the pipeline needs; no actor state.
+pub(super) struct Pipeline {
+    pub shared: Arc<Shared>,
+    pub policy: HostPolicy,
+    pub session: String,
+    pub capabilities: CapabilitySet,
+    pub workspace: PathBuf,
+}
+
+/// A step's early end: the server's outcome for this turn. Outcomes are built once per
+/// server and returned as they are; boxing them would buy nothing.
+type Step<T> = Result<T, Outcome>;
+
+impl Pipeline {
+    /// Authorizes and connects one server, step by step (see the module documentation).
+    pub(super) async fn connect(&self, declaration: Arc<Declaration>) -> Outcome {
+        match self.steps(&declaration).await {
+            Ok(connected) => Outcome::Connected(Box::new(connected)),
+            Err(outcome) => outcome,
+        }
+    }
+
+    async fn steps(&self, declaration: &Arc<Declaration>) -> Step<Connected> {
+        self.require_capability(declaration)?;
+        let place = self.place(declaration).await?;
+        self.approve(declaration, &place).await?;
+        let values = self.interpolate(declaration)?;
+        let redactor = self.secrets(declaration, &values);
+        let _permit = self.permit(declaration).await?;
+        let launch = self.launch(declaration, place, values, &redactor)?;
+        let signals = Arc::new(ServerSignals::default());
+        let connected = transport::connect(
+            launch,
+            Arc::clone(&signals),
+            declaration.connect_timeout,
+            self.shared.config.close_grace,
+        )
+        .await;
+        match connected {
+            Ok((client, listed)) => Ok(Connected {
+                declaration: Arc::clone(declaration),
+                client,
+                listed,
+                redactor,
+                signals,
+            }),
+            Err(e) => {
+                let message = match &e.logged {
+                    Some(log) => format!("{}; its stderr is in {}", e.message, log.display()),
+                    None => e.message,
+                };
+                Err(Outcome::Failed {
+                    declaration: Arc::clone(declaration),
+                    message: crate::result::cap(&redactor.text(&message, View::Durable)),
+                })
+            }
+        }
+    }
+
+    /// Step 1: `mcp.connect:<id>`.
+    fn require_capability(&self, declaration: &Arc<Declaration>) -> Step<()> {
+        let connect = declaration.connect_capability();
+        if self.capabilities.allows(&connect) {
+            Ok(())
+        } else {
+            Err(denied(declaration, DenyReason::MissingCapability(connect)))
+        }
+    }
+
+    /// Step 2: the `cwd` rule (stdio) or the URL policy on the declared URL (HTTP),
+    /// before any approval and before any client exists.
+    async fn place(&self, declaration: &Arc<Declaration>) -> Step<Place> {
+        match &declaration.endpoint {
+            Endpoint::Stdio { cwd, .. } => resolve_cwd(&self.workspace, cwd.as_deref())
+                .map(Place::Dir)
+                .map_err(|reason| denied(declaration, DenyReason::Cwd(reason))),
+            Endpoint::StreamableHttp { url, .. } => {
+                let verdict = self.shared.net.check_url(url.url().as_str()).await;
+                let audit = verdict.audit();
+                self.emit(EventKind::UrlDecision {
+                    phase: UrlPhase::Connect,
+                    server: declaration.server_id.clone(),
+                    decision: audit.clone(),
+                });
+                match verdict {
+                    Verdict::Allowed { .. } => Ok(Place::Addresses(audit.resolved_addresses)),
+                    Verdict::Blocked { block, .. } => Err(denied(
+                        declaration,
+                        DenyReason::UrlBlocked {
+                            reason: block.as_str(),
+                            target: audit.target,
+                        },
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Step 3: the connect approval under the effective (never weaker than `prompt`)
+    /// policy, showing what would start or be reached.
+    async fn approve(&self, declaration: &Arc<Declaration>, place: &Place) -> Step<()> {
+        let policy = self.policy.connect_policy(declaration);
+        let (cwd, addresses): (Option<&Path>, &[String]) = match place {
+            Place::Dir(dir) => (Some(dir), &[]),
+            Place::Addresses(addrs) => (None, addrs),
+        };
+        let request = ApprovalRequest {
+            session: self.session.clone(),
+            action: Action::Connect,
+            server: declaration.server_id.clone(),
+            tool: None,
+            preview: ConnectPreview::new(declaration, policy, cwd, addresses),
+        };
+        match self
+            .shared
+            .broker
+            .decide(request, declaration.fingerprint, policy)
+            .await
+        {
+            Ok(approval) if approval.allowed => Ok(()),
+            Ok(_) => Err(denied(declaration, DenyReason::ApprovalDenied)),
+            Err(_) => Err(denied(declaration, DenyReason::BrokerUnavailable)),
+        }
+    }
+
+    /// Step 4: `${NAME}` in env or header values, only now; a missing variable skips
+    /// the server for this turn (not failure-cached).
+    fn interpolate(&self, declaration: &Arc<Declaration>) -> Step<BTreeMap<String, String>> {
+        let declared = match &declaration.endpoint {
+            Endpoint::Stdio { env, .. } => env,
+            Endpoint::StreamableHttp { headers, .. } => headers,
+        };
+        interpolate_all(declared, &self.shared.config.host_env).map_err(|missing| {
+            Outcome::Skipped {
+                declaration: Arc::clone(declaration),
+                message: missing.to_string(),
+            }
+        })
+    }
+
+    /// Every secret the connection will know (docs/design.md#5-secrets-and-results).
+    fn secrets(&self, declaration: &Declaration, values: &BTreeMap<String, String>) -> Redactor {
+        connection_secrets(declaration, values, &self.shared.config.host_env)
+    }
+
+    /// Step 5: a discovery permit, then the `connecting` event.
+    async fn permit(&self, declaration: &Arc<Declaration>) -> Step<Permit> {
+        let permit = self.shared.limiter.acquire().await.map_err(|e| Outcome::Failed {
+            declaration: Arc::clone(declaration),
+            message: e.to_string(),
+        })?;
+        self.emit(EventKind::ServerConnecting {
+            server: declaration.server_id.clone(),
+            path: declaration.path.clone(),
+        });
+        Ok(permit)
+    }
+
+    /// What step 6 starts or reaches.
+    fn launch(
+        &self,
+        declaration: &Arc<Declaration>,
+        place: Place,
+        values: BTreeMap<String, String>,
+        redactor: &Redactor,
+    ) -> Step<Launch> {
+        let config = &self.shared.config;
+        match (&declaration.endpoint, place) {
+            (Endpoint::Stdio { command, args, .. }, Place::Dir(cwd)) => {
+                let home = self.shared.server_home();
+                private_dir(&home).map_err(|e| Outcome::Failed {
+                    declaration: Arc::clone(declaration),
+                    message: format!("cannot prepare the servers' home: {e}"),
+                })?;
+                Ok(Launch::Stdio(StdioLaunch {
+                    command: command.clone(),
+                    args: args.clone(),
+                    env: child_environment(&config.host_env, &home, &values),
+                    cwd,
+                    log: StderrLog {
+                        home: config.home.clone(),
+                        server: declaration.server_id.clone(),
+                        session: self.session.clone(),
+                        redactor: redactor.clone(),
+                    },
+                    registry: Arc::clone(&self.shared.processes),
+                }))
+            }
+            (Endpoint::StreamableHttp { url, .. }, _) => {
+                let (hub, session, server) = (
+                    Arc::clone(&self.shared.hub),
+                    self.session.clone(),
+                    declaration.server_id.clone(),
+                );
+                Ok(Launch::Http(HttpLaunch {
+                    url: url.clone(),
+                    headers: values,
+                    net: Arc::clone(&self.shared.net),
+                    on_decision: Arc::new(move |audit| {
+                        hub.emit(
+                            &session,
+                            EventKind::UrlDecision {
+                                phase: UrlPhase::Request,
+                                server: server.clone(),
+                                decision: audit.clone(),
+                            },
+                        );
+                    }),
+                }))
+            }
+            (Endpoint::Stdio { .. }, Place::Addresses(_)) => Err(Outcome::Failed {
+                declaration: Arc::clone(declaration),
+                message: "internal error: a stdio server was placed as an HTTP one".into(),
+            }),
+        }
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.shared.hub.emit(&self.session, kind);
+    }
+}
+
+fn denied(declaration: &Arc<Declaration>, reason: DenyReason) -> Outcome {
+    Outcome::Denied {
+        declaration: Arc::clone(declaration),
+        reason,
+    }
+}
+
+/// The secrets a connection knows: its interpolated env or header values (and each
+/// header's last word: `Bearer <token>`), the host values its `${NAME}` references
+/// name, the values of secret-bearing options in its args, and its URL's userinfo and
+/// query values.
+pub(super) fn connection_secrets(
+    declaration: &Declaration,
+    values: &BTreeMap<String, String>,
+    host: &HostEnv,
+) -> Redactor {
+    let referenced = |map: &BTreeMap<String, String>| -> Vec<(String, String)> {
+        map.values().flat_map(|v| referenced_values(v, host)).collect()
+    };
+    let redactor = Redactor::new().with_secrets(values.iter().map(|(k, v)| (k.clone(), v.clone())));
+    match &declaration.endpoint {
+        Endpoint::Stdio { args, env, .. } => redactor
+            .with_secrets(referenced(env))
+            .with_secrets(crate::authority::preview::secret_arg_values(args)),
+        Endpoint::StreamableHttp { url, headers } => {
+            let last_words = values.iter().filter_map(|(name, value)| {
+                let last = value.split_whitespace().last()?;
+                (last != value).then(|| (name.clone(), last.to_string()))
+            });
+            redactor
+                .with_secrets(last_words)
+                .with_secrets(referenced(headers))
+                .with_secrets(url_secrets(url))
+        }
+    }
+}
+
+/// Secrets a URL carries: userinfo and query values.
+fn url_secrets(url: &DeclaredUrl) -> Vec<(String, String)> {
+    let u = url.url();
+    let mut out = Vec::new();
+    if !u.username().is_empty() {
+        out.push(("url_username".to_string(), u.username().to_string()));
+    }
+    if let Some(p) = u.password() {
+        out.push(("url_password".to_string(), p.to_string()));
+    }
+    out.extend(u.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())));
+    out
+}

@@ -1,0 +1,113 @@
+//! A server's tool list as a turn may use it: secret-bearing names hidden, duplicates
+//! dropped, descriptions capped and redacted, schemas redacted and shared across
+//! connections. Done once per listing, never per turn.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rmcp::model::Tool;
+
+use crate::naming;
+use crate::redact::{Redactor, View};
+use crate::transport::ListedTools;
+
+/// Longest tool description kept (a hostile server could send megabytes).
+pub const MAX_DESCRIPTION: usize = 4_096;
+
+/// Tools as the model may see them, and what the listing got wrong as diagnostics.
+///
+/// A tool whose name carries a secret of this connection (or a secret shape such as
+/// `token=...`) is hidden: a name is shown everywhere (catalog, CLI, events, other
+/// diagnostics), so it cannot be redacted into something callable. The note says how
+/// many, never which. Of tools listed twice the first is kept. Descriptions are capped
+/// and redacted, schemas redacted, once per listing (not per turn).
+pub(super) fn shape_listing(
+    listed: ListedTools,
+    redactor: &Redactor,
+    schemas: &SchemaPool,
+) -> (Arc<Vec<Tool>>, Vec<String>) {
+    let mut notes = Vec::new();
+    if listed.truncated {
+        notes.push(format!(
+            "the tool list was cut at {} tools",
+            crate::transport::MAX_TOOLS
+        ));
+    }
+    let total = listed.tools.len();
+    // The raw name and the name it becomes (`sk.live.x` is exposed as `sk-live-x`).
+    let carries_secret = |name: &str| {
+        let exposed = naming::normalize_fragment(name, "tool");
+        redactor.text(name, View::Model) != name || redactor.text(&exposed, View::Model) != exposed
+    };
+    let clean: Vec<Tool> = listed
+        .tools
+        .into_iter()
+        .filter(|t| !carries_secret(&t.name))
+        .collect();
+    if clean.len() < total {
+        notes.push(format!(
+            "{} tool(s) hidden: the name contains a secret value; rename the tool on the server",
+            total - clean.len()
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut twice: Vec<String> = Vec::new();
+    let tools = clean
+        .into_iter()
+        .filter(|t| {
+            let first = seen.insert(t.name.to_string());
+            if !first && !twice.iter().any(|n| n == t.name.as_ref()) {
+                twice.push(t.name.to_string());
+            }
+            first
+        })
+        .map(|mut tool| {
+            if let Some(d) = &tool.description {
+                tool.description = Some(
+                    crate::result::cap_chars(&redactor.text(d, View::Model), MAX_DESCRIPTION)
+                        .into(),
+                );
+            }
+            let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
+            if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {
+                tool.input_schema = schemas.intern(clean);
+            }
+            tool
+        })
+        .collect();
+    if !twice.is_empty() {
+        notes.push(format!(
+            "tool names listed more than once, later ones ignored: {}",
+            twice.join(", ")
+        ));
+    }
+    (Arc::new(tools), notes)
+}
+
+/// Identical input schemas shared across connections and sessions: sixty sessions on the
+/// same servers hold one copy of each schema, not sixty. Entries are weak, so a schema
+/// no connection uses any more is freed.
+#[derive(Default)]
+pub(crate) struct SchemaPool {
+    entries: std::sync::Mutex<HashMap<String, std::sync::Weak<rmcp::model::JsonObject>>>,
+}
+
+impl SchemaPool {
+    pub(super) fn intern(&self, schema: rmcp::model::JsonObject) -> Arc<rmcp::model::JsonObject> {
+        // serde_json maps are sorted, so equal schemas serialize equally.
+        let key = serde_json::to_string(&schema).unwrap_or_default();
+        let Ok(mut entries) = self.entries.lock() else {
+            return Arc::new(schema);
+        };
+        if let Some(shared) = entries.get(&key).and_then(std::sync::Weak::upgrade) {
+            return shared;
+        }
+        if entries.len() >= 1024 && entries.len().is_power_of_two() {
+            entries.retain(|_, w| w.strong_count() > 0);
+        }
+        let shared = Arc::new(schema);
+        entries.insert(key, Arc::downgrade(&shared));
+        shared
+    }
+}
+
