@@ -9,6 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver};
@@ -63,12 +64,23 @@ pub enum BrokerMsg {
 
 pub(crate) struct Broker;
 
-#[derive(Clone)]
 pub(crate) struct BrokerArgs {
     pub approver: Arc<dyn Approver>,
     pub clock: Arc<dyn Clock>,
     pub ttl: std::time::Duration,
     pub hub: Arc<EventHub>,
+}
+
+impl BrokerArgs {
+    /// The broker of a runtime with this configuration and event hub.
+    pub(crate) fn new(config: &crate::actors::RuntimeConfig, hub: &Arc<EventHub>) -> Self {
+        BrokerArgs {
+            approver: Arc::clone(&config.approver),
+            clock: Arc::clone(&config.clock),
+            ttl: config.approval_session_ttl,
+            hub: Arc::clone(hub),
+        }
+    }
 }
 
 pub(crate) struct BrokerState {
@@ -79,6 +91,75 @@ pub(crate) struct BrokerState {
 }
 
 impl BrokerState {
+    /// Answers at once what the policy or the cache decides; queues the rest for the
+    /// approver.
+    fn request(
+        &mut self,
+        myself: &ActorRef<BrokerMsg>,
+        request: ApprovalRequest,
+        fingerprint: Fingerprint,
+        policy: ApprovalPolicy,
+        reply: RpcReplyPort<Approval>,
+    ) {
+        let key = CacheKey {
+            session: request.session.clone(),
+            action: request.action,
+            server: request.server.clone(),
+            fingerprint,
+            tool: request.tool.clone(),
+        };
+        let immediate = |allowed, answer, source| {
+            Some(Approval {
+                allowed,
+                answer,
+                source,
+            })
+        };
+        let decided = match policy {
+            ApprovalPolicy::Deny => immediate(false, ApprovalAnswer::Deny, ApprovalSource::Policy),
+            ApprovalPolicy::Auto => {
+                immediate(true, ApprovalAnswer::AllowOnce, ApprovalSource::Policy)
+            }
+            ApprovalPolicy::Prompt if self.cached(&key) => {
+                immediate(true, ApprovalAnswer::AllowSession, ApprovalSource::Cache)
+            }
+            ApprovalPolicy::Prompt => None,
+        };
+        match decided {
+            Some(approval) => {
+                self.decided(&request, approval);
+                let _ = reply.send(approval);
+            }
+            None => {
+                self.queue.push_back(Pending {
+                    key,
+                    request,
+                    reply,
+                });
+                self.ask_next(myself);
+            }
+        }
+    }
+
+    /// The approver answered the question in flight: cache an allow-for-session,
+    /// answer, and ask the next.
+    fn answered(&mut self, myself: &ActorRef<BrokerMsg>, answer: ApprovalAnswer) {
+        if let Some(pending) = self.asking.take() {
+            if answer == ApprovalAnswer::AllowSession {
+                let until = self.args.clock.now() + self.args.ttl;
+                self.cache.insert(pending.key.clone(), until);
+            }
+            let approval = Approval {
+                allowed: answer != ApprovalAnswer::Deny,
+                answer,
+                source: ApprovalSource::Approver,
+            };
+            self.decided(&pending.request, approval);
+            let _ = pending.reply.send(approval);
+        }
+        self.ask_next(myself);
+    }
+
     fn cached(&self, key: &CacheKey) -> bool {
         self.cache
             .get(key)
@@ -129,7 +210,12 @@ impl BrokerState {
             let decision = self.args.approver.decide(next.request.clone());
             let me = myself.clone();
             tokio::spawn(async move {
-                let answer = decision.await;
+                // An approver whose future panics has not approved: it is a denial, and
+                // the queue moves on instead of waiting for an answer that never comes.
+                let answer = std::panic::AssertUnwindSafe(decision)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or(ApprovalAnswer::Deny);
                 let _ = me.cast(BrokerMsg::Answered(answer));
             });
             self.asking = Some(next);
@@ -167,64 +253,8 @@ impl Actor for Broker {
                 fingerprint,
                 policy,
                 reply,
-            } => {
-                let request = *request;
-                let key = CacheKey {
-                    session: request.session.clone(),
-                    action: request.action,
-                    server: request.server.clone(),
-                    fingerprint,
-                    tool: request.tool.clone(),
-                };
-                let immediate = match policy {
-                    ApprovalPolicy::Deny => Some(Approval {
-                        allowed: false,
-                        answer: ApprovalAnswer::Deny,
-                        source: ApprovalSource::Policy,
-                    }),
-                    ApprovalPolicy::Auto => Some(Approval {
-                        allowed: true,
-                        answer: ApprovalAnswer::AllowOnce,
-                        source: ApprovalSource::Policy,
-                    }),
-                    ApprovalPolicy::Prompt if state.cached(&key) => Some(Approval {
-                        allowed: true,
-                        answer: ApprovalAnswer::AllowSession,
-                        source: ApprovalSource::Cache,
-                    }),
-                    ApprovalPolicy::Prompt => None,
-                };
-                match immediate {
-                    Some(approval) => {
-                        state.decided(&request, approval);
-                        let _ = reply.send(approval);
-                    }
-                    None => {
-                        state.queue.push_back(Pending {
-                            key,
-                            request,
-                            reply,
-                        });
-                        state.ask_next(&myself);
-                    }
-                }
-            }
-            BrokerMsg::Answered(answer) => {
-                if let Some(pending) = state.asking.take() {
-                    if answer == ApprovalAnswer::AllowSession {
-                        let until = state.args.clock.now() + state.args.ttl;
-                        state.cache.insert(pending.key.clone(), until);
-                    }
-                    let approval = Approval {
-                        allowed: answer != ApprovalAnswer::Deny,
-                        answer,
-                        source: ApprovalSource::Approver,
-                    };
-                    state.decided(&pending.request, approval);
-                    let _ = pending.reply.send(approval);
-                }
-                state.ask_next(&myself);
-            }
+            } => state.request(&myself, *request, fingerprint, policy, reply),
+            BrokerMsg::Answered(answer) => state.answered(&myself, answer),
             BrokerMsg::ForgetSession(session) => {
                 state.cache.retain(|k, _| k.session != session);
             }
@@ -256,6 +286,16 @@ impl BrokerHandle {
     /// Points the handle at a restarted broker.
     pub(crate) fn replace(&self, actor: ActorRef<BrokerMsg>) {
         self.actor.replace(actor);
+    }
+
+    /// The current broker's id (the root tells its death from a session's).
+    pub(crate) fn id(&self) -> ractor::ActorId {
+        self.actor.get().get_id()
+    }
+
+    /// Stops the current broker (runtime shutdown, after the root).
+    pub(crate) fn stop(&self) {
+        self.actor.get().stop(Some("shutdown".into()));
     }
 
     /// Decides `request` under `policy`.
@@ -294,5 +334,300 @@ impl BrokerHandle {
             .actor
             .get()
             .cast(BrokerMsg::ForgetSession(session.to_string()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authority::ConnectPreview;
+    use crate::clock::ManualClock;
+    use crate::events::MemorySink;
+    use futures::future::BoxFuture;
+    use std::time::Duration;
+    use tokio::sync::{mpsc, oneshot};
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    /// An approver the test answers by hand: each question arrives on a channel with
+    /// the sender of its answer.
+    struct Hand(mpsc::UnboundedSender<(ApprovalRequest, oneshot::Sender<ApprovalAnswer>)>);
+
+    impl Approver for Hand {
+        fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
+            let (tx, rx) = oneshot::channel();
+            let _ = self.0.send((request, tx));
+            Box::pin(async move { rx.await.unwrap_or(ApprovalAnswer::Deny) })
+        }
+    }
+
+    /// An approver whose answer panics.
+    struct Broken;
+
+    impl Approver for Broken {
+        fn decide(&self, _request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
+            Box::pin(async { panic!("the approver broke") })
+        }
+    }
+
+    type Questions = mpsc::UnboundedReceiver<(ApprovalRequest, oneshot::Sender<ApprovalAnswer>)>;
+
+    struct Fixture {
+        broker: BrokerHandle,
+        clock: Arc<ManualClock>,
+        questions: Questions,
+        events: MemorySink,
+        preview: ConnectPreview,
+        _core: tempfile::TempDir,
+    }
+
+    async fn fixture_with(approver: Option<Arc<dyn Approver>>) -> Fixture {
+        let (tx, questions) = mpsc::unbounded_channel();
+        let approver = approver.unwrap_or_else(|| Arc::new(Hand(tx)));
+        let clock = Arc::new(ManualClock::new());
+        let events = MemorySink::new();
+        let args = BrokerArgs {
+            approver,
+            clock: Arc::clone(&clock) as Arc<dyn Clock>,
+            ttl: TTL,
+            hub: Arc::new(EventHub::new(Arc::new(events.clone()), None)),
+        };
+        let (actor, _) = Actor::spawn(None, Broker, args).await.unwrap();
+        let core = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(core.path().join("agent/mcp")).unwrap();
+        std::fs::write(core.path().join("agent.yaml"), "name: t\n").unwrap();
+        std::fs::write(core.path().join("agent/mcp/docs.yaml"), "command: docs\n").unwrap();
+        let loaded = crate::core::load(core.path()).unwrap();
+        let preview =
+            ConnectPreview::new(&loaded.declarations[0], ApprovalPolicy::Prompt, None, &[]);
+        Fixture {
+            broker: BrokerHandle::new(actor),
+            clock,
+            questions,
+            events,
+            preview,
+            _core: core,
+        }
+    }
+
+    async fn fixture() -> Fixture {
+        fixture_with(None).await
+    }
+
+    impl Fixture {
+        fn request(&self, session: &str, tool: Option<&str>) -> ApprovalRequest {
+            ApprovalRequest {
+                session: session.into(),
+                action: if tool.is_some() {
+                    Action::Call
+                } else {
+                    Action::Connect
+                },
+                server: "docs".into(),
+                tool: tool.map(String::from),
+                preview: self.preview.clone(),
+            }
+        }
+
+        /// Asks in the background; the answer comes on the returned receiver.
+        fn ask(
+            &self,
+            request: ApprovalRequest,
+            fingerprint: Fingerprint,
+        ) -> tokio::task::JoinHandle<Result<Approval, BrokerUnavailable>> {
+            let broker = self.broker.clone();
+            tokio::spawn(async move {
+                broker
+                    .decide(request, fingerprint, ApprovalPolicy::Prompt)
+                    .await
+            })
+        }
+
+        async fn next_question(&mut self) -> (ApprovalRequest, oneshot::Sender<ApprovalAnswer>) {
+            tokio::time::timeout(Duration::from_secs(10), self.questions.recv())
+                .await
+                .expect("no question reached the approver")
+                .unwrap()
+        }
+
+        /// Nothing is asked of the approver for a while (a bound no correct broker
+        /// comes near: it asks within microseconds).
+        async fn no_question(&mut self) {
+            let asked =
+                tokio::time::timeout(Duration::from_millis(200), self.questions.recv()).await;
+            assert!(
+                asked.is_err(),
+                "the approver was asked: {:?}",
+                asked.map(|q| q.map(|q| q.0.session))
+            );
+        }
+    }
+
+    fn fp(s: &str) -> Fingerprint {
+        Fingerprint::of(s.as_bytes())
+    }
+
+    #[tokio::test]
+    async fn one_question_at_a_time_in_arrival_order() {
+        let mut f = fixture().await;
+        let first = f.ask(f.request("s1", None), fp("a"));
+        let (q1, answer1) = f.next_question().await;
+        let second = f.ask(f.request("s2", None), fp("a"));
+        f.no_question().await;
+        assert_eq!(q1.session, "s1");
+        answer1.send(ApprovalAnswer::AllowOnce).unwrap();
+        let (q2, answer2) = f.next_question().await;
+        assert_eq!(q2.session, "s2");
+        answer2.send(ApprovalAnswer::Deny).unwrap();
+        let (a1, a2) = (
+            first.await.unwrap().unwrap(),
+            second.await.unwrap().unwrap(),
+        );
+        assert!(a1.allowed && a1.source == ApprovalSource::Approver);
+        assert!(!a2.allowed && a2.answer == ApprovalAnswer::Deny);
+    }
+
+    #[tokio::test]
+    async fn allow_for_session_is_cached_per_session_action_tool_and_fingerprint() {
+        let mut f = fixture().await;
+        let first = f.ask(f.request("s1", Some("docs__search")), fp("a"));
+        f.next_question()
+            .await
+            .1
+            .send(ApprovalAnswer::AllowSession)
+            .unwrap();
+        assert_eq!(
+            first.await.unwrap().unwrap().source,
+            ApprovalSource::Approver
+        );
+        let again = f
+            .ask(f.request("s1", Some("docs__search")), fp("a"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            again.allowed && again.source == ApprovalSource::Cache,
+            "{again:?}"
+        );
+        // Every other key asks: another tool, another session, a changed declaration.
+        for (session, tool, fingerprint) in [
+            ("s1", Some("docs__fetch"), "a"),
+            ("s2", Some("docs__search"), "a"),
+            ("s1", Some("docs__search"), "b"),
+            ("s1", None, "a"),
+        ] {
+            let asked = f.ask(f.request(session, tool), fp(fingerprint));
+            f.next_question()
+                .await
+                .1
+                .send(ApprovalAnswer::Deny)
+                .unwrap();
+            assert_eq!(
+                asked.await.unwrap().unwrap().source,
+                ApprovalSource::Approver
+            );
+        }
+        assert_eq!(f.events.of_type("approval.decided").len(), 6);
+    }
+
+    #[tokio::test]
+    async fn denials_are_never_cached() {
+        let mut f = fixture().await;
+        for _ in 0..2 {
+            let asked = f.ask(f.request("s1", None), fp("a"));
+            f.next_question()
+                .await
+                .1
+                .send(ApprovalAnswer::Deny)
+                .unwrap();
+            assert!(!asked.await.unwrap().unwrap().allowed);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_cached_answer_expires_with_the_clock_and_with_the_session() {
+        let mut f = fixture().await;
+        let asked = f.ask(f.request("s1", None), fp("a"));
+        f.next_question()
+            .await
+            .1
+            .send(ApprovalAnswer::AllowSession)
+            .unwrap();
+        asked.await.unwrap().unwrap();
+        f.clock.advance(TTL - Duration::from_secs(1));
+        let cached = f
+            .ask(f.request("s1", None), fp("a"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(cached.source, ApprovalSource::Cache);
+        f.clock.advance(Duration::from_secs(2));
+        let asked = f.ask(f.request("s1", None), fp("a"));
+        f.next_question()
+            .await
+            .1
+            .send(ApprovalAnswer::AllowSession)
+            .unwrap();
+        assert_eq!(
+            asked.await.unwrap().unwrap().source,
+            ApprovalSource::Approver
+        );
+        f.broker.forget_session("s1");
+        let asked = f.ask(f.request("s1", None), fp("a"));
+        f.next_question()
+            .await
+            .1
+            .send(ApprovalAnswer::AllowOnce)
+            .unwrap();
+        assert_eq!(
+            asked.await.unwrap().unwrap().source,
+            ApprovalSource::Approver
+        );
+    }
+
+    #[tokio::test]
+    async fn queued_questions_answered_by_an_earlier_allow_for_session_are_not_asked() {
+        let mut f = fixture().await;
+        let first = f.ask(f.request("s1", None), fp("a"));
+        let (_, answer) = f.next_question().await;
+        let second = f.ask(f.request("s1", None), fp("a"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        answer.send(ApprovalAnswer::AllowSession).unwrap();
+        first.await.unwrap().unwrap();
+        assert_eq!(second.await.unwrap().unwrap().source, ApprovalSource::Cache);
+        f.no_question().await;
+    }
+
+    #[tokio::test]
+    async fn an_approver_that_panics_denies_and_the_queue_moves_on() {
+        let f = fixture_with(Some(Arc::new(Broken))).await;
+        let first = f.ask(f.request("s1", None), fp("a"));
+        let second = f.ask(f.request("s2", None), fp("a"));
+        for asked in [first, second] {
+            let answer = tokio::time::timeout(Duration::from_secs(10), asked)
+                .await
+                .expect("a panicking approver wedged the broker")
+                .unwrap()
+                .unwrap();
+            assert!(!answer.allowed, "{answer:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn policy_deny_and_auto_never_reach_the_approver() {
+        let mut f = fixture().await;
+        let deny = f
+            .broker
+            .decide(f.request("s1", None), fp("a"), ApprovalPolicy::Deny)
+            .await
+            .unwrap();
+        let auto = f
+            .broker
+            .decide(f.request("s1", None), fp("a"), ApprovalPolicy::Auto)
+            .await
+            .unwrap();
+        assert!(!deny.allowed && deny.source == ApprovalSource::Policy);
+        assert!(auto.allowed && auto.source == ApprovalSource::Policy);
+        f.no_question().await;
     }
 }

@@ -14,21 +14,23 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
-use rmcp::model::Tool;
+use ractor::{
+    Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
+};
 
 use super::connect::{Connected, DenyReason, Outcome, Pipeline};
-use super::connection::{Connection, ConnectionArgs, ConnectionMsg, Dispatch, EndSlot};
+use super::connection::Live;
 use super::listing::shape_listing;
 use super::plan::{self, Failure, LivePeer};
 use super::shared::Shared;
-use super::turn::{Binding, Denial, Diagnostic, PrepareError, ToolEntry, TurnCatalog};
+use super::status::ServerStatus;
+use super::turn::{Binding, Denial, Diagnostic, Entries, PrepareError, TurnCatalog, Warm};
 use crate::authority::{CapabilitySet, HostPolicy};
 use crate::core::{AgentCore, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::naming::Names;
-use crate::redact::{Redactor, View};
-use crate::transport::{ListedTools, ServerSignals};
+use crate::redact::View;
+use crate::transport::ListedTools;
 
 /// What a catalog is bound to; any change means a new catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -49,50 +51,10 @@ pub struct CatalogIdentity {
     pub policy: HostPolicy,
 }
 
-/// The state of one server, for `/servers`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ServerState {
-    /// Connected and listed.
-    Connected {
-        /// Child pid (stdio).
-        pid: Option<u32>,
-        /// Tools listed (before filtering).
-        tools: usize,
-    },
-    /// Failed; retried after the cache expires.
-    Failed {
-        /// Redacted diagnostic.
-        message: String,
-        /// Milliseconds until the retry.
-        retry_in_ms: u64,
-    },
-    /// Denied at the last turn (asked again next turn).
-    Denied {
-        /// The reason, in words.
-        reason: String,
-    },
-}
-
-/// One server's state.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerStatus {
-    /// Server id.
-    pub server: String,
-    /// Its state.
-    pub state: ServerState,
-}
-
 /// Messages of a catalog actor.
 pub enum CatalogMsg {
     /// Resolve a turn against this core snapshot.
-    PrepareTurn {
-        /// The core as loaded for this turn.
-        core: Arc<AgentCore>,
-        /// Turn number.
-        turn: u64,
-        /// The answer.
-        reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
-    },
+    PrepareTurn(TurnRequest),
     /// The preparation task finished.
     Resolved(Box<Resolution>),
     /// Close every connection and stop; answers how many were closed.
@@ -106,49 +68,20 @@ pub enum CatalogMsg {
     Status(RpcReplyPort<Vec<ServerStatus>>),
 }
 
+/// One turn to resolve: the core as loaded for it, its number, where the answer goes.
+pub(crate) struct TurnRequest {
+    pub core: Arc<AgentCore>,
+    pub turn: u64,
+    pub reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+}
+
 /// What a preparation task found, handed back to the actor.
 pub(crate) struct Resolution {
-    core: Arc<AgentCore>,
-    turn: u64,
-    reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    request: TurnRequest,
     outcomes: Vec<Outcome>,
     relisted: Vec<(ActorId, Result<ListedTools, String>)>,
     failed: Vec<(Arc<Declaration>, String)>,
 }
-
-/// A live connection.
-struct Live {
-    actor: ActorRef<ConnectionMsg>,
-    declaration: Arc<Declaration>,
-    tools: Arc<Vec<Tool>>,
-    /// What listing found wrong (cut lists, hidden or duplicate names): a diagnostic
-    /// every turn.
-    notes: Vec<String>,
-    redactor: Redactor,
-    pid: Option<u32>,
-    /// Flags the server's notifications set, read and cleared by the next turn.
-    signals: Arc<ServerSignals>,
-    /// The right to send on this connection.
-    dispatch: Dispatch,
-    /// Why the connection ended on its own, left by its actor before it stops.
-    end: EndSlot,
-    /// Changes whenever `tools` does: what the warm-turn cache is keyed by.
-    generation: u64,
-}
-
-/// The last turn's entries and what they were built from.
-struct Warm {
-    key: Vec<(ActorId, u64, Fingerprint)>,
-    entries: Arc<Vec<ToolEntry>>,
-    index: Arc<HashMap<String, usize>>,
-}
-
-/// A turn waiting for the one in progress: core snapshot, turn number, reply.
-type PendingTurn = (
-    Arc<AgentCore>,
-    u64,
-    RpcReplyPort<Result<TurnCatalog, PrepareError>>,
-);
 
 pub(crate) struct CatalogArgs {
     pub shared: Arc<Shared>,
@@ -171,7 +104,7 @@ pub(crate) struct CatalogState {
     names: Names,
     last: Option<Warm>,
     preparing: bool,
-    queue: VecDeque<PendingTurn>,
+    queue: VecDeque<TurnRequest>,
     closing: bool,
 }
 
@@ -209,28 +142,28 @@ impl Actor for Catalog {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            CatalogMsg::PrepareTurn { core, turn, reply } => {
+            CatalogMsg::PrepareTurn(request) => {
                 if state.closing {
-                    let _ = reply.send(Err(PrepareError::Evicted));
+                    let _ = request.reply.send(Err(PrepareError::Evicted));
                 } else if state.preparing {
-                    state.queue.push_back((core, turn, reply));
+                    state.queue.push_back(request);
                 } else {
-                    state.start_turn(&myself, core, turn, reply).await;
+                    state.start_turn(&myself, request).await;
                 }
             }
             CatalogMsg::Resolved(resolution) => {
                 state.finish_turn(&myself, *resolution).await;
                 while !state.preparing && !state.closing {
-                    let Some((core, turn, reply)) = state.queue.pop_front() else {
+                    let Some(request) = state.queue.pop_front() else {
                         break;
                     };
-                    state.start_turn(&myself, core, turn, reply).await;
+                    state.start_turn(&myself, request).await;
                 }
             }
             CatalogMsg::Close { reason, reply } => {
                 state.closing = true;
-                for (_, _, pending) in state.queue.drain(..) {
-                    let _ = pending.send(Err(PrepareError::Evicted));
+                for pending in state.queue.drain(..) {
+                    let _ = pending.reply.send(Err(PrepareError::Evicted));
                 }
                 let closed = state.close_all(&reason).await;
                 let _ = reply.send(closed);
@@ -288,13 +221,7 @@ impl CatalogState {
 
     /// Plans the turn, closes what changed, and answers at once when nothing needs a
     /// server (a warm turn); otherwise connects and relists on a task of its own.
-    async fn start_turn(
-        &mut self,
-        myself: &ActorRef<CatalogMsg>,
-        core: Arc<AgentCore>,
-        turn: u64,
-        reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
-    ) {
+    async fn start_turn(&mut self, myself: &ActorRef<CatalogMsg>, request: TurnRequest) {
         self.preparing = true;
         let peers: Vec<LivePeer> = self
             .live
@@ -307,7 +234,7 @@ impl CatalogState {
                 list_changed: l.signals.take_tools_changed(),
             })
             .collect();
-        let plan = plan::plan(&peers, &self.failures, &core, self.shared.now());
+        let plan = plan::plan(&peers, &self.failures, &request.core, self.shared.now());
         for server in &plan.close {
             self.close_server(server, "declaration changed or removed");
         }
@@ -324,9 +251,7 @@ impl CatalogState {
             })
             .collect();
         let mut resolution = Resolution {
-            core,
-            turn,
-            reply,
+            request,
             outcomes: Vec::new(),
             relisted: Vec::new(),
             failed: plan.failed,
@@ -337,19 +262,14 @@ impl CatalogState {
         }
         let (pipeline, me) = (self.pipeline(), myself.clone());
         tokio::spawn(async move {
-            let connects = futures::future::join_all(
-                plan.connect.into_iter().map(|d| pipeline.connect(d)),
-            );
-            let relists = futures::future::join_all(relist.into_iter().map(|(id, peer)| async move {
-                (id, crate::transport::list_tools(&peer).await)
-            }));
-            (resolution.outcomes, resolution.relisted) = futures::join!(connects, relists);
+            (resolution.outcomes, resolution.relisted) =
+                pipeline.resolve(plan.connect, relist).await;
             if let Err(ractor::MessagingErr::SendErr(CatalogMsg::Resolved(lost))) =
                 me.cast(CatalogMsg::Resolved(Box::new(resolution)))
             {
                 // The catalog was evicted while we connected: eviction wins, and
                 // connections born during the race are closed here.
-                close_orphans(&pipeline, lost.outcomes).await;
+                pipeline.close_unowned(lost.outcomes).await;
             }
         });
     }
@@ -357,35 +277,27 @@ impl CatalogState {
     /// Applies what the preparation task found and answers the turn.
     async fn finish_turn(&mut self, myself: &ActorRef<CatalogMsg>, resolution: Resolution) {
         let Resolution {
-            core,
-            turn,
-            reply,
+            request: TurnRequest { core, turn, reply },
             outcomes,
             relisted,
             failed,
         } = resolution;
         if self.closing {
-            close_orphans(&self.pipeline(), outcomes).await;
+            self.pipeline().close_unowned(outcomes).await;
             let _ = reply.send(Err(PrepareError::Evicted));
             self.preparing = false;
             return;
         }
         // A declaration that does not load is a diagnostic of every turn; its neighbours
         // load without it.
-        let mut diagnostics: Vec<Diagnostic> = core
-            .broken
-            .iter()
-            .map(|b| Diagnostic {
-                server: b.server_id.clone(),
-                path: b.path.clone(),
-                message: b.errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "),
-            })
-            .collect();
-        diagnostics.extend(failed.iter().map(|(d, m)| diagnostic(d, m.clone())));
+        let mut diagnostics: Vec<Diagnostic> =
+            core.broken.iter().map(|b| Diagnostic::broken(b)).collect();
+        diagnostics.extend(failed.iter().map(|(d, m)| Diagnostic::of(d, m.clone())));
         let kept: HashSet<String> = self.by_server.keys().cloned().collect();
         let mut denied = Vec::new();
         for outcome in outcomes {
-            self.apply(myself, outcome, &mut diagnostics, &mut denied).await;
+            self.apply(myself, outcome, &mut diagnostics, &mut denied)
+                .await;
         }
         for (id, listed) in relisted {
             self.apply_relist(&id, listed, &mut diagnostics);
@@ -444,7 +356,7 @@ impl CatalogState {
                     path: declaration.path.clone(),
                     message: message.clone(),
                 });
-                diagnostics.push(diagnostic(&declaration, message));
+                diagnostics.push(Diagnostic::of(&declaration, message));
             }
             Outcome::Failed {
                 declaration,
@@ -460,58 +372,29 @@ impl CatalogState {
         myself: &ActorRef<CatalogMsg>,
         connected: Connected,
     ) -> Result<(), Diagnostic> {
-        let Connected {
-            declaration,
-            client,
-            listed,
-            redactor,
-            signals,
-        } = connected;
-        let (pid, tools_listed) = (client.pid(), listed.tools.len());
-        let (dispatch, closer) = Dispatch::new(&client, &declaration);
-        let end = EndSlot::default();
-        let args = ConnectionArgs {
-            client,
-            declaration: Arc::clone(&declaration),
-            session: self.session().to_string(),
-            hub: Arc::clone(&self.shared.hub),
-            grace: self.shared.config.close_grace,
-            signals: Arc::clone(&signals),
-            end: Arc::clone(&end),
-            closer,
-        };
-        let actor = match Actor::spawn_linked(None, Connection, args, myself.get_cell()).await {
-            Ok((actor, _)) => actor,
-            Err(e) => {
-                let message = format!("cannot start the connection actor: {e}");
-                return Err(self.fail(&declaration, message));
-            }
+        let declaration = Arc::clone(&connected.declaration);
+        let generation = self.shared.next_id();
+        let started = Live::start(
+            connected,
+            &self.shared,
+            self.session(),
+            myself.get_cell(),
+            generation,
+        );
+        let live = match started.await {
+            Ok(live) => live,
+            Err(message) => return Err(self.fail(&declaration, message)),
         };
         self.emit(EventKind::ServerConnected {
             server: declaration.server_id.clone(),
             path: declaration.path.clone(),
-            pid,
-            tools_listed,
+            pid: live.pid,
+            tools_listed: live.listed,
         });
-        let (tools, notes) = shape_listing(listed, &redactor, &self.shared.schemas);
-        let id = actor.get_id();
-        self.by_server.insert(declaration.server_id.clone(), id.clone());
-        let generation = self.shared.next_id();
-        self.live.insert(
-            id,
-            Live {
-                actor,
-                declaration,
-                tools,
-                notes,
-                redactor,
-                pid,
-                signals,
-                dispatch,
-                end,
-                generation,
-            },
-        );
+        let id = live.actor.get_id();
+        self.by_server
+            .insert(declaration.server_id.clone(), id.clone());
+        self.live.insert(id, live);
         Ok(())
     }
 
@@ -529,7 +412,8 @@ impl CatalogState {
         };
         match listed {
             Ok(listed) => {
-                (live.tools, live.notes) = shape_listing(listed, &live.redactor, &self.shared.schemas);
+                (live.tools, live.notes) =
+                    shape_listing(listed, &live.redactor, &self.shared.schemas);
                 live.generation = generation;
             }
             Err(e) => {
@@ -561,7 +445,7 @@ impl CatalogState {
             message: message.clone(),
             cached_for_ms: ttl.as_millis() as u64,
         });
-        diagnostic(declaration, message)
+        Diagnostic::of(declaration, message)
     }
 
     /// The turn's catalog: the last turn's entries when nothing they depend on changed
@@ -580,23 +464,19 @@ impl CatalogState {
             .collect();
         for live in &connected {
             let d = &live.declaration;
-            diagnostics.extend(live.notes.iter().map(|n| diagnostic(d, n.clone())));
+            diagnostics.extend(live.notes.iter().map(|n| Diagnostic::of(d, n.clone())));
         }
         let key: Vec<(ActorId, u64, Fingerprint)> = connected
             .iter()
             .map(|l| (l.actor.get_id(), l.generation, l.declaration.fingerprint))
             .collect();
-        let shared = match &self.last {
-            Some(warm) if warm.key == key => (Arc::clone(&warm.entries), Arc::clone(&warm.index)),
-            _ => {
-                let (entries, index, names) = self.entries(&connected, kept)?;
+        let shared = match self.last.as_ref().and_then(|warm| warm.reuse(&key)) {
+            Some(entries) => entries,
+            None => {
+                let (entries, names) = self.entries(&connected, kept)?;
                 self.names = names;
-                self.last = Some(Warm {
-                    key,
-                    entries: Arc::clone(&entries),
-                    index: Arc::clone(&index),
-                });
-                (entries, index)
+                self.last = Some(Warm::new(key, &entries));
+                entries
             }
         };
         Ok(TurnCatalog::from_parts(
@@ -613,12 +493,11 @@ impl CatalogState {
 
     /// Entries built anew through `plan::entries`, each bound to its connection, and
     /// the names they took.
-    #[allow(clippy::type_complexity)]
     fn entries(
         &self,
         connected: &[&Live],
         kept: &HashSet<String>,
-    ) -> Result<(Arc<Vec<ToolEntry>>, Arc<HashMap<String, usize>>, Names), PrepareError> {
+    ) -> Result<(Entries, Names), PrepareError> {
         let servers: Vec<plan::Connected<'_, Binding>> = connected
             .iter()
             .map(|l| plan::Connected {
@@ -635,26 +514,9 @@ impl CatalogState {
                 },
             })
             .collect();
-        let (entries, names) =
-            plan::entries(&servers, &self.names, &self.shared.config.host_tools)
-                .map_err(PrepareError::Collision)?;
-        let entries: Vec<ToolEntry> = entries
-            .into_iter()
-            .map(|e| ToolEntry {
-                name: e.name,
-                server: e.server.to_string(),
-                tool: e.tool.name.to_string(),
-                description: e.tool.description.as_deref().unwrap_or_default().to_string(),
-                input_schema: Arc::clone(&e.tool.input_schema),
-                binding: e.binding,
-            })
-            .collect();
-        let index = entries
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
-        Ok((Arc::new(entries), Arc::new(index), names))
+        let (entries, names) = plan::entries(&servers, &self.names, &self.shared.config.host_tools)
+            .map_err(PrepareError::Collision)?;
+        Ok((super::turn::bind(entries), names))
     }
 
     /// A connection actor stopped: a failure when it ended on its own or crashed,
@@ -711,55 +573,14 @@ impl CatalogState {
     }
 
     fn status(&self) -> Vec<ServerStatus> {
-        let now = self.shared.now();
-        let mut out: Vec<ServerStatus> = self
+        let live = self
             .live
             .values()
-            .map(|l| ServerStatus {
-                server: l.declaration.server_id.clone(),
-                state: ServerState::Connected {
-                    pid: l.pid,
-                    tools: l.tools.len(),
-                },
-            })
-            .collect();
-        out.extend(self.failures.iter().map(|(id, f)| ServerStatus {
-            server: id.clone(),
-            state: ServerState::Failed {
-                message: f.message.clone(),
-                retry_in_ms: f.until.saturating_duration_since(now).as_millis() as u64,
-            },
-        }));
-        out.extend(self.denied.iter().map(|(id, r)| ServerStatus {
-            server: id.clone(),
-            state: ServerState::Denied {
-                reason: r.to_string(),
-            },
-        }));
-        out.sort_by(|a, b| a.server.cmp(&b.server));
-        out
+            .map(|l| (l.declaration.server_id.as_str(), l.pid, l.tools.len()));
+        super::status::collect(live, &self.failures, &self.denied, self.shared.now())
     }
 
     fn emit(&self, kind: EventKind) {
         self.shared.hub.emit(self.session(), kind);
     }
-}
-
-fn diagnostic(declaration: &Declaration, message: String) -> Diagnostic {
-    Diagnostic {
-        server: declaration.server_id.clone(),
-        path: declaration.path.clone(),
-        message,
-    }
-}
-
-/// Closes clients that no catalog will own (eviction raced the preparation); each
-/// close ends the process tree and logs its stderr.
-async fn close_orphans(pipeline: &Pipeline, outcomes: Vec<Outcome>) {
-    let grace = pipeline.shared.config.close_grace;
-    let closes = outcomes.into_iter().filter_map(|o| match o {
-        Outcome::Connected(connected) => Some(connected.client.close(grace)),
-        _ => None,
-    });
-    futures::future::join_all(closes).await;
 }

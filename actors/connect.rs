@@ -24,10 +24,14 @@ use crate::authority::{
 };
 use crate::core::{Declaration, DeclaredUrl, Endpoint};
 use crate::events::{EventKind, UrlPhase};
-use crate::net::Verdict;
-use crate::process::{HostEnv, StderrLog, child_environment, interpolate_all, private_dir, referenced_values};
+use crate::net::{Block, Verdict};
+use crate::process::{
+    HostEnv, StderrLog, child_environment, interpolate_all, private_dir, referenced_values,
+};
 use crate::redact::{Redactor, View};
-use crate::transport::{self, HttpLaunch, Launch, ListedTools, McpClient, ServerSignals, StdioLaunch};
+use crate::transport::{
+    self, HttpLaunch, Launch, ListedTools, McpClient, ServerSignals, StdioLaunch,
+};
 
 /// Why a server was denied this turn (asked again next turn).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,8 +43,8 @@ pub enum DenyReason {
     Cwd(String),
     /// The URL policy blocks the declared URL.
     UrlBlocked {
-        /// The block, by name.
-        reason: &'static str,
+        /// Which rule of the URL policy refused it.
+        block: Block,
         /// The origin, when it parsed.
         target: String,
     },
@@ -58,13 +62,13 @@ impl std::fmt::Display for DenyReason {
                 "missing capability {cap}; grant it under capabilities.defaults in agent.yaml"
             ),
             DenyReason::Cwd(reason) => f.write_str(reason),
-            DenyReason::UrlBlocked { reason, target } => {
+            DenyReason::UrlBlocked { block, target } => {
                 let target = if target.is_empty() {
                     "the declared url"
                 } else {
                     target
                 };
-                write!(f, "the URL policy blocks {target} ({reason})")
+                write!(f, "the URL policy blocks {target} ({})", block.as_str())
             }
             DenyReason::ApprovalDenied => f.write_str("connect approval denied"),
             DenyReason::BrokerUnavailable => f.write_str(
@@ -203,7 +207,7 @@ impl Pipeline {
                     Verdict::Blocked { block, .. } => Err(denied(
                         declaration,
                         DenyReason::UrlBlocked {
-                            reason: block.as_str(),
+                            block,
                             target: audit.target,
                         },
                     )),
@@ -259,12 +263,19 @@ impl Pipeline {
         connection_secrets(declaration, values, &self.shared.config.host_env)
     }
 
-    /// Step 5: a discovery permit, then the `connecting` event.
+    /// Step 5: a discovery permit, then the `connecting` event. A limiter being
+    /// restarted skips the server for this turn; it is not the server's failure, so
+    /// nothing is cached.
     async fn permit(&self, declaration: &Arc<Declaration>) -> Step<Permit> {
-        let permit = self.shared.limiter.acquire().await.map_err(|e| Outcome::Failed {
-            declaration: Arc::clone(declaration),
-            message: e.to_string(),
-        })?;
+        let permit = self
+            .shared
+            .limiter
+            .acquire()
+            .await
+            .map_err(|e| Outcome::Skipped {
+                declaration: Arc::clone(declaration),
+                message: e.to_string(),
+            })?;
         self.emit(EventKind::ServerConnecting {
             server: declaration.server_id.clone(),
             path: declaration.path.clone(),
@@ -353,7 +364,9 @@ pub(super) fn connection_secrets(
     host: &HostEnv,
 ) -> Redactor {
     let referenced = |map: &BTreeMap<String, String>| -> Vec<(String, String)> {
-        map.values().flat_map(|v| referenced_values(v, host)).collect()
+        map.values()
+            .flat_map(|v| referenced_values(v, host))
+            .collect()
     };
     let redactor = Redactor::new().with_secrets(values.iter().map(|(k, v)| (k.clone(), v.clone())));
     match &declaration.endpoint {
@@ -383,6 +396,41 @@ fn url_secrets(url: &DeclaredUrl) -> Vec<(String, String)> {
     if let Some(p) = u.password() {
         out.push(("url_password".to_string(), p.to_string()));
     }
-    out.extend(u.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())));
+    out.extend(
+        u.query_pairs()
+            .map(|(k, v)| (k.into_owned(), v.into_owned())),
+    );
     out
+}
+
+impl Pipeline {
+    /// Connects every declaration in `connect` and relists every peer in `relist`, all
+    /// at once (the limiter bounds how many connect).
+    pub(super) async fn resolve(
+        &self,
+        connect: Vec<Arc<Declaration>>,
+        relist: Vec<(ractor::ActorId, rmcp::Peer<rmcp::RoleClient>)>,
+    ) -> (
+        Vec<Outcome>,
+        Vec<(ractor::ActorId, Result<ListedTools, String>)>,
+    ) {
+        let connects = futures::future::join_all(connect.into_iter().map(|d| self.connect(d)));
+        let relists = futures::future::join_all(
+            relist
+                .into_iter()
+                .map(|(id, peer)| async move { (id, crate::transport::list_tools(&peer).await) }),
+        );
+        futures::join!(connects, relists)
+    }
+
+    /// Closes clients that no catalog will own (an eviction raced the preparation);
+    /// each close ends the process tree and logs its stderr.
+    pub(super) async fn close_unowned(&self, outcomes: Vec<Outcome>) {
+        let grace = self.shared.config.close_grace;
+        let closes = outcomes.into_iter().filter_map(|o| match o {
+            Outcome::Connected(connected) => Some(connected.client.close(grace)),
+            _ => None,
+        });
+        futures::future::join_all(closes).await;
+    }
 }

@@ -17,8 +17,14 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use rmcp::model::JsonObject;
 use tokio::sync::{Semaphore, watch};
 
+use rmcp::model::Tool;
+
+use super::connect::Connected;
+use super::listing::shape_listing;
+use super::shared::Shared;
 use crate::core::Declaration;
 use crate::events::{EventHub, EventKind};
+use crate::redact::Redactor;
 use crate::transport::{CallFailure, McpClient, ServerSignals, TransportEnd};
 
 /// Why a connection ended on its own (not closed by its catalog).
@@ -65,7 +71,10 @@ pub(super) struct Dispatch {
 
 impl Dispatch {
     /// The dispatch rights on `client`'s connection, and the switch that closes them.
-    pub(super) fn new(client: &McpClient, declaration: &Declaration) -> (Self, watch::Sender<bool>) {
+    pub(super) fn new(
+        client: &McpClient,
+        declaration: &Declaration,
+    ) -> (Self, watch::Sender<bool>) {
         let (closer, closed) = watch::channel(false);
         let serial =
             (!declaration.supports_parallel_tool_calls).then(|| Arc::new(Semaphore::new(1)));
@@ -107,6 +116,84 @@ impl Dispatch {
             None => None,
         };
         crate::transport::call_tool(&self.peer, tool, arguments, self.timeout).await
+    }
+}
+
+/// A live connection as its catalog holds it: the actor, what it listed, and the
+/// right to send on it.
+pub(super) struct Live {
+    pub actor: ActorRef<ConnectionMsg>,
+    pub declaration: Arc<Declaration>,
+    pub tools: Arc<Vec<Tool>>,
+    /// Tools the server listed, before bounds and filters.
+    pub listed: usize,
+    /// What listing found wrong (cut lists, hidden or duplicate names): a diagnostic
+    /// every turn.
+    pub notes: Vec<String>,
+    pub redactor: Redactor,
+    pub pid: Option<u32>,
+    /// Flags the server's notifications set, read and cleared by the next turn.
+    pub signals: Arc<ServerSignals>,
+    /// The right to send on this connection.
+    pub dispatch: Dispatch,
+    /// Why the connection ended on its own, left by its actor before it stops.
+    pub end: EndSlot,
+    /// Changes whenever `tools` does: what the warm-turn cache is keyed by.
+    pub generation: u64,
+}
+
+impl Live {
+    /// Puts a new connection under `supervisor` (its catalog): the actor that owns the
+    /// client, the dispatch rights, and the tools shaped from its listing.
+    ///
+    /// # Errors
+    /// When the actor cannot start; the client is dropped, and its guard kills the
+    /// process group.
+    pub(super) async fn start(
+        connected: Connected,
+        shared: &Shared,
+        session: &str,
+        supervisor: ractor::ActorCell,
+        generation: u64,
+    ) -> Result<Live, String> {
+        let Connected {
+            declaration,
+            client,
+            listed,
+            redactor,
+            signals,
+        } = connected;
+        let pid = client.pid();
+        let (dispatch, closer) = Dispatch::new(&client, &declaration);
+        let end = EndSlot::default();
+        let args = ConnectionArgs {
+            client,
+            declaration: Arc::clone(&declaration),
+            session: session.to_string(),
+            hub: Arc::clone(&shared.hub),
+            grace: shared.config.close_grace,
+            signals: Arc::clone(&signals),
+            end: Arc::clone(&end),
+            closer,
+        };
+        let (actor, _) = Actor::spawn_linked(None, Connection, args, supervisor)
+            .await
+            .map_err(|e| format!("cannot start the connection actor: {e}"))?;
+        let count = listed.tools.len();
+        let (tools, notes) = shape_listing(listed, &redactor, &shared.schemas);
+        Ok(Live {
+            actor,
+            declaration,
+            tools,
+            listed: count,
+            notes,
+            redactor,
+            pid,
+            signals,
+            dispatch,
+            end,
+            generation,
+        })
     }
 }
 

@@ -140,6 +140,16 @@ impl LimiterHandle {
         self.actor.replace(actor);
     }
 
+    /// The current limiter's id (the root tells its death from a session's).
+    pub(crate) fn id(&self) -> ractor::ActorId {
+        self.actor.get().get_id()
+    }
+
+    /// Stops the current limiter (runtime shutdown, after the root).
+    pub(crate) fn stop(&self) {
+        self.actor.get().stop(Some("shutdown".into()));
+    }
+
     /// Waits for a permit, first come, first served.
     ///
     /// # Errors
@@ -162,5 +172,94 @@ impl LimiterHandle {
             Ok(ractor::rpc::CallResult::Success(s)) => s,
             _ => LimiterStats::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    async fn limiter(limit: usize) -> LimiterHandle {
+        let (actor, _) = Actor::spawn(None, Limiter, limit).await.unwrap();
+        LimiterHandle::new(actor)
+    }
+
+    /// Waits until `n` waiters are queued (the order of `Acquire` messages is what FIFO
+    /// is about, so each waiter is queued before the next is started).
+    async fn queued(limiter: &LimiterHandle, n: usize) {
+        for _ in 0..500 {
+            if limiter.stats().await.waiting == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("{n} waiters never queued: {:?}", limiter.stats().await);
+    }
+
+    #[tokio::test]
+    async fn waiters_are_served_in_arrival_order() {
+        let limiter = limiter(1).await;
+        let first = limiter.acquire().await.unwrap();
+        let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut waiters = Vec::new();
+        for n in 0..5 {
+            let (waiter, order) = (limiter.clone(), order_tx.clone());
+            waiters.push(tokio::spawn(async move {
+                let permit = waiter.acquire().await.unwrap();
+                order.send(n).unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                drop(permit);
+            }));
+            queued(&limiter, n + 1).await;
+        }
+        drop(first);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        let mut order = Vec::new();
+        while let Ok(n) = order_rx.try_recv() {
+            order.push(n);
+        }
+        assert_eq!(order, [0, 1, 2, 3, 4]);
+        let stats = limiter.stats().await;
+        assert_eq!((stats.in_use, stats.max_in_use, stats.granted), (0, 1, 6));
+    }
+
+    #[tokio::test]
+    async fn a_vanished_waiter_is_skipped_and_its_turn_passes_on() {
+        let limiter = limiter(1).await;
+        let held = limiter.acquire().await.unwrap();
+        let gone = tokio::spawn({
+            let limiter = limiter.clone();
+            async move { limiter.acquire().await }
+        });
+        queued(&limiter, 1).await;
+        let next = tokio::spawn({
+            let limiter = limiter.clone();
+            async move { limiter.acquire().await.map(|p| drop(p)) }
+        });
+        queued(&limiter, 2).await;
+        gone.abort();
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(10), next)
+            .await
+            .expect("the waiter behind a vanished one was never served")
+            .unwrap()
+            .unwrap();
+        // Nothing leaked to the vanished waiter: the only permit is free again.
+        let stats = limiter.stats().await;
+        assert_eq!((stats.in_use, stats.waiting), (0, 0), "{stats:?}");
+        assert_eq!(
+            stats.granted, 2,
+            "the aborted waiter was skipped, not granted"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_dead_limiter_answers_unavailable_never_a_permit() {
+        let limiter = limiter(2).await;
+        limiter.actor.get().stop_and_wait(None, None).await.unwrap();
+        assert_eq!(limiter.acquire().await.unwrap_err(), LimiterUnavailable);
     }
 }

@@ -1,38 +1,68 @@
-//! The actor system: a runtime root supervising sessions, a catalog actor per
-//! session/revision supervising one connection actor per server, the runtime-wide
-//! discovery limiter and the approval broker. Hosts use only the handles re-exported
-//! here; messages and actors stay private.
+//! The actor system. The host holds handles (`handle.rs`); every handle method is one
+//! typed message to the actor that owns the state.
 //!
 //! ```text
-//!  host ──start/resume/evict──▶ RuntimeActor ──spawn_linked──▶ SessionActor (per session)
-//!                                                                 │ PrepareTurn
-//!                                                                 ▼
-//!  ApprovalBroker ◀──decide── prep task ◀──spawn── CatalogActor (per session/identity)
-//!  Limiter ◀──acquire──┘          │ Resolved                    │ spawn_linked
-//!                                 └──────────────▶ CatalogActor ▼
-//!  TurnCatalog::call ──Call──▶ ConnectionActor (per server) ──▶ rmcp client ──▶ child
+//!  host ─ Runtime ──start/resume/evict──▶ RuntimeActor (root)
+//!                                          ├─ linked ─▶ Limiter  (runtime-wide, restarted if it dies)
+//!                                          ├─ linked ─▶ Broker   (runtime-wide, restarted if it dies)
+//!                                          └─ linked ─▶ SessionActor (one per session)
+//!  host ─ Session ──PrepareTurn──▶ SessionActor ─ linked ─▶ CatalogActor (per catalog identity)
+//!                                                              │ plan.rs: close / connect / relist
+//!                                                              │ task: connect.rs pipeline
+//!                                                              │   capability → cwd → approval (Broker)
+//!                                                              │   → interpolation → permit (Limiter)
+//!                                                              │   → transport::connect → tools/list
+//!                                                              └─ linked ─▶ ConnectionActor (per server)
+//!  host ─ TurnCatalog::call ──(no actor hop)──▶ Dispatch ─▶ rmcp peer ─▶ server
 //! ```
+//!
+//! A call goes straight from the turn's entry to the connection's rmcp peer through the
+//! `Dispatch` the catalog built; the connection actor owns the client's lifetime (its
+//! `post_stop` closes the transport and ends the process tree) and watches its end.
+//! Supervision events carry every end upward: a connection's end is a cached failure of
+//! its catalog, a catalog's end is replaced at the session's next turn, a session's end
+//! leaves a resumable record at the root.
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `handle.rs` | `Runtime`, `Session`, `ChildSession`: the host's handles |
+//! | `runtime.rs` | the root: sessions, lanes, tracked evictions, helper restarts |
+//! | `session.rs` | one session: its spec, its current catalog, eviction |
+//! | `catalog.rs` | one catalog identity: live connections, failure cache, turns |
+//! | `plan.rs` | pure: what a turn closes, connects and relists; its entries and names |
+//! | `connect.rs` | the connect pipeline, step by step, and its typed denials |
+//! | `connection.rs` | one server connection's lifetime, and its `Dispatch` |
+//! | `listing.rs` | a `tools/list` answer made catalog tools (bounds, schema pool) |
+//! | `turn.rs` | `TurnCatalog`: a turn's entries, and the call path's checks |
+//! | `status.rs` | what `/servers` reports |
+//! | `approval.rs` | the approval broker: policy, session cache, one question at a time |
+//! | `limiter.rs` | the discovery limiter: N connects at once, first come first served |
+//! | `shared.rs` | what every actor of one runtime shares |
+//! | `config.rs` | `RuntimeConfig` |
 
 mod approval;
 mod catalog;
 mod config;
 mod connect;
 mod connection;
+mod handle;
 mod limiter;
 mod listing;
 mod plan;
 mod runtime;
 mod session;
 mod shared;
+mod status;
 mod turn;
 
 pub use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, Approver, FixedApprover};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
 pub use approval::Approval;
-pub use catalog::{ServerState, ServerStatus};
 pub use config::{HostTool, RuntimeConfig};
-pub use limiter::{LimiterStats, Permit};
-pub use runtime::{ChildSession, Eviction, RESUMABLE, Runtime, RuntimeError, Session};
-pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
 pub use connect::DenyReason;
+pub use handle::{CONTROL_BOUND, ChildSession, Runtime, Session};
+pub use limiter::{LimiterStats, Permit};
+pub use runtime::{Eviction, RESUMABLE, RuntimeError};
+pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
+pub use status::{ServerState, ServerStatus};
 pub use turn::{CallError, Denial, Diagnostic, PrepareError, StaleReason, ToolEntry, TurnCatalog};

@@ -159,7 +159,10 @@ pub(super) fn entries<'a, B: Clone>(
             let Some(name) = names.tools.get(&key) else {
                 continue;
             };
-            if let Some(host) = host_tools.iter().find(|h| h.name.eq_ignore_ascii_case(name)) {
+            if let Some(host) = host_tools
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case(name))
+            {
                 return Err(format!(
                     "tool name `{name}` is claimed by {} and mcp:{}:{}/{}; rename one of them or filter the MCP tool out",
                     host.provenance, decl.path, decl.server_id, tool.name
@@ -192,7 +195,11 @@ mod tests {
     }
 
     fn peer(core: &AgentCore, id: &str, list_changed: bool) -> LivePeer {
-        let d = core.declarations.iter().find(|d| d.server_id == id).unwrap();
+        let d = core
+            .declarations
+            .iter()
+            .find(|d| d.server_id == id)
+            .unwrap();
         LivePeer {
             server: id.into(),
             fingerprint: d.fingerprint,
@@ -206,7 +213,11 @@ mod tests {
 
     #[test]
     fn healthy_unchanged_peers_are_reused_and_the_rest_connected_in_file_order() {
-        let c = core(&[("a", "command: a\n"), ("b", "command: b\n"), ("c", "command: c\n")]);
+        let c = core(&[
+            ("a", "command: a\n"),
+            ("b", "command: b\n"),
+            ("c", "command: c\n"),
+        ]);
         let plan = plan(&[peer(&c, "b", false)], &HashMap::new(), &c, Instant::now());
         assert_eq!(ids(&plan.connect), ["a", "c"]);
         assert!(plan.close.is_empty() && plan.relist.is_empty() && plan.failed.is_empty());
@@ -220,7 +231,11 @@ mod tests {
         let plan = plan(&live, &HashMap::new(), &after, Instant::now());
         assert_eq!(plan.close, ["a"]);
         assert_eq!(ids(&plan.connect), ["a"]);
-        assert_eq!(plan.relist, ["b"], "a list change is applied at the turn boundary");
+        assert_eq!(
+            plan.relist,
+            ["b"],
+            "a list change is applied at the turn boundary"
+        );
     }
 
     #[test]
@@ -237,14 +252,37 @@ mod tests {
     fn cached_failures_are_reported_until_they_expire_or_the_declaration_changes() {
         let c = core(&[("a", "command: a\n"), ("b", "command: b\n")]);
         let now = Instant::now();
-        let fp = |id: &str| c.declarations.iter().find(|d| d.server_id == id).unwrap().fingerprint;
+        let fp = |id: &str| {
+            c.declarations
+                .iter()
+                .find(|d| d.server_id == id)
+                .unwrap()
+                .fingerprint
+        };
         let failures = HashMap::from([
-            ("a".to_string(), Failure { fingerprint: fp("a"), message: "boom".into(), until: now + Duration::from_secs(30) }),
-            ("b".to_string(), Failure { fingerprint: fp("b"), message: "old".into(), until: now }),
+            (
+                "a".to_string(),
+                Failure {
+                    fingerprint: fp("a"),
+                    message: "boom".into(),
+                    until: now + Duration::from_secs(30),
+                },
+            ),
+            (
+                "b".to_string(),
+                Failure {
+                    fingerprint: fp("b"),
+                    message: "old".into(),
+                    until: now,
+                },
+            ),
         ]);
         let p = plan(&[], &failures, &c, now);
         assert_eq!(p.failed.len(), 1);
-        assert_eq!((p.failed[0].0.server_id.as_str(), p.failed[0].1.as_str()), ("a", "boom"));
+        assert_eq!(
+            (p.failed[0].0.server_id.as_str(), p.failed[0].1.as_str()),
+            ("a", "boom")
+        );
         assert_eq!(p.forget, ["b"]);
         assert_eq!(ids(&p.connect), ["b"]);
         // The same failure after the declaration changed: tried again at once.
@@ -269,31 +307,76 @@ mod tests {
         let docs_tools = [tool("search"), tool("fetch"), tool("Search")];
         let other_tools = [tool("x")];
         let servers = [
-            Connected { declaration: other.as_ref(), tools: &other_tools, kept: false, binding: 2 },
-            Connected { declaration: docs.as_ref(), tools: &docs_tools, kept: false, binding: 1 },
+            Connected {
+                declaration: other.as_ref(),
+                tools: &other_tools,
+                kept: false,
+                binding: 2,
+            },
+            Connected {
+                declaration: docs.as_ref(),
+                tools: &docs_tools,
+                kept: false,
+                binding: 1,
+            },
         ];
         let (entries, names) = entries(&servers, &Names::default(), &[]).unwrap();
-        let shown: Vec<(&str, i32)> = entries.iter().map(|e| (e.name.as_str(), e.binding)).collect();
-        assert_eq!(shown, [("Docs2__x", 2), ("docs__search", 1), ("docs__Search-2", 1)]);
+        let shown: Vec<(&str, i32)> = entries
+            .iter()
+            .map(|e| (e.name.as_str(), e.binding))
+            .collect();
+        assert_eq!(
+            shown,
+            [("Docs2__x", 2), ("docs__search", 1), ("docs__Search-2", 1)]
+        );
         // Next turn: `docs` is kept; a new server taking its prefix comes first.
         let newcomer = core(&[("DOCS", "command: n\n")]);
         let nt = [tool("search")];
         let servers = [
-            Connected { declaration: newcomer.declarations[0].as_ref(), tools: &nt, kept: false, binding: 3 },
-            Connected { declaration: docs.as_ref(), tools: &docs_tools, kept: true, binding: 1 },
+            Connected {
+                declaration: newcomer.declarations[0].as_ref(),
+                tools: &nt,
+                kept: false,
+                binding: 3,
+            },
+            Connected {
+                declaration: docs.as_ref(),
+                tools: &docs_tools,
+                kept: true,
+                binding: 1,
+            },
         ];
         let (entries, _) = super::entries(&servers, &names, &[]).unwrap();
-        assert!(entries.iter().any(|e| e.name == "docs__search" && e.binding == 1));
-        assert!(entries.iter().any(|e| e.name == "DOCS-2__search" && e.binding == 3));
+        assert!(
+            entries
+                .iter()
+                .any(|e| e.name == "docs__search" && e.binding == 1)
+        );
+        assert!(
+            entries
+                .iter()
+                .any(|e| e.name == "DOCS-2__search" && e.binding == 3)
+        );
     }
 
     #[test]
     fn a_host_tool_collision_names_both_provenances() {
         let c = core(&[("docs", "command: d\n")]);
         let tools = [tool("search")];
-        let servers = [Connected { declaration: c.declarations[0].as_ref(), tools: &tools, kept: false, binding: () }];
-        let host = [HostTool { name: "DOCS__search".into(), provenance: "builtin:search".into() }];
+        let servers = [Connected {
+            declaration: c.declarations[0].as_ref(),
+            tools: &tools,
+            kept: false,
+            binding: (),
+        }];
+        let host = [HostTool {
+            name: "DOCS__search".into(),
+            provenance: "builtin:search".into(),
+        }];
         let err = entries(&servers, &Names::default(), &host).err().unwrap();
-        assert!(err.contains("builtin:search") && err.contains("mcp:agent/mcp/docs.yaml:docs/search"), "{err}");
+        assert!(
+            err.contains("builtin:search") && err.contains("mcp:agent/mcp/docs.yaml:docs/search"),
+            "{err}"
+        );
     }
 }

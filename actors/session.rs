@@ -10,8 +10,9 @@ use std::time::Duration;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde::Serialize;
 
-use super::catalog::{Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, ServerStatus};
+use super::catalog::{Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, TurnRequest};
 use super::shared::Shared;
+use super::status::ServerStatus;
 use super::turn::{PrepareError, TurnCatalog};
 use crate::authority::{CapabilitySet, HostPolicy};
 use crate::core::AgentCore;
@@ -143,74 +144,9 @@ impl Actor for SessionActor {
                 core,
                 revision,
                 reply,
-            } => {
-                if state.evicted {
-                    let _ = reply.send(Err(PrepareError::Evicted));
-                    return Ok(());
-                }
-                state.turn += 1;
-                match state.catalog_for(&myself, &core, revision).await {
-                    Ok(catalog) => {
-                        let turn = state.turn;
-                        if let Err(ractor::MessagingErr::SendErr(CatalogMsg::PrepareTurn {
-                            reply,
-                            ..
-                        })) = catalog.cast(CatalogMsg::PrepareTurn { core, turn, reply })
-                        {
-                            let _ = reply.send(Err(PrepareError::Evicted));
-                        }
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
-            }
-            SessionMsg::Evict { reason, reply } => {
-                state.evicted = true;
-                let catalog = state.current.take().map(|(_, c)| c);
-                let shared = Arc::clone(&state.args.shared);
-                let session = state.args.id.clone();
-                let me = myself.clone();
-                tokio::spawn(async move {
-                    let closed = match catalog {
-                        Some(c) => close_catalog(&c, &reason, shared.config.close_grace).await,
-                        None => 0,
-                    };
-                    shared.broker.forget_session(&session);
-                    shared.hub.emit(
-                        &session,
-                        EventKind::SessionEvicted {
-                            reason: reason.clone(),
-                            connections_closed: closed,
-                        },
-                    );
-                    shared.hub.close_session(&session);
-                    let _ = reply.send(EvictionReport {
-                        session,
-                        reason,
-                        connections_closed: closed,
-                    });
-                    me.stop(Some("evicted".into()));
-                });
-            }
-            SessionMsg::Status(reply) => match &state.current {
-                Some((_, c)) => {
-                    let c = c.clone();
-                    tokio::spawn(async move {
-                        let status = match c
-                            .call(CatalogMsg::Status, Some(Duration::from_secs(5)))
-                            .await
-                        {
-                            Ok(ractor::rpc::CallResult::Success(s)) => s,
-                            _ => Vec::new(),
-                        };
-                        let _ = reply.send(status);
-                    });
-                }
-                None => {
-                    let _ = reply.send(Vec::new());
-                }
-            },
+            } => state.prepare_turn(&myself, core, revision, reply).await,
+            SessionMsg::Evict { reason, reply } => state.evict(&myself, reason, reply),
+            SessionMsg::Status(reply) => state.status(reply),
         }
         Ok(())
     }
@@ -247,6 +183,94 @@ impl Actor for SessionActor {
 }
 
 impl SessionState {
+    /// Hands the turn to the catalog of the session's current identity (a new one when
+    /// the identity changed); the catalog answers the host directly.
+    async fn prepare_turn(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        core: Arc<AgentCore>,
+        revision: Option<String>,
+        reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    ) {
+        if self.evicted {
+            let _ = reply.send(Err(PrepareError::Evicted));
+            return;
+        }
+        self.turn += 1;
+        let catalog = match self.catalog_for(myself, &core, revision).await {
+            Ok(catalog) => catalog,
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let request = TurnRequest {
+            core,
+            turn: self.turn,
+            reply,
+        };
+        if let Err(ractor::MessagingErr::SendErr(CatalogMsg::PrepareTurn(request))) =
+            catalog.cast(CatalogMsg::PrepareTurn(request))
+        {
+            let _ = request.reply.send(Err(PrepareError::Evicted));
+        }
+    }
+
+    /// Marks the session evicted at once (no later turn starts), then closes its
+    /// catalog off the mailbox, reports, and stops.
+    fn evict(
+        &mut self,
+        myself: &ActorRef<SessionMsg>,
+        reason: String,
+        reply: RpcReplyPort<EvictionReport>,
+    ) {
+        self.evicted = true;
+        let catalog = self.current.take().map(|(_, c)| c);
+        let shared = Arc::clone(&self.args.shared);
+        let session = self.args.id.clone();
+        let me = myself.clone();
+        tokio::spawn(async move {
+            let closed = match catalog {
+                Some(c) => close_catalog(&c, &reason, shared.config.close_grace).await,
+                None => 0,
+            };
+            shared.broker.forget_session(&session);
+            shared.hub.emit(
+                &session,
+                EventKind::SessionEvicted {
+                    reason: reason.clone(),
+                    connections_closed: closed,
+                },
+            );
+            shared.hub.close_session(&session);
+            let _ = reply.send(EvictionReport {
+                session,
+                reason,
+                connections_closed: closed,
+            });
+            me.stop(Some("evicted".into()));
+        });
+    }
+
+    /// The current catalog's per-server state, asked off the mailbox (bounded).
+    fn status(&self, reply: RpcReplyPort<Vec<ServerStatus>>) {
+        let Some((_, catalog)) = &self.current else {
+            let _ = reply.send(Vec::new());
+            return;
+        };
+        let catalog = catalog.clone();
+        tokio::spawn(async move {
+            let asked = catalog
+                .call(CatalogMsg::Status, Some(Duration::from_secs(5)))
+                .await;
+            let status = match asked {
+                Ok(ractor::rpc::CallResult::Success(s)) => s,
+                _ => Vec::new(),
+            };
+            let _ = reply.send(status);
+        });
+    }
+
     /// The catalog of this turn's identity: the current one, or a new one after closing
     /// the stale one (no peer is reused across identities).
     async fn catalog_for(

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::connection::Dispatch;
 use super::shared::Shared;
 use crate::authority::{Action, ApprovalRequest, ApprovalSource, ConnectPreview, HostPolicy};
-use crate::core::{ApprovalPolicy, CoreErrors, Declaration};
+use crate::core::{ApprovalPolicy, CoreErrors, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
 use crate::result::ToolResult;
@@ -113,6 +113,31 @@ pub struct Diagnostic {
     pub message: String,
 }
 
+impl Diagnostic {
+    /// A diagnostic about `declaration`.
+    pub(super) fn of(declaration: &Declaration, message: String) -> Self {
+        Diagnostic {
+            server: declaration.server_id.clone(),
+            path: declaration.path.clone(),
+            message,
+        }
+    }
+
+    /// A declaration that did not load: every one of its (value-free) errors.
+    pub(super) fn broken(broken: &crate::core::Broken) -> Self {
+        let message = broken
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>();
+        Diagnostic {
+            server: broken.server_id.clone(),
+            path: broken.path.clone(),
+            message: message.join("; "),
+        }
+    }
+}
+
 /// A server denied by authority for this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Denial {
@@ -143,6 +168,56 @@ pub(super) struct Binding {
     /// Whether the catalog's capability snapshot grants the call capability (decided
     /// once per catalog build, not per call).
     pub call_allowed: bool,
+}
+
+/// A turn's entries and their name index; turns built from the same connections and
+/// tool lists share them.
+pub(super) type Entries = (Arc<Vec<ToolEntry>>, Arc<HashMap<String, usize>>);
+
+/// The last turn's entries and what they were built from: each connection's actor,
+/// its tool-list generation and its declaration's fingerprint. Equal keys mean the
+/// entries are still exact, and the warm turn reuses them as they are.
+pub(super) struct Warm {
+    key: Vec<(ractor::ActorId, u64, Fingerprint)>,
+    entries: Entries,
+}
+
+impl Warm {
+    pub(super) fn new(key: Vec<(ractor::ActorId, u64, Fingerprint)>, entries: &Entries) -> Self {
+        let entries = (Arc::clone(&entries.0), Arc::clone(&entries.1));
+        Warm { key, entries }
+    }
+
+    /// The entries, when they were built from exactly `key`.
+    pub(super) fn reuse(&self, key: &[(ractor::ActorId, u64, Fingerprint)]) -> Option<Entries> {
+        (self.key == key).then(|| (Arc::clone(&self.entries.0), Arc::clone(&self.entries.1)))
+    }
+}
+
+/// The planner's entries made tool entries, with their name index.
+pub(super) fn bind(planned: Vec<super::plan::Entry<'_, Binding>>) -> Entries {
+    let entries: Vec<ToolEntry> = planned
+        .into_iter()
+        .map(|e| ToolEntry {
+            name: e.name,
+            server: e.server.to_string(),
+            tool: e.tool.name.to_string(),
+            description: e
+                .tool
+                .description
+                .as_deref()
+                .unwrap_or_default()
+                .to_string(),
+            input_schema: Arc::clone(&e.tool.input_schema),
+            binding: e.binding,
+        })
+        .collect();
+    let index = entries
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.clone(), i))
+        .collect();
+    (Arc::new(entries), Arc::new(index))
 }
 
 /// One visible tool, bound to its connection.
@@ -203,7 +278,7 @@ impl TurnCatalog {
         catalog_id: u64,
         turn: u64,
         policy: HostPolicy,
-        (tools, index): (Arc<Vec<ToolEntry>>, Arc<HashMap<String, usize>>),
+        (tools, index): Entries,
         diagnostics: Vec<Diagnostic>,
         denied: Vec<Denial>,
     ) -> Self {

@@ -6,6 +6,7 @@ mod common;
 use common::{Core, Recorder, count, demo, demo_counting, harness, names};
 use demiurge_mcp::ApprovalAnswer;
 use demiurge_mcp::actors::Action;
+use demiurge_mcp::core::ApprovalPolicy;
 
 #[tokio::test]
 async fn missing_connect_capability_prevents_spawn_and_approval() {
@@ -148,8 +149,8 @@ async fn connect_is_never_weaker_than_prompt_and_deny_always_denies() {
     );
     assert_eq!(asked[0].server, "auto");
     assert_eq!(asked[0].action, Action::Connect);
-    assert_eq!(asked[0].preview.effective_policy, "prompt");
-    assert_eq!(asked[0].preview.declared_policy, "auto");
+    assert_eq!(asked[0].preview.effective_policy, ApprovalPolicy::Prompt);
+    assert_eq!(asked[0].preview.declared_policy, ApprovalPolicy::Auto);
     assert_eq!(catalog.denied().len(), 1);
     assert_eq!(catalog.denied()[0].server, "never");
     h.finish().await;
@@ -232,5 +233,56 @@ async fn interpolation_happens_only_after_capability_and_approval() {
             .iter()
             .any(|(s, r)| *s == "nocap" && r.contains("mcp.connect:nocap"))
     );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn an_approver_that_kills_the_broker_denies_as_unavailable_and_the_broker_comes_back() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let marker = tempfile::tempdir().unwrap();
+    let started = marker.path().join("started");
+    let core = Core::new().grant_servers(&["docs"]).server(
+        "docs",
+        &demo_counting(&started, "approval_policy: prompt\n"),
+    );
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&asked);
+    // The first question panics inside the broker's handler (the approver is called
+    // there); every later one allows.
+    let h = harness(Recorder::new(move |_| {
+        if counter.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("a host approver with a bug");
+        }
+        ApprovalAnswer::AllowOnce
+    }))
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let first = session.prepare_turn().await.unwrap();
+    assert_eq!(first.denied().len(), 1, "{:?}", first.denied());
+    assert_eq!(
+        first.denied()[0].cause,
+        demiurge_mcp::DenyReason::BrokerUnavailable,
+        "a dead broker is not a policy or approver denial"
+    );
+    assert_eq!(count(&started), 0, "nothing starts without an approval");
+    assert!(
+        h.sink
+            .of_type("approval.decided")
+            .iter()
+            .all(|e| !serde_json::to_string(e).unwrap().contains("\"policy\"")),
+        "no audit record may claim the policy decided"
+    );
+    // The root restarted the broker: the next turn asks again and connects.
+    let mut connected = false;
+    for _ in 0..50 {
+        let catalog = session.prepare_turn().await.unwrap();
+        if !catalog.tools().is_empty() {
+            connected = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(connected, "the broker was never restarted");
+    assert!(asked.load(Ordering::SeqCst) >= 2);
     h.finish().await;
 }

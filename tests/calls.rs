@@ -143,7 +143,10 @@ async fn call_approval_follows_the_manifest_policy() {
         .call("ask__echo", json!({"message": "x"}))
         .await
         .unwrap_err();
-    assert!(matches!(denied, CallError::ApprovalDenied { .. }), "{denied}");
+    assert!(
+        matches!(denied, CallError::ApprovalDenied { .. }),
+        "{denied}"
+    );
     assert!(
         catalog
             .call("auto__echo", json!({"message": "x"}))
@@ -219,7 +222,13 @@ async fn unknown_tools_and_entries_of_other_sessions_are_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, CallError::Stale { reason: StaleReason::OtherCatalog, .. }),
+        matches!(
+            err,
+            CallError::Stale {
+                reason: StaleReason::OtherCatalog,
+                ..
+            }
+        ),
         "{err}"
     );
     h.finish().await;

@@ -7,7 +7,9 @@ use std::process::Command;
 
 use common::{Recorder, demo, git, harness, pid_of};
 use demiurge_mcp::SessionSpec;
-use demiurge_mcp::evolution::{CoreRepo, EvolutionError, LIVE_REF, LiveRevisions, PREVIOUS_REF};
+use demiurge_mcp::evolution::{
+    Change, CoreRepo, EvolutionError, LIVE_REF, LiveRevisions, PREVIOUS_REF,
+};
 
 struct Repo {
     dir: tempfile::TempDir,
@@ -110,7 +112,7 @@ fn a_first_promotion_sets_live_and_leaves_previous_absent() {
         .iter()
         .find(|c| c.path == "agent/mcp/a.yaml")
         .unwrap();
-    assert_eq!(decl.change, "added");
+    assert_eq!(decl.change, Change::Added);
     assert_eq!(decl.after.as_ref().unwrap()["command"], "server-a");
     assert!(
         review.token.starts_with("mcp-review:") && review.token.len() == "mcp-review:".len() + 64
@@ -134,7 +136,7 @@ fn added_removed_and_modified_declarations_are_listed() {
     repo.remove("agent/mcp/c.yaml");
     let c2 = repo.commit("two");
     let review = repo.core().review(&c2).unwrap();
-    let kinds: Vec<(&str, &str)> = review
+    let kinds: Vec<(&str, Change)> = review
         .changes
         .iter()
         .map(|c| (c.path.as_str(), c.change))
@@ -142,9 +144,9 @@ fn added_removed_and_modified_declarations_are_listed() {
     assert_eq!(
         kinds,
         [
-            ("agent/mcp/a.yaml", "modified"),
-            ("agent/mcp/b.yml", "added"),
-            ("agent/mcp/c.yaml", "removed")
+            ("agent/mcp/a.yaml", Change::Modified),
+            ("agent/mcp/b.yml", Change::Added),
+            ("agent/mcp/c.yaml", Change::Removed)
         ]
     );
     assert!(

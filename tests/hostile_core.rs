@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{Core, Recorder, demo, exe, git, harness};
 use demiurge_mcp::core;
-use demiurge_mcp::evolution::CoreRepo;
+use demiurge_mcp::evolution::{Change, CoreRepo};
 
 /// What a revision declares: the paths that load and the paths that are refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -36,7 +36,7 @@ fn reviewed(repo: &Path) -> Declared {
     let review = CoreRepo::open(repo).unwrap().review("HEAD").unwrap();
     let mut out = declared(&[], &[]);
     for change in review.changes.iter().filter(|c| !c.path.contains('#')) {
-        assert_eq!(change.change, "added", "{change:?}");
+        assert_eq!(change.change, Change::Added, "{change:?}");
         let after = change.after.as_ref().unwrap();
         let set = if after.get("invalid").is_some() {
             &mut out.invalid
@@ -300,7 +300,7 @@ fn a_changed_symlink_target_cannot_pass_a_review_as_no_change() {
     let change = &after.changes[0];
     assert_eq!(
         (change.path.as_str(), change.change),
-        ("agent/mcp/evil.yaml", "added")
+        ("agent/mcp/evil.yaml", Change::Added)
     );
     let shown = serde_json::to_string(&change.after).unwrap();
     assert!(

@@ -48,7 +48,7 @@ async fn everything_reconnects_after(change: impl FnOnce(&mut demiurge_mcp::Sess
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let first = session.prepare_turn().await.unwrap();
     let (a1, b1) = pids(&first).await;
-    session.update(change).await.unwrap();
+    session.update(change).unwrap();
     let second = session.prepare_turn().await.unwrap();
     let (a2, b2) = pids(&second).await;
     assert!(
@@ -63,7 +63,13 @@ async fn everything_reconnects_after(change: impl FnOnce(&mut demiurge_mcp::Sess
         .await
         .unwrap_err();
     assert!(
-        matches!(err, CallError::Stale { reason: StaleReason::OtherCatalog, .. }),
+        matches!(
+            err,
+            CallError::Stale {
+                reason: StaleReason::OtherCatalog,
+                ..
+            }
+        ),
         "{err}"
     );
     let err = first
@@ -71,7 +77,13 @@ async fn everything_reconnects_after(change: impl FnOnce(&mut demiurge_mcp::Sess
         .await
         .unwrap_err();
     assert!(
-        matches!(err, CallError::Stale { reason: StaleReason::Closed, .. }),
+        matches!(
+            err,
+            CallError::Stale {
+                reason: StaleReason::Closed,
+                ..
+            }
+        ),
         "{err}"
     );
     h.finish().await;
@@ -128,7 +140,6 @@ async fn the_same_authority_keeps_every_peer_across_turns() {
     let first = pids(&session.prepare_turn().await.unwrap()).await;
     session
         .update(|s| s.lane = "ignored: the lane of a live session does not change".into())
-        .await
         .unwrap();
     let catalog = session.prepare_turn().await.unwrap();
     assert_eq!(pids(&catalog).await, first);
@@ -166,7 +177,6 @@ async fn a_tighter_session_policy_applies_to_calls() {
                 call_floor: ApprovalPolicy::Prompt,
             })
         })
-        .await
         .unwrap();
     let strict = session.prepare_turn().await.unwrap();
     let err = strict

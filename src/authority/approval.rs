@@ -51,7 +51,7 @@ impl ApprovalRequest {
                 crate::text::escape(self.tool.as_deref().unwrap_or("?")),
                 crate::text::escape(&self.server),
                 crate::text::escape(&self.preview.path),
-                self.preview.risk,
+                self.preview.risk.as_str(),
                 crate::text::escape(&self.preview.call_capability)
             ),
         }

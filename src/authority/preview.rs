@@ -5,8 +5,7 @@
 
 use serde::Serialize;
 
-use crate::core::{ApprovalPolicy, Declaration, Endpoint};
-
+use crate::core::{ApprovalPolicy, Declaration, Endpoint, Risk, TransportKind};
 use crate::redact::SECRET_OPTION_MARKERS;
 
 /// What the approver is shown before connecting.
@@ -16,14 +15,15 @@ pub struct ConnectPreview {
     pub server: String,
     /// Declaration path relative to the core.
     pub path: String,
-    /// `stdio` or `streamable_http`.
-    pub transport: &'static str,
-    /// Declared risk.
-    pub risk: &'static str,
-    /// The declaration's own policy.
-    pub declared_policy: &'static str,
-    /// The policy the host applies.
-    pub effective_policy: &'static str,
+    /// How the server is reached (`stdio` or `streamable_http` in JSON).
+    pub transport: TransportKind,
+    /// The risk the declaration states about itself (the author's claim, shown so a
+    /// human can weigh it, never trusted to loosen anything).
+    pub risk: Risk,
+    /// The approval policy the declaration asks for.
+    pub declared_policy: ApprovalPolicy,
+    /// The policy the host applies: the stricter of the declared one and its floor.
+    pub effective_policy: ApprovalPolicy,
     /// `mcp.connect:<id>`.
     pub connect_capability: String,
     /// The call capability.
@@ -63,10 +63,10 @@ impl ConnectPreview {
         let mut preview = ConnectPreview {
             server: decl.server_id.clone(),
             path: decl.path.clone(),
-            transport: decl.transport().as_str(),
-            risk: decl.risk.as_str(),
-            declared_policy: decl.approval_policy.as_str(),
-            effective_policy: effective.as_str(),
+            transport: decl.transport(),
+            risk: decl.risk,
+            declared_policy: decl.approval_policy,
+            effective_policy: effective,
             connect_capability: decl.connect_capability(),
             call_capability: decl.call_capability.clone(),
             command: None,
@@ -104,10 +104,10 @@ impl ConnectPreview {
             "MCP server `{}` ({}) wants to connect\n  transport: {}\n  risk: {}\n  policy: {} (declared {})\n  capabilities: {}, {}\n",
             e(&self.server),
             e(&self.path),
-            self.transport,
-            self.risk,
-            self.effective_policy,
-            self.declared_policy,
+            self.transport.as_str(),
+            self.risk.as_str(),
+            self.effective_policy.as_str(),
+            self.declared_policy.as_str(),
             e(&self.connect_capability),
             e(&self.call_capability)
         );

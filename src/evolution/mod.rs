@@ -605,13 +605,42 @@ pub struct Review {
     pub token: String,
 }
 
+/// How a path changed between the live and the candidate revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Present in the candidate only.
+    Added,
+    /// Present in the live revision only.
+    Removed,
+    /// Present in both, with different content.
+    Modified,
+}
+
+impl Change {
+    /// The spelling in output and in the token's canonical lines.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Change::Added => "added",
+            Change::Removed => "removed",
+            Change::Modified => "modified",
+        }
+    }
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One changed path.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ChangeEntry {
     /// Path relative to the core (or `agent.yaml#...`).
     pub path: String,
-    /// `added`, `removed` or `modified`.
-    pub change: &'static str,
+    /// How it changed.
+    pub change: Change,
     /// Secret-safe preview before (absent for `added`).
     pub before: Option<Value>,
     /// Secret-safe preview after (absent for `removed`).
@@ -749,7 +778,7 @@ fn changed_values(
 
 fn entry(
     path: String,
-    change: &'static str,
+    change: Change,
     before: Option<&Found>,
     after: Option<&Found>,
 ) -> ChangeEntry {
@@ -779,10 +808,10 @@ fn diff(before: &Snapshot, after: &Snapshot) -> Vec<ChangeEntry> {
         .collect();
     for path in paths {
         match (before.declarations.get(path), after.declarations.get(path)) {
-            (None, Some(a)) => changes.push(entry(path.clone(), "added", None, Some(a))),
-            (Some(b), None) => changes.push(entry(path.clone(), "removed", Some(b), None)),
+            (None, Some(a)) => changes.push(entry(path.clone(), Change::Added, None, Some(a))),
+            (Some(b), None) => changes.push(entry(path.clone(), Change::Removed, Some(b), None)),
             (Some(b), Some(a)) if fingerprint_of(b) != fingerprint_of(a) => {
-                changes.push(entry(path.clone(), "modified", Some(b), Some(a)));
+                changes.push(entry(path.clone(), Change::Modified, Some(b), Some(a)));
             }
             _ => {}
         }
@@ -791,7 +820,7 @@ fn diff(before: &Snapshot, after: &Snapshot) -> Vec<ChangeEntry> {
         let digest = |s: &str| format!("root:{}", Fingerprint::of(s.as_bytes()).hex());
         changes.push(ChangeEntry {
             path: "agent.yaml#slots.mcp".into(),
-            change: "modified",
+            change: Change::Modified,
             before: Some(json!({"mcp_root": before.mcp_root})),
             after: Some(json!({"mcp_root": after.mcp_root})),
             details: vec![format!(
@@ -804,16 +833,18 @@ fn diff(before: &Snapshot, after: &Snapshot) -> Vec<ChangeEntry> {
     }
     for grant in before.grants.symmetric_difference(&after.grants) {
         let added = after.grants.contains(grant);
+        let change = if added {
+            Change::Added
+        } else {
+            Change::Removed
+        };
         let digest = Some(format!("grant:{}", Fingerprint::of(grant.as_bytes()).hex()));
         changes.push(ChangeEntry {
             path: format!("agent.yaml#capabilities.defaults.{grant}"),
-            change: if added { "added" } else { "removed" },
+            change,
             before: (!added).then(|| json!({"grant": grant})),
             after: added.then(|| json!({"grant": grant})),
-            details: vec![format!(
-                "capability grant {grant} {}",
-                if added { "added" } else { "removed" }
-            )],
+            details: vec![format!("capability grant {grant} {change}")],
             before_fingerprint: if added { None } else { digest.clone() },
             after_fingerprint: if added { digest } else { None },
         });
@@ -828,7 +859,7 @@ fn token(changes: &[ChangeEntry]) -> String {
     for c in changes {
         let line = json!([
             c.path,
-            c.change,
+            c.change.as_str(),
             c.before_fingerprint.as_deref().unwrap_or("-"),
             c.after_fingerprint.as_deref().unwrap_or("-")
         ]);

@@ -243,14 +243,7 @@ impl PinnedClient {
                 None => url.path().to_string(),
             };
             let response = self
-                .dispatch(
-                    &target,
-                    &addresses,
-                    &method,
-                    &path,
-                    &headers,
-                    body.clone(),
-                )
+                .dispatch(&target, &addresses, &method, &path, &headers, body.clone())
                 .await?;
             if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
             {

@@ -92,7 +92,8 @@ impl ChildProcess {
         let pid = child.id().unwrap_or_default();
         registry.started(pid);
         drop(spawning);
-        let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let (stdin, stdout, stderr) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let (exit_tx, exit) = watch::channel(None);
         tokio::spawn(async move {
             let status = match child.wait().await {
@@ -111,7 +112,9 @@ impl ChildProcess {
         };
         match (stdin, stdout) {
             (Some(stdin), Some(stdout)) => Ok((process, stdin, stdout)),
-            _ => Err(std::io::Error::other("the child's stdio pipes were not available")),
+            _ => Err(std::io::Error::other(
+                "the child's stdio pipes were not available",
+            )),
         }
     }
 

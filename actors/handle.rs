@@ -1,0 +1,455 @@
+//! The host's handles: [`Runtime`] on the actor system, [`Session`] on one session,
+//! [`ChildSession`] on a delegated run. Each method is one typed message to the actor
+//! that owns the state (the root or a session actor); none of them holds a lock across
+//! an await. Control-plane calls are bounded by [`CONTROL_BOUND`], so a wedged actor
+//! turns into [`RuntimeError::Unavailable`], never a hang.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ractor::{Actor, ActorRef, RpcReplyPort};
+
+use super::approval::{Broker, BrokerArgs, BrokerHandle};
+use super::config::RuntimeConfig;
+use super::limiter::{Limiter, LimiterHandle, LimiterStats};
+use super::runtime::{
+    Eviction, OpenReply, Opened, RuntimeActor, RuntimeError, RuntimeMsg, home_outside,
+};
+use super::session::{EvictionReport, LIVE_REVISION, SessionMsg, SessionSpec, SharedSpec};
+use super::shared::Shared;
+use super::status::ServerStatus;
+use super::turn::{PrepareError, TurnCatalog};
+use crate::authority::CapabilitySet;
+use crate::events::EventHub;
+
+/// The longest a start, resume or evict request waits for the root actor to take it.
+/// The root answers from memory (it never waits on a server), so only a wedged or dead
+/// root reaches it.
+pub const CONTROL_BOUND: Duration = Duration::from_secs(30);
+
+fn gone() -> RuntimeError {
+    RuntimeError::Unavailable("the runtime actor is gone or did not answer in time".into())
+}
+
+/// The host's handle on a running runtime.
+#[derive(Clone)]
+pub struct Runtime {
+    actor: ActorRef<RuntimeMsg>,
+    shared: Arc<Shared>,
+}
+
+impl Runtime {
+    /// Starts the actor system: the root, the discovery limiter and the approval broker.
+    ///
+    /// # Errors
+    /// When an actor cannot start.
+    pub async fn start(mut config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        let unavailable = |e: ractor::SpawnErr| RuntimeError::Unavailable(e.to_string());
+        // A relative home would move with the working directory of whoever looks at it;
+        // made absolute once, and created private (0700 whatever the umask).
+        let home_error = |e: std::io::Error| {
+            RuntimeError::Home(config.home.display().to_string(), e.to_string())
+        };
+        let home = std::path::absolute(&config.home).map_err(home_error)?;
+        crate::process::private_dir(&home.join("runtime")).map_err(home_error)?;
+        crate::process::private_dir(&home).map_err(home_error)?;
+        config.home = home;
+        let net = crate::net::NetContext::new(
+            config.url_policy.clone(),
+            Arc::clone(&config.resolver),
+            &config.extra_roots,
+        )
+        .map_err(RuntimeError::Unavailable)?;
+        let log_dir = config.home.join("runtime").join("session-events");
+        let hub = Arc::new(EventHub::new(Arc::clone(&config.events), Some(log_dir)));
+        let (limiter, _) = Actor::spawn(None, Limiter, config.discovery_limit)
+            .await
+            .map_err(unavailable)?;
+        let (broker, _) = Actor::spawn(None, Broker, BrokerArgs::new(&config, &hub))
+            .await
+            .map_err(unavailable)?;
+        let (limiter_cell, broker_cell) = (limiter.get_cell(), broker.get_cell());
+        let shared = Arc::new(Shared::new(
+            config,
+            hub,
+            Arc::new(net),
+            LimiterHandle::new(limiter),
+            BrokerHandle::new(broker),
+        ));
+        let (actor, _) = Actor::spawn(None, RuntimeActor, Arc::clone(&shared))
+            .await
+            .map_err(unavailable)?;
+        // The root supervises the helpers: one that dies is restarted, and until then
+        // its handle answers with a typed "unavailable".
+        limiter_cell.link(actor.get_cell());
+        broker_cell.link(actor.get_cell());
+        Ok(Runtime { actor, shared })
+    }
+
+    /// Starts a session; the previous session of its lane is evicted (tracked).
+    ///
+    /// # Errors
+    /// [`RuntimeError`].
+    pub async fn start_session(
+        &self,
+        spec: SessionSpec,
+    ) -> Result<(Session, Option<Eviction>), RuntimeError> {
+        self.open(|reply| RuntimeMsg::Start {
+            spec,
+            scope: None,
+            reply,
+        })
+        .await
+    }
+
+    /// Resumes a session started earlier in this runtime (evicted or not); the lane's
+    /// other session is evicted (tracked).
+    ///
+    /// # Errors
+    /// [`RuntimeError::UnknownSession`].
+    pub async fn resume_session(
+        &self,
+        id: &str,
+    ) -> Result<(Session, Option<Eviction>), RuntimeError> {
+        let id = id.to_string();
+        self.open(|reply| RuntimeMsg::Resume { id, reply }).await
+    }
+
+    async fn open(
+        &self,
+        msg: impl FnOnce(OpenReply) -> RuntimeMsg,
+    ) -> Result<(Session, Option<Eviction>), RuntimeError> {
+        match self.actor.call(msg, Some(CONTROL_BOUND)).await {
+            Ok(ractor::rpc::CallResult::Success(Ok(opened))) => {
+                let Opened {
+                    id,
+                    actor,
+                    spec,
+                    scope,
+                    eviction,
+                } = opened;
+                let session = Session {
+                    id,
+                    actor,
+                    spec,
+                    scope,
+                    runtime: self.clone(),
+                };
+                Ok((session, eviction))
+            }
+            Ok(ractor::rpc::CallResult::Success(Err(e))) => Err(e),
+            _ => Err(gone()),
+        }
+    }
+
+    /// Evicts one session: closes only its connections.
+    ///
+    /// # Errors
+    /// [`RuntimeError::UnknownSession`] when it is not live.
+    pub async fn evict_session(&self, id: &str) -> Result<EvictionReport, RuntimeError> {
+        self.evict_with(id, "explicit").await
+    }
+
+    async fn evict_with(&self, id: &str, reason: &str) -> Result<EvictionReport, RuntimeError> {
+        let (id, reason) = (id.to_string(), reason.to_string());
+        let asked = self
+            .actor
+            .call(
+                |reply| RuntimeMsg::Evict {
+                    id: id.clone(),
+                    reason,
+                    reply,
+                },
+                Some(CONTROL_BOUND),
+            )
+            .await;
+        match asked {
+            // The eviction's own wait is bounded by the root (close grace, then stop).
+            Ok(ractor::rpc::CallResult::Success(Some(eviction))) => eviction.wait().await,
+            Ok(ractor::rpc::CallResult::Success(None)) => Err(RuntimeError::UnknownSession(id)),
+            _ => Err(gone()),
+        }
+    }
+
+    /// Discovery limiter counters.
+    pub async fn limiter_stats(&self) -> LimiterStats {
+        self.shared.limiter.stats().await
+    }
+
+    /// The runtime home.
+    pub fn home(&self) -> &std::path::Path {
+        &self.shared.config.home
+    }
+
+    /// The JSONL event log of a session.
+    pub fn event_log_path(&self, session: &str) -> Option<PathBuf> {
+        self.shared.hub.log_path(session)
+    }
+
+    /// Waits until every event emitted so far is in the JSONL logs.
+    pub async fn flush_events(&self) {
+        let hub = Arc::clone(&self.shared.hub);
+        let _ = tokio::task::spawn_blocking(move || hub.flush()).await;
+    }
+
+    /// Evicts every session (closing every connection and child process), then stops
+    /// the actors. Bounded: a session that does not close in time is stopped, and its
+    /// process groups are killed as their guards drop.
+    pub async fn shutdown(&self) {
+        let evictions = match self
+            .actor
+            .call(RuntimeMsg::Shutdown, Some(Duration::from_secs(10)))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(e)) => e,
+            _ => Vec::new(),
+        };
+        let bound = self.shared.config.close_grace * 10 + Duration::from_secs(10);
+        let _ = tokio::time::timeout(
+            bound,
+            futures::future::join_all(evictions.into_iter().map(Eviction::wait)),
+        )
+        .await;
+        let _ = self
+            .actor
+            .stop_and_wait(Some("shutdown".into()), Some(bound))
+            .await;
+        self.flush_events().await;
+        self.shared.limiter.stop();
+        self.shared.broker.stop();
+        // Whatever a server left behind (orphans, a tree a stopped session did not end)
+        // ends here; then the reaper goes.
+        let processes = Arc::clone(&self.shared.processes);
+        let _ = tokio::task::spawn_blocking(move || processes.shutdown()).await;
+    }
+}
+
+/// The host's handle on one session.
+#[derive(Clone)]
+pub struct Session {
+    id: String,
+    actor: ActorRef<SessionMsg>,
+    /// The spec, shared with the session actor and the runtime's record.
+    spec: SharedSpec,
+    /// The delegated scope of a child session (children of children narrow it further).
+    scope: Option<CapabilitySet>,
+    runtime: Runtime,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("id", &self.id).finish()
+    }
+}
+
+impl Session {
+    /// Session id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Loads the core (off the actors, on a blocking thread) and resolves the turn's
+    /// catalog.
+    ///
+    /// # Errors
+    /// [`PrepareError`]: load errors, eviction, collisions.
+    pub async fn prepare_turn(&self) -> Result<TurnCatalog, PrepareError> {
+        let spec = self.spec().map_err(|_| PrepareError::Evicted)?;
+        let track_live = spec.core_revision == LIVE_REVISION;
+        let root = spec.core_root;
+        let cache = Arc::clone(&self.runtime.shared.load_cache);
+        // Inline, not on a blocking thread: a warm load reads one inotify descriptor
+        // (or at worst lists one directory and stats its files), less than a hop.
+        let live = track_live.then(|| self.runtime.shared.live_revisions.get(&root));
+        // A core that follows its live revision runs exactly that commit, read as the
+        // review read it: nothing in the working tree (untracked, ignored or edited
+        // files) runs without a review. Without a live revision yet, the working tree.
+        let core = match &live {
+            Some(Some(commit)) => {
+                let root = cache.canonical(&root);
+                self.runtime.shared.live_cores.load(&root, commit)?
+            }
+            _ => crate::core::load_cached(&root, &cache)?,
+        };
+        let revision = live.map(|live| format!("live:{}", live.as_deref().unwrap_or("none")));
+        match self
+            .actor
+            .call(
+                |reply| SessionMsg::PrepareTurn {
+                    core,
+                    revision,
+                    reply,
+                },
+                None,
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(result)) => result,
+            _ => Err(PrepareError::Evicted),
+        }
+    }
+
+    /// Changes what the session acts with: principal, capabilities, core root and
+    /// revision, workspace, policy (the id and lane stay). A change of anything in the
+    /// catalog identity closes every connection of the old identity at the next turn.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Workspace`] when the workspace does not exist;
+    /// [`RuntimeError::Unavailable`] when the session is gone.
+    pub fn update(&self, change: impl FnOnce(&mut SessionSpec)) -> Result<(), RuntimeError> {
+        let mut spec = self.spec()?;
+        let (id, lane) = (spec.id.clone(), spec.lane.clone());
+        change(&mut spec);
+        (spec.id, spec.lane) = (id, lane);
+        let dir = spec
+            .workspace
+            .clone()
+            .unwrap_or_else(|| spec.core_root.clone());
+        let workspace = dir
+            .canonicalize()
+            .map_err(|_| RuntimeError::Workspace(dir.display().to_string()))?;
+        home_outside(
+            &self.runtime.shared.config.home,
+            &workspace,
+            &spec.core_root,
+        )?;
+        let mut shared = self
+            .spec
+            .write()
+            .map_err(|_| RuntimeError::Unavailable("the session spec is poisoned".into()))?;
+        *shared = (spec, workspace);
+        Ok(())
+    }
+
+    /// The session's current spec.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Unavailable`] when the spec lock is poisoned.
+    pub fn spec(&self) -> Result<SessionSpec, RuntimeError> {
+        self.spec
+            .read()
+            .map(|s| s.0.clone())
+            .map_err(|_| RuntimeError::Unavailable("the session spec is poisoned".into()))
+    }
+
+    /// Per-server state of the current catalog.
+    pub async fn servers(&self) -> Vec<ServerStatus> {
+        match self
+            .actor
+            .call(SessionMsg::Status, Some(Duration::from_secs(10)))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(s)) => s,
+            _ => Vec::new(),
+        }
+    }
+
+    /// Starts a delegated child session under `scope` (it can only narrow this
+    /// session's capabilities). Its connections are released by
+    /// [`ChildSession::finish`], or when the handle is dropped.
+    ///
+    /// # Errors
+    /// [`RuntimeError`].
+    pub async fn spawn_child(&self, scope: CapabilitySet) -> Result<ChildSession, RuntimeError> {
+        let scope = match &self.scope {
+            Some(parent) => parent.narrowed_by(&scope),
+            None => scope,
+        };
+        let mut spec = self.spec()?;
+        spec.id = None;
+        spec.lane = format!("child-of:{}", self.id);
+        let (session, _) = self
+            .runtime
+            .open(|reply| RuntimeMsg::Start {
+                spec,
+                scope: Some(scope),
+                reply,
+            })
+            .await?;
+        Ok(ChildSession {
+            session,
+            finished: false,
+        })
+    }
+
+    /// Evicts this session.
+    ///
+    /// # Errors
+    /// See [`Runtime::evict_session`].
+    pub async fn evict(&self) -> Result<EvictionReport, RuntimeError> {
+        self.runtime.evict_session(&self.id).await
+    }
+}
+
+/// A delegated child session; dropping it releases its connections.
+pub struct ChildSession {
+    session: Session,
+    finished: bool,
+}
+
+impl ChildSession {
+    /// The child session.
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Ends the child run and releases its connections.
+    ///
+    /// # Errors
+    /// See [`Runtime::evict_session`].
+    pub async fn finish(mut self) -> Result<EvictionReport, RuntimeError> {
+        self.finished = true;
+        self.session
+            .runtime
+            .evict_with(&self.session.id, "child_finished")
+            .await
+    }
+}
+
+impl Drop for ChildSession {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.session.runtime.actor.cast(RuntimeMsg::Evict {
+                id: self.session.id.clone(),
+                reason: "child_dropped".into(),
+                reply: dummy_port(),
+            });
+        }
+    }
+}
+
+fn dummy_port<T>() -> RpcReplyPort<T> {
+    let (tx, _rx) = ractor::concurrency::oneshot();
+    tx.into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_root_restarts_a_limiter_that_stopped() {
+        let home = tempfile::tempdir().unwrap();
+        let runtime = Runtime::start(RuntimeConfig::new(home.path().join("home")))
+            .await
+            .unwrap();
+        let limiter = runtime.shared.limiter.clone();
+        let before = limiter.id();
+        limiter.stop();
+        let mut permit = None;
+        for _ in 0..200 {
+            if limiter.id() != before
+                && let Ok(p) = limiter.acquire().await
+            {
+                permit = Some(p);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(permit.is_some(), "the limiter was never restarted");
+        assert_eq!(runtime.limiter_stats().await.in_use, 1);
+        drop(permit);
+        runtime.shutdown().await;
+    }
+}
