@@ -19,6 +19,7 @@ use crate::events::{EventHub, EventKind};
 
 /// The broker's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Approval {
     /// Whether the action may proceed.
     pub allowed: bool,
@@ -273,13 +274,13 @@ pub struct BrokerUnavailable;
 /// restarts one that died.
 #[derive(Clone)]
 pub struct BrokerHandle {
-    actor: super::shared::Swappable<BrokerMsg>,
+    actor: super::swappable::Swappable<BrokerMsg>,
 }
 
 impl BrokerHandle {
     pub(crate) fn new(actor: ActorRef<BrokerMsg>) -> Self {
         BrokerHandle {
-            actor: super::shared::Swappable::new(actor),
+            actor: super::swappable::Swappable::new(actor),
         }
     }
 

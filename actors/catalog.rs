@@ -30,7 +30,7 @@ use crate::core::{AgentCore, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::naming::Names;
 use crate::redact::View;
-use crate::transport::ListedTools;
+use crate::transport::{ConnectErrorKind, ListedTools};
 
 /// What a catalog is bound to; any change means a new catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -64,7 +64,7 @@ pub enum CatalogMsg {
         /// Count of closed connections.
         reply: RpcReplyPort<usize>,
     },
-    /// Per-server state.
+    /// Ask for each server's state (`/servers`).
     Status(RpcReplyPort<Vec<ServerStatus>>),
 }
 
@@ -247,7 +247,7 @@ impl CatalogState {
             .iter()
             .filter_map(|server| {
                 let id = self.by_server.get(server)?;
-                Some((id.clone(), self.live.get(id)?.dispatch.peer().clone()))
+                Some((*id, self.live.get(id)?.dispatch.peer().clone()))
             })
             .collect();
         let mut resolution = Resolution {
@@ -361,7 +361,8 @@ impl CatalogState {
             Outcome::Failed {
                 declaration,
                 message,
-            } => diagnostics.push(self.fail(&declaration, message)),
+                kind,
+            } => diagnostics.push(self.fail(&declaration, message, kind)),
         }
     }
 
@@ -383,7 +384,7 @@ impl CatalogState {
         );
         let live = match started.await {
             Ok(live) => live,
-            Err(message) => return Err(self.fail(&declaration, message)),
+            Err(message) => return Err(self.fail(&declaration, message, None)),
         };
         self.emit(EventKind::ServerConnected {
             server: declaration.server_id.clone(),
@@ -392,8 +393,7 @@ impl CatalogState {
             tools_listed: live.listed,
         });
         let id = live.actor.get_id();
-        self.by_server
-            .insert(declaration.server_id.clone(), id.clone());
+        self.by_server.insert(declaration.server_id.clone(), id);
         self.live.insert(id, live);
         Ok(())
     }
@@ -423,13 +423,18 @@ impl CatalogState {
                 );
                 let declaration = Arc::clone(&live.declaration);
                 self.close_server(&declaration.server_id, "relisting failed");
-                diagnostics.push(self.fail(&declaration, message));
+                diagnostics.push(self.fail(&declaration, message, None));
             }
         }
     }
 
     /// Caches a failure for the failure TTL and reports it.
-    fn fail(&mut self, declaration: &Declaration, message: String) -> Diagnostic {
+    fn fail(
+        &mut self,
+        declaration: &Declaration,
+        message: String,
+        kind: Option<ConnectErrorKind>,
+    ) -> Diagnostic {
         let ttl = self.shared.config.failure_ttl;
         self.failures.insert(
             declaration.server_id.clone(),
@@ -443,7 +448,8 @@ impl CatalogState {
             server: declaration.server_id.clone(),
             path: declaration.path.clone(),
             message: message.clone(),
-            cached_for_ms: ttl.as_millis() as u64,
+            kind,
+            cached_for_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         });
         Diagnostic::of(declaration, message)
     }
@@ -532,7 +538,7 @@ impl CatalogState {
         };
         if let Some(message) = message {
             let message = live.redactor.text(&message, View::Durable);
-            self.fail(&live.declaration, message);
+            self.fail(&live.declaration, message, None);
         }
     }
 

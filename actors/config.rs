@@ -11,6 +11,7 @@ use crate::process::HostEnv;
 
 /// Everything a host sets when starting a runtime.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct RuntimeConfig {
     /// Runtime home (`~/.demiurge`): logs, event logs, the servers' HOME.
     pub home: PathBuf,
@@ -26,11 +27,13 @@ pub struct RuntimeConfig {
     pub approver: Arc<dyn Approver>,
     /// Where events go (besides the JSONL log).
     pub events: Arc<dyn EventSink>,
-    /// Time source.
+    /// What the failure cache and the allow-for-session cache read the time from (a
+    /// [`crate::ManualClock`] makes their expiry testable).
     pub clock: Arc<dyn Clock>,
     /// Host environment: the allowlist's source and `${NAME}` values.
     pub host_env: HostEnv,
-    /// Approval floors.
+    /// The weakest approval policy any declaration gets, for connects and for calls
+    /// (a declaration can ask for stricter, never for weaker).
     pub host_policy: HostPolicy,
     /// Tools of other sources the host registers; an MCP tool may not take their names.
     pub host_tools: Vec<HostTool>,
@@ -50,11 +53,22 @@ pub struct RuntimeConfig {
 
 /// A tool the host registers from another source (built-in or authored).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HostTool {
     /// Its exposed name.
     pub name: String,
     /// Where it comes from: `builtin:<name>` or `authored:<path>`.
     pub provenance: String,
+}
+
+impl HostTool {
+    /// A host tool named `name`, from `provenance` (`builtin:<name>`, `authored:<path>`).
+    pub fn new(name: impl Into<String>, provenance: impl Into<String>) -> Self {
+        HostTool {
+            name: name.into(),
+            provenance: provenance.into(),
+        }
+    }
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -68,7 +82,7 @@ impl std::fmt::Debug for RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Defaults of decisions.md section 12, with `home`, denying every prompt until the
+    /// Defaults of `docs/design.md#8-defaults`, with `home`, denying every prompt until the
     /// host sets an approver.
     pub fn new(home: impl Into<PathBuf>) -> Self {
         RuntimeConfig {

@@ -30,7 +30,7 @@ use crate::process::{
 };
 use crate::redact::{Redactor, View};
 use crate::transport::{
-    self, HttpLaunch, Launch, ListedTools, McpClient, ServerSignals, StdioLaunch,
+    self, ConnectErrorKind, HttpLaunch, Launch, ListedTools, McpClient, ServerSignals, StdioLaunch,
 };
 
 /// Why a server was denied this turn (asked again next turn).
@@ -107,6 +107,8 @@ pub(super) enum Outcome {
     Failed {
         declaration: Arc<Declaration>,
         message: String,
+        /// Where the transport connect failed; `None` when it failed before reaching it.
+        kind: Option<ConnectErrorKind>,
     },
 }
 
@@ -172,6 +174,7 @@ impl Pipeline {
                 Err(Outcome::Failed {
                     declaration: Arc::clone(declaration),
                     message: crate::result::cap(&redactor.text(&message, View::Durable)),
+                    kind: Some(e.kind),
                 })
             }
         }
@@ -298,6 +301,7 @@ impl Pipeline {
                 private_dir(&home).map_err(|e| Outcome::Failed {
                     declaration: Arc::clone(declaration),
                     message: format!("cannot prepare the servers' home: {e}"),
+                    kind: None,
                 })?;
                 Ok(Launch::Stdio(StdioLaunch {
                     command: command.clone(),
@@ -338,6 +342,7 @@ impl Pipeline {
             (Endpoint::Stdio { .. }, Place::Addresses(_)) => Err(Outcome::Failed {
                 declaration: Arc::clone(declaration),
                 message: "internal error: a stdio server was placed as an HTTP one".into(),
+                kind: None,
             }),
         }
     }

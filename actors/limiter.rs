@@ -14,12 +14,13 @@ pub enum LimiterMsg {
     Acquire(RpcReplyPort<Permit>),
     /// A permit was dropped.
     Release,
-    /// Current counters.
+    /// Ask for the counters (tests, benches, `/servers`).
     Stats(RpcReplyPort<LimiterStats>),
 }
 
 /// Counters, for tests, benches and `/servers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct LimiterStats {
     /// Permits in total.
     pub limit: usize,
@@ -125,13 +126,13 @@ impl Drop for Permit {
 /// restarts one that died.
 #[derive(Clone)]
 pub struct LimiterHandle {
-    actor: super::shared::Swappable<LimiterMsg>,
+    actor: super::swappable::Swappable<LimiterMsg>,
 }
 
 impl LimiterHandle {
     pub(crate) fn new(actor: ActorRef<LimiterMsg>) -> Self {
         LimiterHandle {
-            actor: super::shared::Swappable::new(actor),
+            actor: super::swappable::Swappable::new(actor),
         }
     }
 
@@ -237,7 +238,7 @@ mod tests {
         queued(&limiter, 1).await;
         let next = tokio::spawn({
             let limiter = limiter.clone();
-            async move { limiter.acquire().await.map(|p| drop(p)) }
+            async move { limiter.acquire().await.map(drop) }
         });
         queued(&limiter, 2).await;
         gone.abort();

@@ -38,6 +38,7 @@
 //! | `approval.rs` | the approval broker: policy, session cache, one question at a time |
 //! | `limiter.rs` | the discovery limiter: N connects at once, first come first served |
 //! | `shared.rs` | what every actor of one runtime shares |
+//! | `swappable.rs` | an actor reference a supervisor replaces on restart |
 //! | `config.rs` | `RuntimeConfig` |
 
 mod approval;
@@ -53,6 +54,7 @@ mod runtime;
 mod session;
 mod shared;
 mod status;
+mod swappable;
 mod turn;
 
 pub use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, Approver, FixedApprover};

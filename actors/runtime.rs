@@ -96,7 +96,7 @@ impl Record {
 pub enum RuntimeMsg {
     /// Start a session.
     Start {
-        /// The spec.
+        /// Who the session acts for, with what, on which core.
         spec: SessionSpec,
         /// Delegated child scope (children take no lane).
         scope: Option<CapabilitySet>,

@@ -24,6 +24,7 @@ pub const LIVE_REVISION: &str = "live";
 
 /// What a host says about a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionSpec {
     /// Session id; generated when `None`.
     pub id: Option<String>,
@@ -67,12 +68,13 @@ pub(crate) type SharedSpec = std::sync::Arc<std::sync::RwLock<(SessionSpec, Path
 
 /// What an eviction closed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct EvictionReport {
     /// Session id.
     pub session: String,
-    /// Why.
+    /// What evicted it: `explicit`, `replaced`, `child_finished`, `shutdown`, ...
     pub reason: String,
-    /// Connections closed.
+    /// How many server connections the eviction closed (their process trees ended).
     pub connections_closed: usize,
 }
 
@@ -84,14 +86,14 @@ pub enum SessionMsg {
         core: Arc<AgentCore>,
         /// The core revision read for this turn (when the spec follows the live ref).
         revision: Option<String>,
-        /// The answer.
+        /// Where the catalog (or why there is none) goes; the catalog actor answers it.
         reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
     },
     /// Close everything and stop.
     Evict {
-        /// Why.
+        /// Recorded in the eviction event and report.
         reason: String,
-        /// The report.
+        /// Answered once every connection closed.
         reply: RpcReplyPort<EvictionReport>,
     },
     /// Per-server state of the current catalog.

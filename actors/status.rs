@@ -35,10 +35,11 @@ pub enum ServerState {
 
 /// One server's state.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerStatus {
     /// Server id.
     pub server: String,
-    /// Its state.
+    /// Connected, failed (and when it is retried), or denied at the last turn.
     pub state: ServerState,
 }
 

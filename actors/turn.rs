@@ -104,6 +104,7 @@ pub enum StaleReason {
 
 /// A server skipped or failed for this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Diagnostic {
     /// Server id.
     pub server: String,
@@ -140,6 +141,7 @@ impl Diagnostic {
 
 /// A server denied by authority for this turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Denial {
     /// Server id.
     pub server: String,

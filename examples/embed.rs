@@ -9,7 +9,7 @@ use demiurge_mcp::events::MemorySink;
 use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig, SessionSpec};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let arg = std::env::args().nth(1);
     if arg.as_deref() == Some("demo-server") {
         return demiurge_mcp::demo_server::serve_stdio(Default::default()).await;
@@ -54,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn write_core(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+fn write_core(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
     let core = dir.join("core");
     std::fs::create_dir_all(core.join("agent/mcp"))?;
     std::fs::write(

@@ -8,6 +8,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Whatever stopped the demo server (I/O, the MCP service); printed by the CLI.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
 use std::time::Duration;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -447,7 +450,7 @@ impl ServerHandler for DemoServer {
 ///
 /// # Errors
 /// When the MCP session cannot be established.
-pub async fn serve_stdio(mut options: DemoOptions) -> anyhow::Result<()> {
+pub async fn serve_stdio(mut options: DemoOptions) -> Result<(), Error> {
     use std::io::Write;
     match options.fault {
         Some(Fault::ExitAtStart) => {
@@ -549,7 +552,7 @@ impl<W: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Drip<W> {
 }
 
 /// A hand-written JSON-RPC server over stdio for answers rmcp's types cannot express.
-async fn serve_raw(fault: Option<Fault>) -> anyhow::Result<()> {
+async fn serve_raw(fault: Option<Fault>) -> Result<(), Error> {
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let tools = match fault {
         Some(Fault::BadSchema) => {
@@ -630,7 +633,7 @@ enum Flood {
 }
 
 /// Writes messages without end, as fast as the pipe takes them.
-async fn flood(out: &mut tokio::io::Stdout, kind: Flood) -> anyhow::Result<()> {
+async fn flood(out: &mut tokio::io::Stdout, kind: Flood) -> Result<(), Error> {
     use tokio::io::AsyncWriteExt;
     for n in 0u64.. {
         let line = match kind {
@@ -695,7 +698,7 @@ pub async fn serve_http(
     listener: tokio::net::TcpListener,
     options: DemoOptions,
     allowed_hosts: Vec<String>,
-) -> anyhow::Result<()> {
+) -> Result<(), Error> {
     let service = http_service(options, allowed_hosts);
     loop {
         let (stream, _) = listener.accept().await?;

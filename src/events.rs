@@ -30,7 +30,7 @@ pub enum UrlPhase {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Opening {
-    /// Started anew.
+    /// Started anew (`Runtime::start_session`).
     Start,
     /// Resumed by id.
     Resume,
@@ -38,7 +38,8 @@ pub enum Opening {
 
 pub use crate::clock::now_ms;
 
-/// What happened.
+/// What happened, one variant per event type (the `type` field of the JSONL line).
+/// Every string in it is already redacted and carries no secret value.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type")]
 #[non_exhaustive]
@@ -86,7 +87,8 @@ pub enum EventKind {
         server: String,
         /// Declaration path.
         path: String,
-        /// Why.
+        /// The denial in words: the missing capability, the cwd or URL rule, or the
+        /// refused approval.
         reason: String,
     },
     /// A server was authorized and is being started or reached.
@@ -119,6 +121,10 @@ pub enum EventKind {
         path: String,
         /// Redacted diagnostic.
         message: String,
+        /// Where the transport connect failed (spawn, handshake, timeout); absent for
+        /// failures before the transport or after a connection ended.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kind: Option<crate::transport::ConnectErrorKind>,
         /// How long the failure is cached, in milliseconds.
         cached_for_ms: u64,
     },
@@ -129,7 +135,7 @@ pub enum EventKind {
         server: String,
         /// Declaration path.
         path: String,
-        /// Why.
+        /// What is missing (a `${NAME}` the host does not set), without any value.
         message: String,
     },
     /// A connection was closed.
@@ -137,7 +143,7 @@ pub enum EventKind {
     ServerClosed {
         /// Server id.
         server: String,
-        /// Why.
+        /// What closed it: a changed or removed declaration, eviction, shutdown.
         reason: String,
     },
     /// A server's tool list changed; applied at the next turn boundary.
@@ -166,7 +172,7 @@ pub enum EventKind {
         action: Action,
         /// Server id.
         server: String,
-        /// The answer.
+        /// Allow once, allow for the session, or deny.
         decision: ApprovalAnswer,
         /// Who answered: the policy, the allow-for-session cache, the approver.
         source: ApprovalSource,
@@ -192,7 +198,7 @@ pub enum EventKind {
         server: String,
         /// Exposed name.
         tool: String,
-        /// Why.
+        /// The refusal in words (missing capability, approval denied or unavailable).
         reason: String,
     },
     /// A URL policy decision for one HTTP request.
@@ -214,7 +220,7 @@ pub struct Event {
     pub at_ms: u64,
     /// Session id.
     pub session: String,
-    /// What happened.
+    /// The event's type and fields.
     #[serde(flatten)]
     pub kind: EventKind,
 }
@@ -313,8 +319,10 @@ impl std::fmt::Debug for EventHub {
     }
 }
 
+/// What the writer thread is asked to do. Events travel boxed: the queue holds many,
+/// and the other operations are small.
 enum LogOp {
-    Write(Event),
+    Write(Box<Event>),
     Close(String),
     Flush(std::sync::mpsc::Sender<()>),
 }
@@ -354,7 +362,7 @@ impl EventHub {
     pub fn emit(&self, session: &str, kind: EventKind) {
         let event = Event::new(session, kind);
         self.sink.emit(&event);
-        self.send(LogOp::Write(event));
+        self.send(LogOp::Write(Box::new(event)));
     }
 
     fn send(&self, op: LogOp) {

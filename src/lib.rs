@@ -5,20 +5,36 @@
 //! tools (authorized, namespaced, filtered, bound to their connections) and calls them.
 //!
 //! # Layout
-//! - [`core`]: `agent.yaml` and `agent/mcp/*.yaml`: raw serde types validated into
-//!   [`core::Declaration`]s; the one YAML parse function.
-//! - [`authority`]: capability grants, approval policy floors, the connect preview.
-//! - [`naming`]: filters and exposed tool names (pure).
-//! - [`redact`]: secret detection and the five views (pure).
-//! - [`process`]: child environment, interpolation, private files, stderr capture.
-//! - [`transport`]: MCP clients (stdio today), list/call/close.
+//! Layers go one way: each module below uses only modules above it (and `actors`
+//! uses them all); nothing outside `actors/` imports it.
+//!
+//! - [`text`], `digest`, [`clock`]: escaping untrusted text for terminals, hex and
+//!   SHA-256, the clock the caches read (pure).
+//! - [`core`]: an Agent Core read from disk or a git tree, without following links:
+//!   `agent.yaml`, `agent/mcp/*.yaml` validated into [`core::Declaration`]s or kept
+//!   as broken ones.
+//! - [`redact`]: secret detection and the views of a text (pure).
+//! - [`naming`]: tool filters and exposed names (pure).
+//! - [`authority`]: capability sets, policy floors, the cwd rule, the approval
+//!   vocabulary and the connect preview (pure).
+//! - [`evolution`]: the security review of a changed core and its token, the live
+//!   revision of a core repository.
+//! - [`net`]: the URL policy (verdict and audit view), pinned DNS, the HTTP client every
+//!   request and redirect goes through.
+//! - `process` (crate-private): child environment, interpolation, private files,
+//!   the stderr log, process groups, the orphan reaper.
+//! - `transport` (crate-private): stdio and streamable HTTP MCP clients behind one
+//!   `connect`, and the bounds on what a server may send ([`limits`]).
 //! - [`result`]: MCP results converted into tool results with their views.
-//! - [`text`]: untrusted text escaped before a terminal sees it (pure).
 //! - [`events`]: typed events, the host sink, the JSONL session log.
 //! - [`actors`] (in `actors/`): the runtime root, sessions, catalogs, connections, the
-//!   discovery limiter and the approval broker, behind plain async handles.
-//! - [`demo_server`]: the built-in MCP server used by `demo`, the tests and the benches.
-//! - `cli` (binary only): the `demiurge` command.
+//!   discovery limiter and the approval broker, behind the host's handles.
+//! - `demo_server` (feature `demo-server`): the built-in MCP server used by `demo`, the
+//!   tests and the benches.
+//! - `cli` (binary only, feature `cli`): the `demiurge` command.
+//!
+//! The design rules the code relies on are in `docs/design.md`; what each input path
+//! is bounded by, and against whom, in `docs/threats.md`.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -28,17 +44,31 @@ pub mod actors;
 pub mod authority;
 pub mod clock;
 pub mod core;
+#[cfg(feature = "demo-server")]
 pub mod demo_server;
 mod digest;
 pub mod events;
 pub mod evolution;
 pub mod naming;
 pub mod net;
-pub mod process;
+pub(crate) mod process;
 pub mod redact;
 pub mod result;
 pub mod text;
-pub mod transport;
+pub(crate) mod transport;
+
+pub use process::HostEnv;
+pub use transport::ConnectErrorKind;
+
+/// The bounds the runtime holds every server to, for hosts that document or test them.
+/// Each is enforced where its input arrives; `docs/threats.md` names the adversary.
+pub mod limits {
+    pub use crate::process::{ENV_ALLOWLIST, STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS};
+    pub use crate::transport::{
+        MAX_BYTES_PER_SECOND, MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_SECOND,
+        MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, MAX_TOOL_PAGES, MAX_TOOLS,
+    };
+}
 
 pub use actors::{
     ApprovalAnswer, ApprovalRequest, Approver, CallError, ChildSession, Clock, DenyReason,

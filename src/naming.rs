@@ -1,5 +1,5 @@
 //! Exposed tool names: filters over raw names, normalization, server prefixes and
-//! deterministic, stable collision handling (decisions.md section 3).
+//! deterministic, stable collision handling (`docs/design.md#3-names`).
 //!
 //! Pure. The catalog actor keeps the previous turn's [`Names`] so that peers kept across
 //! turns keep their names.

@@ -79,7 +79,8 @@ impl ToolResult {
         }
     }
 
-    /// One view.
+    /// The result as `view` may show it (model, transcript, event, ...), each redacted
+    /// for its audience.
     pub fn view(&self, view: View) -> &ResultView {
         self.views.get(view)
     }

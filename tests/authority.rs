@@ -1,4 +1,4 @@
-//! Connect authority in the order of decisions.md section 2: capability, cwd, approval;
+//! Connect authority in the order of `docs/design.md#2-authority`: capability, cwd, approval;
 //! denials never spawn and are asked again next turn.
 
 mod common;

@@ -280,10 +280,10 @@ async fn a_collision_with_a_host_tool_names_both_provenances() {
         .grant_servers(&["d"])
         .server("d", &demo("approval_policy: auto\n"));
     let h = common::harness_with(Recorder::allow(), |mut c| {
-        c.host_tools.push(demiurge_mcp::actors::HostTool {
-            name: "D__Echo".into(),
-            provenance: "builtin:echo".into(),
-        });
+        c.host_tools.push(demiurge_mcp::actors::HostTool::new(
+            "D__Echo",
+            "builtin:echo",
+        ));
         c
     })
     .await;

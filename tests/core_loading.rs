@@ -1,4 +1,4 @@
-//! Loading and validating Agent Cores (decisions.md section 1) and `init --check`.
+//! Loading and validating Agent Cores (`docs/design.md#1-cores-and-declarations`) and `init --check`.
 
 mod common;
 

@@ -223,7 +223,7 @@ async fn garbage_on_stdout_is_contained() {
 async fn a_huge_tool_list_is_capped_with_a_diagnostic() {
     scenario("huge-tools 6000", "", |h, catalog, _| async move {
         let bad = catalog.tools().iter().filter(|t| t.server == "bad").count();
-        assert_eq!(bad, demiurge_mcp::transport::MAX_TOOLS);
+        assert_eq!(bad, demiurge_mcp::limits::MAX_TOOLS);
         assert!(
             diagnostic(&catalog, "bad").contains("cut at 5000 tools"),
             "{:?}",
@@ -271,7 +271,7 @@ async fn a_stderr_flood_leaves_a_bounded_log_entry() {
             .collect::<String>();
         assert_eq!(
             body.chars().count(),
-            demiurge_mcp::process::STDERR_WINDOW_CHARS
+            demiurge_mcp::limits::STDERR_WINDOW_CHARS
         );
         assert!(entry.contains("stderr truncated at 12000 characters"));
         h

@@ -28,6 +28,7 @@ impl Action {
 
 /// A question for the host's [`Approver`]. It carries no secret values.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct ApprovalRequest {
     /// Session asking.
     pub session: String,
@@ -84,7 +85,7 @@ pub enum ApprovalAnswer {
 }
 
 impl ApprovalAnswer {
-    /// Snake-case name.
+    /// The spelling in events and JSON (`allow_once`, `allow_session`, `deny`).
     pub fn as_str(self) -> &'static str {
         match self {
             ApprovalAnswer::AllowOnce => "allow_once",

@@ -1,7 +1,7 @@
 //! The connect approval preview: what a human sees before a server may start.
 //!
 //! It shows the shape of a declaration, never its secrets: env and header *names*,
-//! a credential-free URL origin, and arguments summarized (decisions.md section 6).
+//! a credential-free URL origin, and arguments summarized (`docs/design.md#2-authority`).
 
 use serde::Serialize;
 
@@ -10,6 +10,7 @@ use crate::redact::SECRET_OPTION_MARKERS;
 
 /// What the approver is shown before connecting.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct ConnectPreview {
     /// Server id (file stem).
     pub server: String,
@@ -172,7 +173,7 @@ pub fn is_secret_option(name: &str) -> bool {
     SECRET_OPTION_MARKERS.iter().any(|m| name.contains(m))
 }
 
-/// Arguments as shown to approvers (decisions.md section 6).
+/// Arguments as shown to approvers (`docs/design.md#2-authority`).
 ///
 /// ```
 /// use demiurge_mcp::authority::preview::summarize_args;

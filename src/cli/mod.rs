@@ -15,8 +15,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use demiurge_mcp::HostEnv;
 use demiurge_mcp::events::{Event, EventKind, EventSink};
-use demiurge_mcp::process::HostEnv;
 use demiurge_mcp::{Runtime, RuntimeConfig, SessionSpec};
 
 /// Untrusted text escaped for the terminal (see [`demiurge_mcp::text`]).
@@ -125,7 +125,7 @@ enum Command {
         /// Tools per tools/list page (0: one page).
         #[arg(long, default_value_t = 0)]
         page_size: usize,
-        /// Misbehave for fault-injection tests: MODE [N] (see the README's fault table).
+        /// Misbehave for fault-injection tests: MODE, then an optional count N (see the README's fault table).
         #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"])]
         fault: Vec<String>,
     },
@@ -277,7 +277,7 @@ async fn run(cli: Cli) -> u8 {
                         )
                         .await
                     }
-                    Err(e) => Err(anyhow::anyhow!("cannot listen on {addr}: {e}")),
+                    Err(e) => Err(format!("cannot listen on {addr}: {e}").into()),
                 },
                 None => demiurge_mcp::demo_server::serve_stdio(options).await,
             };

@@ -240,7 +240,8 @@ impl std::fmt::Display for Fingerprint {
     }
 }
 
-/// Defaults of decisions.md section 12.
+/// Default bound on connecting: spawn or reach, initialize, every page of `tools/list`
+/// (`docs/design.md#8-defaults`).
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default bound on one call.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -534,6 +535,12 @@ impl DeclaredUrl {
     }
 }
 
+impl std::fmt::Debug for DeclaredUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DeclaredUrl({})", self.origin())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::DeclaredUrl;
@@ -546,11 +553,5 @@ mod tests {
         let u = DeclaredUrl::parse("http://example.test/x").unwrap();
         assert_eq!(u.origin(), "http://example.test");
         assert!(DeclaredUrl::parse("ftp://example.test/").is_err());
-    }
-}
-
-impl std::fmt::Debug for DeclaredUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DeclaredUrl({})", self.origin())
     }
 }

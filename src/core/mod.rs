@@ -367,7 +367,7 @@ pub fn load_report(root: &Path) -> LoadReport {
 }
 
 /// [`load`] for warm turns. While an inotify watch set up before the last load has seen
-/// no event (and for at most [`watch::REVALIDATE`]), that load is returned as it is,
+/// no event (and for at most two seconds), that load is returned as it is,
 /// without a look at any file. Otherwise the core is loaded again, reusing parsed
 /// declarations whose file metadata (inode, size, modification and change times) has
 /// not changed: the directory is listed and the files statted, and nothing is read or

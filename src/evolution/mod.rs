@@ -139,7 +139,7 @@ impl CoreRepo {
     /// The commit a ref points to, if the ref exists.
     ///
     /// # Errors
-    /// Git errors.
+    /// [`EvolutionError`] when the repository cannot be read.
     pub fn read_ref(&self, name: &str) -> Result<Option<ObjectId>, EvolutionError> {
         match self.repo.try_find_reference(name).map_err(git)? {
             Some(mut r) => Ok(Some(r.peel_to_id().map_err(git)?.detach())),

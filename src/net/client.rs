@@ -60,7 +60,7 @@ pub enum NetError {
     /// The URL policy refused the target of this request or redirect hop.
     #[error("blocked by the URL policy ({}) for {target}", .block.as_str())]
     Blocked {
-        /// Why.
+        /// The policy rule that refused it (typed, so hosts need not parse text).
         block: Block,
         /// The origin, never more of the URL.
         target: String,
@@ -68,17 +68,17 @@ pub enum NetError {
     /// No validated address accepted a connection.
     #[error("cannot connect to {target}: {message}")]
     Connect {
-        /// Origin.
+        /// `scheme://host[:port]`: never a path, query or credential.
         target: String,
-        /// What failed.
+        /// The socket or TLS error, in words.
         message: String,
     },
     /// HTTP framing or protocol failure.
     #[error("HTTP failure talking to {target}: {message}")]
     Http {
-        /// Origin.
+        /// `scheme://host[:port]`: never a path, query or credential.
         target: String,
-        /// What failed.
+        /// The HTTP or framing error, in words.
         message: String,
     },
     /// More than [`MAX_REDIRECTS`] hops.

@@ -20,7 +20,7 @@ pub enum Block {
     InvalidUrl,
     /// Not http or https.
     UnsupportedScheme,
-    /// No host.
+    /// A URL without a host (`http:/path`, `https://:443`).
     MissingHost,
     /// A host that is neither an IP address nor a valid DNS name.
     InvalidHost,
@@ -38,9 +38,10 @@ pub enum Block {
     Broadcast,
     /// Reserved and other non-globally-routable special-purpose ranges.
     Reserved,
-    /// Documentation ranges.
+    /// 192.0.2/24, 198.51.100/24, 203.0.113/24, 2001:db8::/32: reserved for examples,
+    /// never a real server.
     Documentation,
-    /// Benchmarking ranges.
+    /// 198.18/15, 2001:2::/48: reserved for benchmark labs.
     Benchmarking,
     /// 10/8, 172.16/12, 192.168/16, fc00::/7 (a trusted network may allow them).
     Private,
@@ -171,7 +172,7 @@ pub enum Verdict {
     },
     /// The request must not be sent.
     Blocked {
-        /// Why.
+        /// The rule that refused it.
         block: Block,
         /// As much of the target as could be parsed.
         target: Option<Target>,

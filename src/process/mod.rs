@@ -14,10 +14,8 @@ use std::path::Path;
 
 pub(crate) use child::ChildProcess;
 pub use child::{CloseReport, StderrLog};
-pub use registry::{Registry, SWEEP};
-pub use stderr::{
-    CapturedStderr, STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS, StderrCapture, append_stderr_log,
-};
+pub use registry::Registry;
+pub use stderr::{STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS, StderrCapture, append_stderr_log};
 
 /// Host variables a child may inherit (when set): nothing else of the host leaks.
 pub const ENV_ALLOWLIST: &[&str] = &[
@@ -48,7 +46,7 @@ impl HostEnv {
         )
     }
 
-    /// One variable.
+    /// The host's value of `name`, when it has one.
     pub fn get(&self, name: &str) -> Option<&str> {
         self.0.get(name).map(String::as_str)
     }

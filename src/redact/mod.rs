@@ -5,7 +5,7 @@
 //! It also recognizes secret *shapes* in any text (URL credentials, sensitive query
 //! values, `--token=...`, `name=value`, `Authorization:` lines, `"password": "..."`).
 //!
-//! Views (decisions.md section 7): model `<redacted>`, operator/event/durable
+//! Views (`docs/design.md#5-secrets-and-results`): model `<redacted>`, operator/event/durable
 //! `<redacted:NAME>` (event and durable turn sensitive fields into
 //! `{redacted, name, source}`), debug `<redacted:NAME:F16>`. A failure gives
 //! `<redaction-failed>` everywhere, never raw text.

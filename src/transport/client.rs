@@ -162,14 +162,6 @@ impl McpClient {
         self.process.as_ref().map(ChildProcess::exit_watch)
     }
 
-    /// Lists every page of tools, capped.
-    ///
-    /// # Errors
-    /// The server's or transport's error, unredacted: the caller redacts.
-    pub async fn list_tools(&self) -> Result<ListedTools, String> {
-        list_tools(&self.peer).await
-    }
-
     /// Closes the connection: transport first, then the server's process tree (grace
     /// period, SIGTERM, everything ended), its stderr logged.
     pub async fn close(mut self, grace: Duration) -> CloseReport {

@@ -36,9 +36,9 @@ pub enum TransportEnd {
     /// The server sent more than `limit` of `what` that wait for an answer from us while
     /// not taking our answers: the connection was ended to keep the host bounded.
     Flooded {
-        /// What piled up.
+        /// What piled up (requests from the server, or our answers it did not read).
         what: &'static str,
-        /// The bound.
+        /// How many may wait at once before the connection ends.
         limit: usize,
     },
     /// The server broke the protocol in a way that would make the host hold more than

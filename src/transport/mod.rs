@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use client::{
-    CallFailure, ClientHandler, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient, ServerSignals,
-    call_tool, list_tools,
+    CallFailure, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient, ServerSignals, call_tool,
+    list_tools,
 };
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
@@ -37,7 +37,9 @@ pub(crate) enum Launch {
 }
 
 /// Why a connect did not end with a listed server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ConnectErrorKind {
     /// The program could not be started.
     Spawn,

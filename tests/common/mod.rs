@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use demiurge_mcp::HostEnv;
 use demiurge_mcp::events::MemorySink;
-use demiurge_mcp::process::HostEnv;
 use demiurge_mcp::{
     ApprovalAnswer, ApprovalRequest, Approver, Runtime, RuntimeConfig, SessionSpec,
 };
