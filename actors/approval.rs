@@ -1,13 +1,21 @@
 //! The approval broker: applies the effective policy, answers from the
-//! allow-for-session cache, and otherwise asks the host's [`Approver`], one question at
-//! a time so prompts never interleave.
+//! allow-for-session cache, and otherwise asks the host's [`Approver`].
+//!
+//! Questions are queued per session: one at a time within a session (its prompts never
+//! interleave), and sessions never wait on each other, so one unanswered prompt stalls
+//! only its own session. A question whose requester went away (the turn or call future
+//! dropped, the session evicted, the runtime shut down) is withdrawn: dropped from its
+//! queue, or, when it is being asked, the approver's future is dropped, which is how
+//! the host's [`Approver`] observes it. With `RuntimeConfig::approval_deadline`, a
+//! question nobody answered in time is denied ([`ApprovalSource::Deadline`]).
 //!
 //! The cache key includes the server fingerprint, so a changed declaration asks again.
 //! Denials are never cached.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
@@ -38,16 +46,34 @@ struct CacheKey {
     tool: Option<String>,
 }
 
+/// A question waiting for its turn in its session's queue.
 struct Pending {
+    id: u64,
     key: CacheKey,
     request: ApprovalRequest,
     reply: RpcReplyPort<Approval>,
+}
+
+/// The question being asked in one session, and the task awaiting the approver's
+/// future (aborting it drops that future: the withdrawal the approver sees).
+struct Asking {
+    pending: Pending,
+    task: tokio::task::AbortHandle,
+}
+
+/// One session's questions.
+#[derive(Default)]
+struct Lane {
+    asking: Option<Asking>,
+    queue: VecDeque<Pending>,
 }
 
 /// Messages of the broker.
 pub enum BrokerMsg {
     /// Decide one request under `policy`.
     Request {
+        /// Names the question for its withdrawal.
+        id: u64,
         /// The question (boxed: it carries the whole preview).
         request: Box<ApprovalRequest>,
         /// Fingerprint of the server's declaration (cache key).
@@ -57,9 +83,24 @@ pub enum BrokerMsg {
         /// Where the verdict goes.
         reply: RpcReplyPort<Approval>,
     },
-    /// The approver answered the question in flight.
-    Answered(ApprovalAnswer),
-    /// Forget a session's cached answers (eviction).
+    /// The approver answered a session's question in flight; `None` when the approval
+    /// deadline passed first.
+    Answered {
+        /// The session asked.
+        session: String,
+        /// The question.
+        id: u64,
+        /// The answer, if one came in time.
+        answer: Option<ApprovalAnswer>,
+    },
+    /// The requester went away: drop the question, or stop asking it.
+    Withdraw {
+        /// The session that asked.
+        session: String,
+        /// The question.
+        id: u64,
+    },
+    /// Forget a session's cached answers and withdraw its questions (eviction).
     ForgetSession(String),
 }
 
@@ -68,7 +109,9 @@ pub(crate) struct Broker;
 pub(crate) struct BrokerArgs {
     pub approver: Arc<dyn Approver>,
     pub clock: Arc<dyn Clock>,
-    pub ttl: std::time::Duration,
+    pub ttl: Duration,
+    /// How long a question may wait for the approver; `None`: as long as it takes.
+    pub deadline: Option<Duration>,
     pub hub: Arc<EventHub>,
 }
 
@@ -79,6 +122,7 @@ impl BrokerArgs {
             approver: Arc::clone(&config.approver),
             clock: Arc::clone(&config.clock),
             ttl: config.approval_session_ttl,
+            deadline: config.approval_deadline,
             hub: Arc::clone(hub),
         }
     }
@@ -87,16 +131,17 @@ impl BrokerArgs {
 pub(crate) struct BrokerState {
     args: BrokerArgs,
     cache: HashMap<CacheKey, Instant>,
-    queue: VecDeque<Pending>,
-    asking: Option<Pending>,
+    /// Sessions with a question asked or queued; a lane goes when it empties.
+    lanes: HashMap<String, Lane>,
 }
 
 impl BrokerState {
-    /// Answers at once what the policy or the cache decides; queues the rest for the
-    /// approver.
+    /// Answers at once what the policy or the cache decides; queues the rest in the
+    /// session's lane for the approver.
     fn request(
         &mut self,
         myself: &ActorRef<BrokerMsg>,
+        id: u64,
         request: ApprovalRequest,
         fingerprint: Fingerprint,
         policy: ApprovalPolicy,
@@ -132,33 +177,96 @@ impl BrokerState {
                 let _ = reply.send(approval);
             }
             None => {
-                self.queue.push_back(Pending {
+                let session = request.session.clone();
+                let lane = self.lanes.entry(session.clone()).or_default();
+                lane.queue.push_back(Pending {
+                    id,
                     key,
                     request,
                     reply,
                 });
-                self.ask_next(myself);
+                self.ask_next(myself, &session);
             }
         }
     }
 
-    /// The approver answered the question in flight: cache an allow-for-session,
-    /// answer, and ask the next.
-    fn answered(&mut self, myself: &ActorRef<BrokerMsg>, answer: ApprovalAnswer) {
-        if let Some(pending) = self.asking.take() {
-            if answer == ApprovalAnswer::AllowSession {
-                let until = self.args.clock.now() + self.args.ttl;
-                self.cache.insert(pending.key.clone(), until);
-            }
-            let approval = Approval {
+    /// A session's question in flight was answered (or its deadline passed): cache an
+    /// allow-for-session, answer, and ask that session's next.
+    fn answered(
+        &mut self,
+        myself: &ActorRef<BrokerMsg>,
+        session: &str,
+        id: u64,
+        answer: Option<ApprovalAnswer>,
+    ) {
+        let Some(lane) = self.lanes.get_mut(session) else {
+            return;
+        };
+        if lane.asking.as_ref().is_none_or(|a| a.pending.id != id) {
+            return;
+        }
+        let Some(Asking { pending, .. }) = lane.asking.take() else {
+            return;
+        };
+        if answer == Some(ApprovalAnswer::AllowSession) {
+            let until = self.args.clock.now() + self.args.ttl;
+            self.cache.insert(pending.key.clone(), until);
+        }
+        let approval = match answer {
+            Some(answer) => Approval {
                 allowed: answer != ApprovalAnswer::Deny,
                 answer,
                 source: ApprovalSource::Approver,
-            };
-            self.decided(&pending.request, approval);
-            let _ = pending.reply.send(approval);
+            },
+            None => Approval {
+                allowed: false,
+                answer: ApprovalAnswer::Deny,
+                source: ApprovalSource::Deadline,
+            },
+        };
+        self.decided(&pending.request, approval);
+        let _ = pending.reply.send(approval);
+        self.ask_next(myself, session);
+    }
+
+    /// The requester of question `id` went away: drop it from its lane, or stop asking
+    /// it (dropping the approver's future) and ask the lane's next.
+    fn withdraw(&mut self, myself: &ActorRef<BrokerMsg>, session: &str, id: u64) {
+        let Some(lane) = self.lanes.get_mut(session) else {
+            return;
+        };
+        lane.queue.retain(|p| p.id != id);
+        if lane.asking.as_ref().is_some_and(|a| a.pending.id == id)
+            && let Some(asking) = lane.asking.take()
+        {
+            self.stop_asking(asking);
         }
-        self.ask_next(myself);
+        self.ask_next(myself, session);
+    }
+
+    /// Ends a question being asked: its approver's future is dropped, and the event log
+    /// says it was withdrawn.
+    fn stop_asking(&self, asking: Asking) {
+        asking.task.abort();
+        let request = &asking.pending.request;
+        self.args.hub.emit(
+            &request.session,
+            EventKind::ApprovalWithdrawn {
+                action: request.action,
+                server: request.server.clone(),
+                tool: request.tool.clone(),
+            },
+        );
+    }
+
+    /// A session ended: its cached answers go, and so do its questions.
+    fn forget_session(&mut self, session: &str) {
+        self.cache.retain(|k, _| k.session != session);
+        if let Some(lane) = self.lanes.remove(session)
+            && let Some(asking) = lane.asking
+        {
+            self.stop_asking(asking);
+        }
     }
 
     fn cached(&self, key: &CacheKey) -> bool {
@@ -179,11 +287,19 @@ impl BrokerState {
         );
     }
 
-    /// Starts the next question if none is in flight. Requests answered by the cache in
-    /// the meantime (an earlier "allow for session") are answered without asking.
-    fn ask_next(&mut self, myself: &ActorRef<BrokerMsg>) {
-        while self.asking.is_none() {
-            let Some(next) = self.queue.pop_front() else {
+    /// Starts the session's next question if none of its questions is in flight.
+    /// Requests answered by the cache in the meantime (an earlier "allow for session")
+    /// are answered without asking; requests whose requester left are dropped.
+    fn ask_next(&mut self, myself: &ActorRef<BrokerMsg>, session: &str) {
+        loop {
+            let Some(lane) = self.lanes.get_mut(session) else {
+                return;
+            };
+            if lane.asking.is_some() {
+                return;
+            }
+            let Some(next) = lane.queue.pop_front() else {
+                self.lanes.remove(session);
                 return;
             };
             if next.reply.is_closed() {
@@ -199,28 +315,52 @@ impl BrokerState {
                 let _ = next.reply.send(approval);
                 continue;
             }
-            self.args.hub.emit(
-                &next.request.session,
-                EventKind::ApprovalRequested {
-                    action: next.request.action,
-                    server: next.request.server.clone(),
-                    tool: next.request.tool.clone(),
-                    preview: next.request.preview.clone(),
-                },
-            );
-            let decision = self.args.approver.decide(next.request.clone());
-            let me = myself.clone();
-            tokio::spawn(async move {
-                // An approver whose future panics has not approved: it is a denial, and
-                // the queue moves on instead of waiting for an answer that never comes.
-                let answer = std::panic::AssertUnwindSafe(decision)
-                    .catch_unwind()
-                    .await
-                    .unwrap_or(ApprovalAnswer::Deny);
-                let _ = me.cast(BrokerMsg::Answered(answer));
-            });
-            self.asking = Some(next);
+            let task = self.ask(myself, &next);
+            if let Some(lane) = self.lanes.get_mut(session) {
+                lane.asking = Some(Asking {
+                    pending: next,
+                    task,
+                });
+            }
         }
+    }
+
+    /// Puts `pending` to the approver on a task of its own, bounded by the deadline.
+    fn ask(&self, myself: &ActorRef<BrokerMsg>, pending: &Pending) -> tokio::task::AbortHandle {
+        let request = &pending.request;
+        self.args.hub.emit(
+            &request.session,
+            EventKind::ApprovalRequested {
+                action: request.action,
+                server: request.server.clone(),
+                tool: request.tool.clone(),
+                arguments: request.arguments.clone(),
+                preview: Box::new(request.preview.clone()),
+            },
+        );
+        // An approver whose future panics has not approved: it is a denial, and the
+        // lane moves on instead of waiting for an answer that never comes.
+        let decision = std::panic::AssertUnwindSafe(self.args.approver.decide(request.clone()))
+            .catch_unwind()
+            .map(|answered| answered.unwrap_or(ApprovalAnswer::Deny));
+        let (me, session, id, deadline) = (
+            myself.clone(),
+            request.session.clone(),
+            pending.id,
+            self.args.deadline,
+        );
+        tokio::spawn(async move {
+            let answer = match deadline {
+                Some(deadline) => tokio::time::timeout(deadline, decision).await.ok(),
+                None => Some(decision.await),
+            };
+            let _ = me.cast(BrokerMsg::Answered {
+                session,
+                id,
+                answer,
+            });
+        })
+        .abort_handle()
     }
 }
 
@@ -237,8 +377,7 @@ impl Actor for Broker {
         Ok(BrokerState {
             args,
             cache: HashMap::new(),
-            queue: VecDeque::new(),
-            asking: None,
+            lanes: HashMap::new(),
         })
     }
 
@@ -250,15 +389,32 @@ impl Actor for Broker {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             BrokerMsg::Request {
+                id,
                 request,
                 fingerprint,
                 policy,
                 reply,
-            } => state.request(&myself, *request, fingerprint, policy, reply),
-            BrokerMsg::Answered(answer) => state.answered(&myself, answer),
-            BrokerMsg::ForgetSession(session) => {
-                state.cache.retain(|k, _| k.session != session);
-            }
+            } => state.request(&myself, id, *request, fingerprint, policy, reply),
+            BrokerMsg::Answered {
+                session,
+                id,
+                answer,
+            } => state.answered(&myself, &session, id, answer),
+            BrokerMsg::Withdraw { session, id } => state.withdraw(&myself, &session, id),
+            BrokerMsg::ForgetSession(session) => state.forget_session(&session),
+        }
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        // Shutdown (or a crash): every question being asked is withdrawn.
+        let sessions: Vec<String> = state.lanes.keys().cloned().collect();
+        for session in sessions {
+            state.forget_session(&session);
         }
         Ok(())
     }
@@ -275,12 +431,34 @@ pub struct BrokerUnavailable;
 #[derive(Clone)]
 pub struct BrokerHandle {
     actor: super::swappable::Swappable<BrokerMsg>,
+    /// Names each question, so a requester that goes away can withdraw it.
+    ids: Arc<AtomicU64>,
+}
+
+/// Withdraws a question when its requester's future is dropped before the verdict.
+struct Withdrawal<'a> {
+    handle: &'a BrokerHandle,
+    session: String,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Withdrawal<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.handle.actor.get().cast(BrokerMsg::Withdraw {
+                session: std::mem::take(&mut self.session),
+                id: self.id,
+            });
+        }
+    }
 }
 
 impl BrokerHandle {
     pub(crate) fn new(actor: ActorRef<BrokerMsg>) -> Self {
         BrokerHandle {
             actor: super::swappable::Swappable::new(actor),
+            ids: Arc::default(),
         }
     }
 
@@ -299,7 +477,7 @@ impl BrokerHandle {
         self.actor.get().stop(Some("shutdown".into()));
     }
 
-    /// Decides `request` under `policy`.
+    /// Decides `request` under `policy`. Dropping the future withdraws the question.
     ///
     /// # Errors
     /// [`BrokerUnavailable`] while the broker is down: the caller fails closed with
@@ -310,11 +488,19 @@ impl BrokerHandle {
         fingerprint: Fingerprint,
         policy: ApprovalPolicy,
     ) -> Result<Approval, BrokerUnavailable> {
-        match self
+        let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let mut withdrawal = Withdrawal {
+            handle: self,
+            session: request.session.clone(),
+            id,
+            armed: policy == ApprovalPolicy::Prompt,
+        };
+        let asked = self
             .actor
             .get()
             .call(
                 |reply| BrokerMsg::Request {
+                    id,
                     request: Box::new(request),
                     fingerprint,
                     policy,
@@ -322,14 +508,15 @@ impl BrokerHandle {
                 },
                 None,
             )
-            .await
-        {
+            .await;
+        withdrawal.armed = false;
+        match asked {
             Ok(ractor::rpc::CallResult::Success(a)) => Ok(a),
             _ => Err(BrokerUnavailable),
         }
     }
 
-    /// Drops a session's cached answers.
+    /// Drops a session's cached answers and withdraws its questions.
     pub fn forget_session(&self, session: &str) {
         let _ = self
             .actor
@@ -383,6 +570,13 @@ mod tests {
     }
 
     async fn fixture_with(approver: Option<Arc<dyn Approver>>) -> Fixture {
+        fixture_full(approver, None).await
+    }
+
+    async fn fixture_full(
+        approver: Option<Arc<dyn Approver>>,
+        deadline: Option<Duration>,
+    ) -> Fixture {
         let (tx, questions) = mpsc::unbounded_channel();
         let approver = approver.unwrap_or_else(|| Arc::new(Hand(tx)));
         let clock = Arc::new(ManualClock::new());
@@ -391,6 +585,7 @@ mod tests {
             approver,
             clock: Arc::clone(&clock) as Arc<dyn Clock>,
             ttl: TTL,
+            deadline,
             hub: Arc::new(EventHub::new(Arc::new(events.clone()), None)),
         };
         let (actor, _) = Actor::spawn(None, Broker, args).await.unwrap();
@@ -426,6 +621,7 @@ mod tests {
                 },
                 server: "docs".into(),
                 tool: tool.map(String::from),
+                arguments: None,
                 preview: self.preview.clone(),
             }
         }
@@ -469,16 +665,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn one_question_at_a_time_in_arrival_order() {
+    async fn one_question_at_a_time_per_session_in_arrival_order() {
         let mut f = fixture().await;
         let first = f.ask(f.request("s1", None), fp("a"));
         let (q1, answer1) = f.next_question().await;
-        let second = f.ask(f.request("s2", None), fp("a"));
+        let second = f.ask(f.request("s1", Some("docs__search")), fp("a"));
         f.no_question().await;
-        assert_eq!(q1.session, "s1");
+        assert_eq!(q1.tool, None);
         answer1.send(ApprovalAnswer::AllowOnce).unwrap();
         let (q2, answer2) = f.next_question().await;
-        assert_eq!(q2.session, "s2");
+        assert_eq!(q2.tool.as_deref(), Some("docs__search"));
         answer2.send(ApprovalAnswer::Deny).unwrap();
         let (a1, a2) = (
             first.await.unwrap().unwrap(),
@@ -486,6 +682,96 @@ mod tests {
         );
         assert!(a1.allowed && a1.source == ApprovalSource::Approver);
         assert!(!a2.allowed && a2.answer == ApprovalAnswer::Deny);
+    }
+
+    #[tokio::test]
+    async fn an_unanswered_question_stalls_only_its_own_session() {
+        let mut f = fixture().await;
+        let _stalled = f.ask(f.request("s1", None), fp("a"));
+        let (q1, _never_answered) = f.next_question().await;
+        assert_eq!(q1.session, "s1");
+        // Three other sessions are asked while s1's question stays open.
+        let mut others = Vec::new();
+        for session in ["s2", "s3", "s4"] {
+            others.push((session, f.ask(f.request(session, None), fp("a"))));
+        }
+        let mut asked = Vec::new();
+        for _ in 0..3 {
+            let (q, answer) = f.next_question().await;
+            asked.push(q.session.clone());
+            answer.send(ApprovalAnswer::AllowOnce).unwrap();
+        }
+        asked.sort();
+        assert_eq!(asked, ["s2", "s3", "s4"]);
+        for (session, verdict) in others {
+            let verdict = verdict.await.unwrap().unwrap();
+            assert!(verdict.allowed, "{session}: {verdict:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_question_whose_requester_left_is_withdrawn_and_the_approver_sees_it() {
+        let mut f = fixture().await;
+        let asked = f.ask(f.request("s1", None), fp("a"));
+        let (_, mut answer) = f.next_question().await;
+        let queued = f.ask(f.request("s1", Some("docs__search")), fp("a"));
+        // The requester of the question being asked goes away: the approver's future
+        // is dropped (its answer channel closes) and the next question is asked.
+        asked.abort();
+        tokio::time::timeout(Duration::from_secs(10), answer.closed())
+            .await
+            .expect("the approver's future was not dropped");
+        let (next, answer) = f.next_question().await;
+        assert_eq!(next.tool.as_deref(), Some("docs__search"));
+        // A queued question whose requester left is never asked.
+        let third = f.ask(f.request("s1", Some("docs__fetch")), fp("a"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        third.abort();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        answer.send(ApprovalAnswer::AllowOnce).unwrap();
+        assert!(queued.await.unwrap().unwrap().allowed);
+        f.no_question().await;
+        assert_eq!(f.events.of_type("approval.withdrawn").len(), 1);
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_session_withdraws_its_questions() {
+        let mut f = fixture().await;
+        let asked = f.ask(f.request("s1", None), fp("a"));
+        let (_, mut answer) = f.next_question().await;
+        f.broker.forget_session("s1");
+        tokio::time::timeout(Duration::from_secs(10), answer.closed())
+            .await
+            .expect("the approver's future was not dropped");
+        // The requester is answered by nobody: its verdict never says "allowed".
+        let verdict = tokio::time::timeout(Duration::from_secs(10), asked)
+            .await
+            .expect("the requester was left waiting")
+            .unwrap();
+        assert!(verdict.is_err(), "{verdict:?}");
+    }
+
+    #[tokio::test]
+    async fn a_question_past_the_deadline_is_denied_as_such() {
+        let mut f = fixture_full(None, Some(Duration::from_millis(100))).await;
+        let asked = f.ask(f.request("s1", None), fp("a"));
+        let (_, answer) = f.next_question().await;
+        let verdict = tokio::time::timeout(Duration::from_secs(10), asked)
+            .await
+            .expect("the deadline did not end the question")
+            .unwrap()
+            .unwrap();
+        assert!(!verdict.allowed);
+        assert_eq!(verdict.source, ApprovalSource::Deadline);
+        assert!(
+            answer.is_closed(),
+            "the approver's future outlived the deadline"
+        );
+        let decided = f.events.of_type("approval.decided");
+        assert_eq!(
+            serde_json::to_value(&decided[0]).unwrap()["source"],
+            "deadline"
+        );
     }
 
     #[tokio::test]

@@ -20,8 +20,9 @@ use ractor::{
 
 use super::connect::{Connected, DenyReason, Outcome, Pipeline};
 use super::connection::Live;
-use super::listing::shape_listing;
 use super::plan::{self, Failure, LivePeer};
+use super::preparation::{self, Ending};
+pub(crate) use super::preparation::{Resolution, TurnRequest};
 use super::shared::Shared;
 use super::status::ServerStatus;
 use super::turn::{Binding, Denial, Diagnostic, Entries, PrepareError, TurnCatalog, Warm};
@@ -57,30 +58,20 @@ pub enum CatalogMsg {
     PrepareTurn(TurnRequest),
     /// The preparation task finished.
     Resolved(Box<Resolution>),
-    /// Close every connection and stop; answers how many were closed.
+    /// The preparation task ended without a resolution (its turn was cancelled).
+    Abandoned,
+    /// End the turns in flight, close every connection and stop; answers how many were
+    /// closed.
     Close {
         /// Why (for events and logs).
         reason: String,
+        /// What turns that are pending or preparing get.
+        answer: PrepareError,
         /// Count of closed connections.
         reply: RpcReplyPort<usize>,
     },
     /// Ask for each server's state (`/servers`).
     Status(RpcReplyPort<Vec<ServerStatus>>),
-}
-
-/// One turn to resolve: the core as loaded for it, its number, where the answer goes.
-pub(crate) struct TurnRequest {
-    pub core: Arc<AgentCore>,
-    pub turn: u64,
-    pub reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
-}
-
-/// What a preparation task found, handed back to the actor.
-pub(crate) struct Resolution {
-    request: TurnRequest,
-    outcomes: Vec<Outcome>,
-    relisted: Vec<(ActorId, Result<ListedTools, String>)>,
-    failed: Vec<(Arc<Declaration>, String)>,
 }
 
 pub(crate) struct CatalogArgs {
@@ -106,6 +97,8 @@ pub(crate) struct CatalogState {
     preparing: bool,
     queue: VecDeque<TurnRequest>,
     closing: bool,
+    /// Set when the catalog closes: the preparation in flight ends at once.
+    ending: Ending,
 }
 
 impl Actor for Catalog {
@@ -132,6 +125,7 @@ impl Actor for Catalog {
             preparing: false,
             queue: VecDeque::new(),
             closing: false,
+            ending: Ending::default(),
         })
     }
 
@@ -145,25 +139,30 @@ impl Actor for Catalog {
             CatalogMsg::PrepareTurn(request) => {
                 if state.closing {
                     let _ = request.reply.send(Err(PrepareError::Evicted));
-                } else if state.preparing {
-                    state.queue.push_back(request);
                 } else {
-                    state.start_turn(&myself, request).await;
+                    state.queue.push_back(request);
+                    state.next_turn(&myself).await;
                 }
             }
             CatalogMsg::Resolved(resolution) => {
                 state.finish_turn(&myself, *resolution).await;
-                while !state.preparing && !state.closing {
-                    let Some(request) = state.queue.pop_front() else {
-                        break;
-                    };
-                    state.start_turn(&myself, request).await;
-                }
+                state.next_turn(&myself).await;
             }
-            CatalogMsg::Close { reason, reply } => {
+            CatalogMsg::Abandoned => {
+                state.preparing = false;
+                state.next_turn(&myself).await;
+            }
+            CatalogMsg::Close {
+                reason,
+                answer,
+                reply,
+            } => {
                 state.closing = true;
+                // The turn preparing ends now (its processes killed, permits returned,
+                // approvals withdrawn), not when its connect timeout passes.
+                state.ending.end(answer.clone());
                 for pending in state.queue.drain(..) {
-                    let _ = pending.reply.send(Err(PrepareError::Evicted));
+                    let _ = pending.reply.send(Err(answer.clone()));
                 }
                 let closed = state.close_all(&reason).await;
                 let _ = reply.send(closed);
@@ -199,6 +198,7 @@ impl Actor for Catalog {
         _myself: ActorRef<Self::Msg>,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        state.ending.end(PrepareError::Evicted);
         state.close_all("catalog stopped").await;
         Ok(())
     }
@@ -219,21 +219,23 @@ impl CatalogState {
         }
     }
 
+    /// Starts the next queued turn whose caller still waits, unless one is preparing.
+    async fn next_turn(&mut self, myself: &ActorRef<CatalogMsg>) {
+        while !self.preparing && !self.closing {
+            let Some(request) = self.queue.pop_front() else {
+                return;
+            };
+            if !request.abandoned() {
+                self.start_turn(myself, request).await;
+            }
+        }
+    }
+
     /// Plans the turn, closes what changed, and answers at once when nothing needs a
     /// server (a warm turn); otherwise connects and relists on a task of its own.
     async fn start_turn(&mut self, myself: &ActorRef<CatalogMsg>, request: TurnRequest) {
         self.preparing = true;
-        let peers: Vec<LivePeer> = self
-            .live
-            .values()
-            .map(|l| LivePeer {
-                server: l.declaration.server_id.clone(),
-                fingerprint: l.declaration.fingerprint,
-                // A flag the connection's notifications set; reading it costs no
-                // message, so a warm turn touches no other actor.
-                list_changed: l.signals.take_tools_changed(),
-            })
-            .collect();
+        let peers: Vec<LivePeer> = self.live.values().map(Live::take_peer).collect();
         let plan = plan::plan(&peers, &self.failures, &request.core, self.shared.now());
         for server in &plan.close {
             self.close_server(server, "declaration changed or removed");
@@ -250,7 +252,7 @@ impl CatalogState {
                 Some((*id, self.live.get(id)?.dispatch.peer().clone()))
             })
             .collect();
-        let mut resolution = Resolution {
+        let resolution = Resolution {
             request,
             outcomes: Vec::new(),
             relisted: Vec::new(),
@@ -260,10 +262,13 @@ impl CatalogState {
             self.finish_turn(myself, resolution).await;
             return;
         }
-        let (pipeline, me) = (self.pipeline(), myself.clone());
+        let (pipeline, me, ending) = (self.pipeline(), myself.clone(), self.ending.clone());
         tokio::spawn(async move {
-            (resolution.outcomes, resolution.relisted) =
-                pipeline.resolve(plan.connect, relist).await;
+            let run = preparation::run(&pipeline, plan.connect, relist, resolution, &ending);
+            let Some(resolution) = run.await else {
+                let _ = me.cast(CatalogMsg::Abandoned);
+                return;
+            };
             if let Err(ractor::MessagingErr::SendErr(CatalogMsg::Resolved(lost))) =
                 me.cast(CatalogMsg::Resolved(Box::new(resolution)))
             {
@@ -276,15 +281,19 @@ impl CatalogState {
 
     /// Applies what the preparation task found and answers the turn.
     async fn finish_turn(&mut self, myself: &ActorRef<CatalogMsg>, resolution: Resolution) {
+        let abandoned = resolution.request.abandoned();
         let Resolution {
-            request: TurnRequest { core, turn, reply },
+            request: TurnRequest {
+                core, turn, reply, ..
+            },
             outcomes,
             relisted,
             failed,
         } = resolution;
-        if self.closing {
+        if self.closing || abandoned {
+            // Nobody will use what this turn connected: it is closed, not kept.
             self.pipeline().close_unowned(outcomes).await;
-            let _ = reply.send(Err(PrepareError::Evicted));
+            let _ = reply.send(Err(self.ending.answer()));
             self.preparing = false;
             return;
         }
@@ -299,6 +308,12 @@ impl CatalogState {
             self.apply(myself, outcome, &mut diagnostics, &mut denied)
                 .await;
         }
+        let adopted: Vec<String> = self
+            .by_server
+            .keys()
+            .filter(|s| !kept.contains(*s))
+            .cloned()
+            .collect();
         for (id, listed) in relisted {
             self.apply_relist(&id, listed, &mut diagnostics);
         }
@@ -311,7 +326,12 @@ impl CatalogState {
                 denied: catalog.denied().len(),
             });
         }
-        let _ = reply.send(result);
+        if reply.send(result).is_err() {
+            // The caller left as the turn resolved: what it connected is not kept.
+            for server in adopted {
+                self.close_server(&server, "the turn that connected it was abandoned");
+            }
+        }
         self.preparing = false;
     }
 
@@ -410,21 +430,10 @@ impl CatalogState {
         let Some(live) = self.live.get_mut(id) else {
             return;
         };
-        match listed {
-            Ok(listed) => {
-                (live.tools, live.notes) =
-                    shape_listing(listed, &live.redactor, &self.shared.schemas);
-                live.generation = generation;
-            }
-            Err(e) => {
-                let message = format!(
-                    "tools/list failed after a list change: {}",
-                    live.redactor.text(&e, View::Durable)
-                );
-                let declaration = Arc::clone(&live.declaration);
-                self.close_server(&declaration.server_id, "relisting failed");
-                diagnostics.push(self.fail(&declaration, message, None));
-            }
+        if let Err(message) = live.relisted(listed, &self.shared.schemas, generation) {
+            let declaration = Arc::clone(&live.declaration);
+            self.close_server(&declaration.server_id, "relisting failed");
+            diagnostics.push(self.fail(&declaration, message, None));
         }
     }
 
@@ -559,23 +568,13 @@ impl CatalogState {
     async fn close_all(&mut self, reason: &str) -> usize {
         self.by_server.clear();
         let live: Vec<Live> = self.live.drain().map(|(_, l)| l).collect();
-        let count = live.len();
-        let grace = self.shared.config.close_grace;
-        let mut waits = Vec::with_capacity(count);
-        for l in live {
+        for l in &live {
             self.emit(EventKind::ServerClosed {
                 server: l.declaration.server_id.clone(),
                 reason: reason.to_string(),
             });
-            waits.push(async move {
-                let _ = l
-                    .actor
-                    .stop_and_wait(Some(format!("closed: {reason}")), Some(grace * 4))
-                    .await;
-            });
         }
-        futures::future::join_all(waits).await;
-        count
+        super::connection::close_all(live, reason, self.shared.config.close_grace).await
     }
 
     fn status(&self) -> Vec<ServerStatus> {

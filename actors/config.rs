@@ -21,6 +21,9 @@ pub struct RuntimeConfig {
     pub failure_ttl: Duration,
     /// How long an allow-for-session answer lasts.
     pub approval_session_ttl: Duration,
+    /// How long one approval question may wait for the approver before it is denied
+    /// (fail closed, `ApprovalSource::Deadline`); `None`: as long as a human needs.
+    pub approval_deadline: Option<Duration>,
     /// Time between closing stdin, SIGTERM and SIGKILL when closing a server.
     pub close_grace: Duration,
     /// The human in the loop.
@@ -90,6 +93,7 @@ impl RuntimeConfig {
             discovery_limit: 4,
             failure_ttl: Duration::from_secs(30),
             approval_session_ttl: Duration::from_secs(8 * 3600),
+            approval_deadline: None,
             close_grace: Duration::from_secs(2),
             approver: Arc::new(FixedApprover(ApprovalAnswer::Deny)),
             events: Arc::new(NullSink),

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use super::limiter::Permit;
 use super::shared::Shared;
 use crate::authority::{
-    Action, ApprovalRequest, CapabilitySet, ConnectPreview, HostPolicy, resolve_cwd,
+    Action, ApprovalRequest, ApprovalSource, CapabilitySet, ConnectPreview, HostPolicy, resolve_cwd,
 };
 use crate::core::{Declaration, DeclaredUrl, Endpoint};
 use crate::events::{EventKind, UrlPhase};
@@ -50,6 +50,8 @@ pub enum DenyReason {
     },
     /// The approver (or the `deny` policy) refused.
     ApprovalDenied,
+    /// Nobody answered the connect approval within the runtime's approval deadline.
+    ApprovalTimedOut,
     /// The approval broker is not running (it is being restarted).
     BrokerUnavailable,
 }
@@ -71,6 +73,9 @@ impl std::fmt::Display for DenyReason {
                 write!(f, "the URL policy blocks {target} ({})", block.as_str())
             }
             DenyReason::ApprovalDenied => f.write_str("connect approval denied"),
+            DenyReason::ApprovalTimedOut => f.write_str(
+                "connect approval not answered within the approval deadline; asked again next turn",
+            ),
             DenyReason::BrokerUnavailable => f.write_str(
                 "the approval broker is restarting; the server is asked for again next turn",
             ),
@@ -232,6 +237,7 @@ impl Pipeline {
             action: Action::Connect,
             server: declaration.server_id.clone(),
             tool: None,
+            arguments: None,
             preview: ConnectPreview::new(declaration, policy, cwd, addresses),
         };
         match self
@@ -241,6 +247,9 @@ impl Pipeline {
             .await
         {
             Ok(approval) if approval.allowed => Ok(()),
+            Ok(approval) if approval.source == ApprovalSource::Deadline => {
+                Err(denied(declaration, DenyReason::ApprovalTimedOut))
+            }
             Ok(_) => Err(denied(declaration, DenyReason::ApprovalDenied)),
             Err(_) => Err(denied(declaration, DenyReason::BrokerUnavailable)),
         }

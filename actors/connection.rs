@@ -197,6 +197,53 @@ impl Live {
     }
 }
 
+impl Live {
+    /// A relisting after `tools/list_changed`: the new tools, or the (redacted) reason
+    /// the connection must close.
+    ///
+    /// # Errors
+    /// When the listing failed.
+    pub(super) fn relisted(
+        &mut self,
+        listed: Result<crate::transport::ListedTools, String>,
+        schemas: &super::listing::SchemaPool,
+        generation: u64,
+    ) -> Result<(), String> {
+        let listed = listed.map_err(|e| {
+            let e = self.redactor.text(&e, crate::redact::View::Durable);
+            format!("tools/list failed after a list change: {e}")
+        })?;
+        (self.tools, self.notes) = shape_listing(listed, &self.redactor, schemas);
+        self.generation = generation;
+        Ok(())
+    }
+
+    /// What the planner needs of this connection; reads and clears its tools flag (a
+    /// flag the connection's notifications set: reading it costs no message, so a warm
+    /// turn touches no other actor).
+    pub(super) fn take_peer(&self) -> super::plan::LivePeer {
+        super::plan::LivePeer {
+            server: self.declaration.server_id.clone(),
+            fingerprint: self.declaration.fingerprint,
+            list_changed: self.signals.take_tools_changed(),
+        }
+    }
+}
+
+/// Stops every connection in `live` and waits (bounded by the grace) until each has
+/// closed its transport and ended its process tree. Returns how many there were.
+pub(super) async fn close_all(live: Vec<Live>, reason: &str, grace: Duration) -> usize {
+    let count = live.len();
+    let waits = live.into_iter().map(|l| async move {
+        let _ = l
+            .actor
+            .stop_and_wait(Some(format!("closed: {reason}")), Some(grace * 4))
+            .await;
+    });
+    futures::future::join_all(waits).await;
+    count
+}
+
 pub(super) struct ConnectionArgs {
     pub client: McpClient,
     pub declaration: Arc<Declaration>,

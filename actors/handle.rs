@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorRef, RpcReplyPort};
+use tokio_util::sync::CancellationToken;
 
 use super::approval::{Broker, BrokerArgs, BrokerHandle};
 use super::config::RuntimeConfig;
@@ -273,6 +274,10 @@ impl Session {
             _ => crate::core::load_cached(&root, &cache)?,
         };
         let revision = live.map(|live| format!("live:{}", live.as_deref().unwrap_or("none")));
+        // Dropping this future cancels the token: the catalog ends the turn's connects
+        // at once (processes killed, permits returned, approvals withdrawn).
+        let cancel = CancellationToken::new();
+        let _dropped = cancel.clone().drop_guard();
         match self
             .actor
             .call(
@@ -280,6 +285,7 @@ impl Session {
                     core,
                     revision,
                     reply,
+                    cancel,
                 },
                 None,
             )

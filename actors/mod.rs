@@ -31,6 +31,7 @@
 //! | `catalog.rs` | one catalog identity: live connections, failure cache, turns |
 //! | `plan.rs` | pure: what a turn closes, connects and relists; its entries and names |
 //! | `connect.rs` | the connect pipeline, step by step, and its typed denials |
+//! | `preparation.rs` | a turn's connects on a task, ended at once when its caller or catalog goes |
 //! | `connection.rs` | one server connection's lifetime, and its `Dispatch` |
 //! | `listing.rs` | a `tools/list` answer made catalog tools (bounds, schema pool) |
 //! | `turn.rs` | `TurnCatalog`: a turn's entries, and the call path's checks |
@@ -50,6 +51,7 @@ mod handle;
 mod limiter;
 mod listing;
 mod plan;
+mod preparation;
 mod runtime;
 mod session;
 mod shared;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use super::catalog::{Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, TurnRequest};
 use super::shared::Shared;
@@ -88,6 +89,8 @@ pub enum SessionMsg {
         revision: Option<String>,
         /// Where the catalog (or why there is none) goes; the catalog actor answers it.
         reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+        /// Cancelled when the caller stops waiting (its future was dropped).
+        cancel: CancellationToken,
     },
     /// Close everything and stop.
     Evict {
@@ -146,7 +149,16 @@ impl Actor for SessionActor {
                 core,
                 revision,
                 reply,
-            } => state.prepare_turn(&myself, core, revision, reply).await,
+                cancel,
+            } => {
+                let request = TurnRequest {
+                    core,
+                    turn: 0,
+                    reply,
+                    cancel,
+                };
+                state.prepare_turn(&myself, request, revision).await;
+            }
             SessionMsg::Evict { reason, reply } => state.evict(&myself, reason, reply),
             SessionMsg::Status(reply) => state.status(reply),
         }
@@ -178,7 +190,8 @@ impl Actor for SessionActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         if let Some((_, c)) = state.current.take() {
-            close_catalog(&c, "session stopped", state.args.shared.config.close_grace).await;
+            let grace = state.args.shared.config.close_grace;
+            close_catalog(&c, "session stopped", PrepareError::Evicted, grace).await;
         }
         Ok(())
     }
@@ -190,26 +203,21 @@ impl SessionState {
     async fn prepare_turn(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        core: Arc<AgentCore>,
+        mut request: TurnRequest,
         revision: Option<String>,
-        reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
     ) {
         if self.evicted {
-            let _ = reply.send(Err(PrepareError::Evicted));
+            let _ = request.reply.send(Err(PrepareError::Evicted));
             return;
         }
         self.turn += 1;
-        let catalog = match self.catalog_for(myself, &core, revision).await {
+        request.turn = self.turn;
+        let catalog = match self.catalog_for(myself, &request.core, revision).await {
             Ok(catalog) => catalog,
             Err(e) => {
-                let _ = reply.send(Err(e));
+                let _ = request.reply.send(Err(e));
                 return;
             }
-        };
-        let request = TurnRequest {
-            core,
-            turn: self.turn,
-            reply,
         };
         if let Err(ractor::MessagingErr::SendErr(CatalogMsg::PrepareTurn(request))) =
             catalog.cast(CatalogMsg::PrepareTurn(request))
@@ -233,7 +241,10 @@ impl SessionState {
         let me = myself.clone();
         tokio::spawn(async move {
             let closed = match catalog {
-                Some(c) => close_catalog(&c, &reason, shared.config.close_grace).await,
+                Some(c) => {
+                    let grace = shared.config.close_grace;
+                    close_catalog(&c, &reason, PrepareError::Evicted, grace).await
+                }
                 None => 0,
             };
             shared.broker.forget_session(&session);
@@ -313,7 +324,9 @@ impl SessionState {
             let stale = catalog.clone();
             let grace = self.args.shared.config.close_grace;
             tokio::spawn(async move {
-                close_catalog(&stale, "catalog identity changed", grace).await;
+                // A turn still preparing there was overtaken by this one.
+                let overtaken = PrepareError::Cancelled;
+                close_catalog(&stale, "catalog identity changed", overtaken, grace).await;
             });
             self.current = None;
         }
@@ -331,16 +344,22 @@ impl SessionState {
     }
 }
 
-/// Asks a catalog to close its connections and stop; returns how many it closed.
+/// Asks a catalog to close its connections and stop; its pending turns end at once
+/// with `answer`. Returns how many connections it closed.
 pub(crate) async fn close_catalog(
     catalog: &ActorRef<CatalogMsg>,
     reason: &str,
+    answer: PrepareError,
     grace: Duration,
 ) -> usize {
     let reason = reason.to_string();
     match catalog
         .call(
-            |reply| CatalogMsg::Close { reason, reply },
+            |reply| CatalogMsg::Close {
+                reason,
+                answer,
+                reply,
+            },
             Some(grace * 6 + Duration::from_secs(5)),
         )
         .await

@@ -26,9 +26,16 @@ pub enum PrepareError {
     /// The core has load errors.
     #[error(transparent)]
     Core(#[from] CoreErrors),
-    /// The session was evicted (or evicted while preparing: eviction wins).
+    /// The session was evicted (explicitly, replaced in its lane, or by the runtime's
+    /// shutdown), before or while this turn was preparing: eviction wins, and the
+    /// turn's connects in flight were ended.
     #[error("the session was evicted; start or resume a session to continue")]
     Evicted,
+    /// The turn was overtaken before it resolved: a newer turn of the session changed
+    /// its catalog identity (principal, capabilities, revision, workspace, policy), and
+    /// this turn's connects in flight were ended.
+    #[error("the turn was cancelled: a newer turn changed the session's authority; use that turn")]
+    Cancelled,
     /// An MCP tool name collides with a tool of another source.
     #[error("tool name collision: {0}")]
     Collision(String),
@@ -64,6 +71,12 @@ pub enum CallError {
     /// The approver refused the call.
     #[error("call denied: call approval denied for `{tool}`")]
     ApprovalDenied {
+        /// The exposed tool name.
+        tool: String,
+    },
+    /// Nobody answered the call approval within the runtime's approval deadline.
+    #[error("call denied: the call approval of `{tool}` was not answered in time")]
+    ApprovalTimedOut {
         /// The exposed tool name.
         tool: String,
     },
@@ -377,8 +390,8 @@ impl TurnCatalog {
             Value::Object(map) => Some(map),
             _ => return Err(CallError::BadArguments),
         };
-        self.authorize(entry).await?;
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
+        self.authorize(entry, arguments.as_ref(), &redactor).await?;
         if binding.dispatch.is_closed() {
             return Err(stale(StaleReason::Closed));
         }
@@ -407,7 +420,12 @@ impl TurnCatalog {
 
     /// The call capability, then the call approval under the effective policy (`auto`
     /// needs no prompt; the host may tighten it).
-    async fn authorize(&self, entry: &ToolEntry) -> Result<(), CallError> {
+    async fn authorize(
+        &self,
+        entry: &ToolEntry,
+        arguments: Option<&JsonObject>,
+        redactor: &Redactor,
+    ) -> Result<(), CallError> {
         let declaration = &entry.binding.declaration;
         let tool = || entry.name.clone();
         if !entry.binding.call_allowed {
@@ -431,6 +449,11 @@ impl TurnCatalog {
             action: Action::Call,
             server: entry.server.clone(),
             tool: Some(tool()),
+            // What will run, as the event log may show it.
+            arguments: Some(match arguments {
+                Some(map) => redactor.json(&Value::Object(map.clone()), View::Event),
+                None => Value::Object(serde_json::Map::new()),
+            }),
             preview,
         };
         match self
@@ -443,6 +466,9 @@ impl TurnCatalog {
             // `deny` is decided (and recorded) by the broker without asking anyone.
             Ok(approval) if approval.source == ApprovalSource::Policy => {
                 Err(CallError::PolicyDenied { tool: tool() })
+            }
+            Ok(approval) if approval.source == ApprovalSource::Deadline => {
+                Err(CallError::ApprovalTimedOut { tool: tool() })
             }
             Ok(_) => Err(CallError::ApprovalDenied { tool: tool() }),
             Err(_) => Err(CallError::ApprovalUnavailable { tool: tool() }),

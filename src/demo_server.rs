@@ -24,7 +24,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt, tool, tool_router};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// How the demo server is shaped.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +56,8 @@ pub enum Fault {
     HugeTools(usize),
     /// Answer every tool call with N bytes of text.
     HugeResult(usize),
+    /// `huge-result` written as the TypeScript SDK writes: every message's `id` last.
+    HugeResultIdLast(usize),
     /// Write N bytes to stderr before serving.
     StderrFlood(usize),
     /// Write every answer one byte at a time.
@@ -113,6 +115,7 @@ impl Fault {
             "garbage-stdout" => Fault::GarbageStdout,
             "huge-tools" => Fault::HugeTools(size()?),
             "huge-result" => Fault::HugeResult(size()?),
+            "huge-result-id-last" => Fault::HugeResultIdLast(size()?),
             "stderr-flood" => Fault::StderrFlood(size()?),
             "slow-drip" => Fault::SlowDrip,
             "fork-child" => Fault::ForkChild,
@@ -130,7 +133,7 @@ impl Fault {
             "ignore-eof" => Fault::IgnoreEof,
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof"
                 ));
             }
         })
@@ -405,7 +408,7 @@ impl ServerHandler for DemoServer {
                 std::process::exit(3);
             }
             Some(Fault::HangCall) => std::future::pending::<()>().await,
-            Some(Fault::HugeResult(bytes)) => {
+            Some(Fault::HugeResult(bytes) | Fault::HugeResultIdLast(bytes)) => {
                 let text = "x".repeat(bytes);
                 return Ok(CallToolResponse::Complete(CallToolResult::success(vec![
                     ContentBlock::text(text),
@@ -497,6 +500,19 @@ pub async fn serve_stdio(mut options: DemoOptions) -> Result<(), Error> {
         }
         _ => {}
     }
+    if let Some(Fault::HugeResultIdLast(_)) = options.fault {
+        // rmcp writes `id` before `result`; a relay moves it to the end of each line.
+        let (ours, relay) = tokio::io::duplex(64 * 1024);
+        let (relay_read, _) = tokio::io::split(relay);
+        tokio::spawn(id_last(relay_read));
+        let (read, write) = tokio::io::split(ours);
+        drop(read);
+        let service = DemoServer::new(options)
+            .serve((tokio::io::stdin(), write))
+            .await?;
+        service.waiting().await?;
+        return Ok(());
+    }
     if options.fault == Some(Fault::SlowDrip) {
         let service = DemoServer::new(options)
             .serve((tokio::io::stdin(), Drip(tokio::io::stdout())))
@@ -514,6 +530,30 @@ pub async fn serve_stdio(mut options: DemoOptions) -> Result<(), Error> {
         std::future::pending::<()>().await;
     }
     Ok(())
+}
+
+/// Copies JSON lines from `from` to stdout with each message's `"id"` moved last.
+async fn id_last(from: impl tokio::io::AsyncRead + Unpin) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let mut lines = BufReader::new(from).lines();
+    let mut out = tokio::io::stdout();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut text = line.clone();
+        if let Ok(Value::Object(mut message)) = serde_json::from_str::<Value>(&line)
+            && let Some(id) = message.remove("id")
+        {
+            text = Value::Object(message).to_string();
+            text.pop();
+            if text.len() > 1 {
+                text.push(',');
+            }
+            text.push_str(&format!("\"id\":{id}}}"));
+        }
+        text.push('\n');
+        if out.write_all(text.as_bytes()).await.is_err() || out.flush().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// A writer that passes one byte per write: every answer arrives in fragments.

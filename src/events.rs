@@ -162,8 +162,23 @@ pub enum EventKind {
         /// Exposed tool name for calls.
         #[serde(skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
-        /// The secret-free preview.
-        preview: ConnectPreview,
+        /// A call's arguments, event view (redacted).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        arguments: Option<serde_json::Value>,
+        /// The secret-free preview (boxed: it is the largest field of any event).
+        preview: Box<ConnectPreview>,
+    },
+    /// A question was withdrawn while the approver was being asked: its requester went
+    /// away (turn or call dropped, session evicted, runtime shut down).
+    #[serde(rename = "approval.withdrawn")]
+    ApprovalWithdrawn {
+        /// Connect or call.
+        action: Action,
+        /// Server id.
+        server: String,
+        /// Exposed tool name for calls.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
     },
     /// An approval was decided.
     #[serde(rename = "approval.decided")]

@@ -286,3 +286,70 @@ async fn an_approver_that_kills_the_broker_denies_as_unavailable_and_the_broker_
     assert!(asked.load(Ordering::SeqCst) >= 2);
     h.finish().await;
 }
+
+#[tokio::test]
+async fn a_call_approval_shows_the_arguments_redacted_and_the_prompt_escapes_and_cuts_them() {
+    let core = Core::new().grant_servers(&["d"]).server(
+        "d",
+        &demo("approval_policy: prompt\nenv:\n  DEMO_TOKEN: \"tok-7f3a9c2e1b\"\n"),
+    );
+    // Connect for the session; calls once, so every call asks.
+    let h = harness(Recorder::new(|r| match r.action {
+        Action::Connect => ApprovalAnswer::AllowSession,
+        _ => ApprovalAnswer::AllowOnce,
+    }))
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let long = "x".repeat(5_000);
+    let message = format!("fetch https://example.test/a?b=c \u{1b}[2J tok-7f3a9c2e1b {long}");
+    let args = serde_json::json!({"message": message, "api_key": "k-99887766"});
+    let result = catalog.call("d__echo", args).await.unwrap();
+    assert!(!result.is_error, "{:?}", result.views.operator);
+    let asked = h.approver.requests();
+    let call = asked.iter().find(|r| r.action == Action::Call).unwrap();
+    let shown = call
+        .arguments
+        .as_ref()
+        .expect("a call approval carries its arguments");
+    let shown_text = shown.to_string();
+    assert!(
+        shown_text.contains("https://example.test/a?b=c"),
+        "{shown_text}"
+    );
+    for secret in ["tok-7f3a9c2e1b", "k-99887766"] {
+        assert!(
+            !shown_text.contains(secret),
+            "a secret reached the approver: {secret}"
+        );
+    }
+    let prompt = call.render();
+    assert!(
+        prompt.contains("message: fetch https://example.test/a?b=c"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("api_key: "), "{prompt}");
+    assert!(
+        !prompt.contains('\u{1b}'),
+        "an escape reached the terminal: {prompt:?}"
+    );
+    assert!(
+        prompt.len() < 2_000,
+        "a 5,000-character argument was not cut: {}",
+        prompt.len()
+    );
+    let event = h.sink.of_type("approval.requested");
+    let event = event
+        .iter()
+        .map(|e| serde_json::to_value(e).unwrap())
+        .find(|e| e["action"] == "call")
+        .unwrap();
+    assert!(
+        event["arguments"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("example.test")
+    );
+    assert!(!event.to_string().contains("k-99887766"));
+    h.finish().await;
+}

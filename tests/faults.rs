@@ -251,6 +251,25 @@ async fn a_huge_result_is_refused_at_the_message_limit() {
 }
 
 #[tokio::test]
+async fn a_huge_result_with_its_id_written_last_is_refused_at_once_too() {
+    // The TypeScript SDK writes `id` after `result`: the id is found at the end of a
+    // 12 MB line that is never held in memory.
+    scenario(
+        "huge-result-id-last 12000000",
+        "timeout_seconds: 60\n",
+        |h, catalog, _| async move {
+            // Twice: the stream stays in step after a refused line, and the connection
+            // lives on (every answer of this mode is huge).
+            for _ in 0..2 {
+                refused_call(&catalog, Duration::from_secs(20), "8 MiB message limit").await;
+            }
+            h
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn a_stderr_flood_leaves_a_bounded_log_entry() {
     scenario("stderr-flood 5000000", "", |h, catalog, _| async move {
         assert!(

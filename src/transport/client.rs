@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientRequest, Implementation,
-    InitializeRequestParams, JsonObject, PaginatedRequestParams, ProtocolVersion, Request,
-    ServerResult, Tool,
+    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientRequest,
+    Implementation, InitializeRequestParams, JsonObject, PaginatedRequestParams, ProtocolVersion,
+    Request, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::Transport;
@@ -223,7 +223,15 @@ pub async fn call_tool(
         .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
         .await
         .map_err(|e| classify(&e, timeout))?;
-    match handle.await_response().await {
+    // A caller that drops this future has given up on the call: the server is told, as
+    // it is on a timeout, instead of working on for nobody.
+    let mut abandoned = Abandoned {
+        peer: Some(peer.clone()),
+        id: handle.id.clone(),
+    };
+    let response = handle.await_response().await;
+    abandoned.peer = None;
+    match response {
         Ok(ServerResult::CallToolResult(result)) => {
             serde_json::to_value(result).map_err(|e| CallFailure::Protocol(e.to_string()))
         }
@@ -231,6 +239,29 @@ pub async fn call_tool(
             "unexpected response to tools/call".into(),
         )),
         Err(e) => Err(classify(&e, timeout)),
+    }
+}
+
+/// Sends `notifications/cancelled` for a request whose caller went away before its
+/// answer; disarmed (no peer) once the answer or the timeout came.
+struct Abandoned {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let (Some(peer), Ok(runtime)) = (self.peer.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let params = CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the caller abandoned the request".into()),
+        );
+        runtime.spawn(async move {
+            let _ = peer.notify_cancelled(params).await;
+        });
     }
 }
 

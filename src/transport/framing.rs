@@ -9,7 +9,10 @@
 //! sent, so an idle connection holds no message memory. A line longer than
 //! [`MAX_MESSAGE_BYTES`] is discarded as it streams (never held in memory) and, when it
 //! answered a request, becomes a JSON-RPC error for that request, so the call fails at
-//! once with a clear message. An answer that is not valid JSON (cut, broken, nested too
+//! once with a clear message. The answer's id is found by [`IdScanner`] wherever it is
+//! in the message (the TypeScript SDK writes it after the `result`), reading the bytes
+//! as they pass and keeping a few bytes of state; only the top-level `"id"` counts, so
+//! an `"id"` inside the result cannot be taken for the answer's own. An answer that is not valid JSON (cut, broken, nested too
 //! deep) or not a valid MCP response fails its request the same way.
 //!
 //! A request the client cannot read is answered with an error on a task of its own
@@ -42,9 +45,6 @@ use super::guard::{
 /// Most bytes of one message from a stdio server.
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
-/// How much of an over-long line is kept to find its JSON-RPC id.
-const HEAD: usize = 256;
-
 /// Bytes read from the pipe at once (on the stack of the poll, never kept).
 const READ_CHUNK: usize = 8 * 1024;
 
@@ -58,8 +58,285 @@ const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
 enum Line {
     /// A whole line within the limit, without its newline.
     Text(Vec<u8>),
-    /// A line over the limit: only its first [`HEAD`] bytes were kept.
-    Oversized(Vec<u8>),
+    /// A line over the limit, discarded as it streamed; what its top level said.
+    Oversized(Envelope),
+}
+
+/// What the top level of a JSON-RPC message says about where it belongs.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Envelope {
+    /// The top-level `"id"` (a string or an integer), when there is one.
+    id: Option<Value>,
+    /// Whether the top level has a `"method"` (a request or notification, not an
+    /// answer).
+    method: bool,
+}
+
+/// Where an [`IdScanner`] is in the top-level object.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum At {
+    /// Before the opening `{`.
+    Start,
+    /// Where a member's key (or the closing `}`) comes.
+    Key,
+    /// Inside a key; `len` bytes of it kept (`over` once it cannot be `id`/`method`).
+    InKey {
+        len: usize,
+        over: bool,
+        escaped: bool,
+    },
+    /// After a key, before its `:`.
+    Colon,
+    /// Where a member's value starts.
+    Value,
+    /// Inside the string value of `"id"`.
+    IdString { escaped: bool },
+    /// Inside the number value of `"id"`.
+    IdNumber,
+    /// Inside any other value: nesting depth below the top level, and string state.
+    Skip {
+        depth: u32,
+        in_string: bool,
+        escaped: bool,
+    },
+    /// After a value, before `,` or `}`.
+    AfterValue,
+    /// The top level ended (or is not an object); nothing more is read.
+    Done,
+}
+
+/// Reads a JSON-RPC message's bytes as they stream by and keeps only what the top
+/// level says: its `"id"` and whether it has a `"method"`. State: a few bytes of the
+/// current key and at most [`MAX_REQUEST_ID_BYTES`] of the id; any depth of nesting is a
+/// counter. Keys written with escapes are not recognized (the message is then treated
+/// as having no id: the request waits for its timeout, as with any unreadable answer).
+#[derive(Debug)]
+struct IdScanner {
+    at: At,
+    /// The key being read (kept while it can still be `id` or `method`).
+    key: [u8; 8],
+    /// The key of the member whose value comes next.
+    member: Member,
+    /// The id's text as it streams.
+    id: Vec<u8>,
+    found: Envelope,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Member {
+    Id,
+    Method,
+    Other,
+}
+
+impl IdScanner {
+    fn new() -> Self {
+        IdScanner {
+            at: At::Start,
+            key: [0; 8],
+            member: Member::Other,
+            id: Vec::new(),
+            found: Envelope::default(),
+        }
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if self.at == At::Done {
+                return;
+            }
+            self.byte(b);
+        }
+    }
+
+    fn finish(self) -> Envelope {
+        self.found
+    }
+
+    fn byte(&mut self, b: u8) {
+        let blank = b.is_ascii_whitespace();
+        self.at = match self.at {
+            At::Start if b == b'{' => At::Key,
+            At::Start if blank => At::Start,
+            At::Key if b == b'"' => At::InKey {
+                len: 0,
+                over: false,
+                escaped: false,
+            },
+            At::Key if blank || b == b',' => At::Key,
+            At::InKey { len, over, escaped } => self.key_byte(b, len, over, escaped),
+            At::Colon if b == b':' => At::Value,
+            At::Colon if blank => At::Colon,
+            At::Value if blank => At::Value,
+            At::Value => self.value_start(b),
+            At::IdString { escaped } => self.id_string_byte(b, escaped),
+            At::IdNumber if b.is_ascii_digit() => self.keep_id(b, At::IdNumber),
+            // A fraction or an exponent: not an id JSON-RPC allows.
+            At::IdNumber if matches!(b, b'.' | b'e' | b'E') => {
+                self.member = Member::Other;
+                skip_byte(b, 0, false, false)
+            }
+            At::IdNumber => {
+                self.found.id = std::str::from_utf8(&self.id)
+                    .ok()
+                    .and_then(|n| n.parse::<i64>().ok())
+                    .map(Value::from);
+                self.after_value(b)
+            }
+            At::Skip {
+                depth,
+                in_string,
+                escaped,
+            } => skip_byte(b, depth, in_string, escaped),
+            At::AfterValue => self.after_value(b),
+            // Anything else is not the top level of a JSON-RPC object.
+            _ => At::Done,
+        };
+    }
+
+    fn key_byte(&mut self, b: u8, len: usize, over: bool, escaped: bool) -> At {
+        if escaped {
+            return At::InKey {
+                len,
+                over: true,
+                escaped: false,
+            };
+        }
+        match b {
+            b'\\' => At::InKey {
+                len,
+                over: true,
+                escaped: true,
+            },
+            b'"' => {
+                self.member = match &self.key[..len] {
+                    _ if over => Member::Other,
+                    b"id" => Member::Id,
+                    b"method" => Member::Method,
+                    _ => Member::Other,
+                };
+                At::Colon
+            }
+            _ if len < self.key.len() && !over => {
+                self.key[len] = b;
+                At::InKey {
+                    len: len + 1,
+                    over,
+                    escaped: false,
+                }
+            }
+            _ => At::InKey {
+                len,
+                over: true,
+                escaped: false,
+            },
+        }
+    }
+
+    fn value_start(&mut self, b: u8) -> At {
+        match self.member {
+            Member::Id if self.found.id.is_none() && b == b'"' => {
+                self.id.clear();
+                self.id.push(b);
+                At::IdString { escaped: false }
+            }
+            Member::Id if self.found.id.is_none() && (b == b'-' || b.is_ascii_digit()) => {
+                self.id.clear();
+                self.id.push(b);
+                At::IdNumber
+            }
+            member => {
+                self.found.method |= member == Member::Method;
+                match b {
+                    b'"' => At::Skip {
+                        depth: 0,
+                        in_string: true,
+                        escaped: false,
+                    },
+                    b'{' | b'[' => At::Skip {
+                        depth: 1,
+                        in_string: false,
+                        escaped: false,
+                    },
+                    _ => At::Skip {
+                        depth: 0,
+                        in_string: false,
+                        escaped: false,
+                    },
+                }
+            }
+        }
+    }
+
+    fn id_string_byte(&mut self, b: u8, escaped: bool) -> At {
+        let next = match b {
+            _ if escaped => At::IdString { escaped: false },
+            b'\\' => At::IdString { escaped: true },
+            b'"' => {
+                self.id.push(b);
+                self.found.id = serde_json::from_slice::<String>(&self.id)
+                    .ok()
+                    .map(Value::String);
+                return At::AfterValue;
+            }
+            _ => At::IdString { escaped: false },
+        };
+        self.keep_id(b, next)
+    }
+
+    /// Keeps one more byte of the id; an id longer than any the runtime accepts is no
+    /// id at all.
+    fn keep_id(&mut self, b: u8, next: At) -> At {
+        if self.id.len() >= MAX_REQUEST_ID_BYTES + 2 {
+            self.member = Member::Other;
+            return skip_byte(b, 0, matches!(next, At::IdString { .. }), false);
+        }
+        self.id.push(b);
+        next
+    }
+
+    fn after_value(&mut self, b: u8) -> At {
+        match b {
+            b',' => At::Key,
+            _ if b.is_ascii_whitespace() => At::AfterValue,
+            _ => At::Done,
+        }
+    }
+}
+
+/// One byte of a value the scanner does not keep.
+fn skip_byte(b: u8, depth: u32, in_string: bool, escaped: bool) -> At {
+    let skip = |depth, in_string, escaped| At::Skip {
+        depth,
+        in_string,
+        escaped,
+    };
+    if in_string {
+        return match b {
+            _ if escaped => skip(depth, true, false),
+            b'\\' => skip(depth, true, true),
+            b'"' if depth == 0 => At::AfterValue,
+            b'"' => skip(depth, false, false),
+            _ => skip(depth, true, false),
+        };
+    }
+    match b {
+        b'"' => skip(depth, true, false),
+        b'{' | b'[' => skip(depth.saturating_add(1), false, false),
+        b'}' | b']' if depth > 1 => skip(depth - 1, false, false),
+        b'}' | b']' if depth == 1 => At::AfterValue,
+        // The end of a scalar at the top level.
+        b',' if depth == 0 => At::Key,
+        b'}' if depth == 0 => At::Done,
+        _ => skip(depth, false, false),
+    }
+}
+
+/// The envelope of a message held whole (one that is not valid JSON-RPC).
+fn envelope(text: &[u8]) -> Envelope {
+    let mut scanner = IdScanner::new();
+    scanner.feed(text);
+    scanner.finish()
 }
 
 /// Splits a byte stream into lines, holding at most the line in progress.
@@ -68,8 +345,8 @@ struct LineReader<R> {
     limit: usize,
     /// The line in progress while it is within the limit.
     line: Vec<u8>,
-    /// Set while skipping an over-long line; holds the start of that line.
-    discarding: Option<Vec<u8>>,
+    /// Set while skipping an over-long line: what its top level said so far.
+    discarding: Option<IdScanner>,
     /// Lines completed by the last read and not yet taken.
     complete: VecDeque<Line>,
     eof: bool,
@@ -114,23 +391,21 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
                 Some(i) => (&bytes[..i], true),
                 None => (bytes, false),
             };
-            if let Some(head) = &mut self.discarding {
-                let room = HEAD.saturating_sub(head.len());
-                head.extend_from_slice(&segment[..segment.len().min(room)]);
+            if let Some(scanner) = &mut self.discarding {
+                scanner.feed(segment);
             } else if self.line.len() + segment.len() > self.limit {
-                let mut head = std::mem::take(&mut self.line);
-                head.truncate(HEAD);
-                let room = HEAD.saturating_sub(head.len());
-                head.extend_from_slice(&segment[..segment.len().min(room)]);
-                head.shrink_to_fit();
-                self.discarding = Some(head);
+                // From here the line is only scanned for its id, never kept.
+                let mut scanner = IdScanner::new();
+                scanner.feed(&std::mem::take(&mut self.line));
+                scanner.feed(segment);
+                self.discarding = Some(scanner);
             } else {
                 self.line.extend_from_slice(segment);
             }
             if newline {
                 // The finished line leaves with its buffer: nothing stays allocated.
                 let line = match self.discarding.take() {
-                    Some(head) => Line::Oversized(head),
+                    Some(scanner) => Line::Oversized(scanner.finish()),
                     None => Line::Text(std::mem::take(&mut self.line)),
                 };
                 self.complete.push_back(line);
@@ -156,16 +431,24 @@ enum Decoded {
 
 fn decode(line: Line, limit: usize) -> Decoded {
     let text = match line {
-        Line::Oversized(head) => {
-            return match request_id(&head) {
-                Some(id) => refused(
+        Line::Oversized(envelope) => {
+            let mib = limit / (1024 * 1024);
+            return match envelope {
+                // An over-long request of the server: it is answered, never waited on.
+                Envelope {
+                    id: Some(id),
+                    method: true,
+                } => reply_error(id, -32600, &format!("request over the {mib} MiB limit")),
+                Envelope {
+                    id: Some(id),
+                    method: false,
+                } => refused(
                     id,
                     &format!(
-                        "the server's answer exceeded the {} MiB message limit and was dropped",
-                        limit / (1024 * 1024)
+                        "the server's answer exceeded the {mib} MiB message limit and was dropped"
                     ),
                 ),
-                None => {
+                Envelope { id: None, .. } => {
                     tracing::debug!("dropped an over-long message without an id");
                     Decoded::Skip
                 }
@@ -191,8 +474,11 @@ fn decode(line: Line, limit: usize) -> Decoded {
             // An answer to a request that cannot be read (cut, broken, or nested
             // deeper than the parser goes) still fails its request at once when its
             // id shows.
-            let answer = text.trim_ascii_start().starts_with(b"{");
-            if answer && let Some(id) = request_id(&text[..text.len().min(HEAD)]) {
+            if let Envelope {
+                id: Some(id),
+                method: false,
+            } = envelope(text)
+            {
                 return refused(
                     id,
                     &format!("the server's answer is not valid JSON: {syntax}"),
@@ -215,16 +501,7 @@ fn decode(line: Line, limit: usize) -> Decoded {
                 error.column()
             ),
         ),
-        (Some(id), true) => {
-            let answer = json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": {"code": -32600, "message": "invalid request"},
-            });
-            let mut bytes = answer.to_string().into_bytes();
-            bytes.push(b'\n');
-            Decoded::Reply(bytes)
-        }
+        (Some(id), true) => reply_error(id, -32600, "invalid request"),
         (None, _) => {
             tracing::debug!("ignored a notification the client does not know");
             Decoded::Skip
@@ -245,19 +522,16 @@ fn refused(id: Value, message: &str) -> Decoded {
     }
 }
 
-/// The `"id"` of a JSON-RPC message from the start of its text.
-fn request_id(head: &[u8]) -> Option<Value> {
-    let text = String::from_utf8_lossy(head);
-    let at = text.find("\"id\"")?;
-    let rest = text[at + 4..].trim_start().strip_prefix(':')?.trim_start();
-    if let Some(s) = rest.strip_prefix('"') {
-        let end = s.find('"')?;
-        return Some(Value::String(s[..end].to_owned()));
-    }
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
-        .unwrap_or(rest.len());
-    rest[..end].parse::<i64>().ok().map(Value::from)
+/// An error answer to a request of the server's that the client cannot read.
+fn reply_error(id: Value, code: i64, message: &str) -> Decoded {
+    let answer = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message},
+    });
+    let mut bytes = answer.to_string().into_bytes();
+    bytes.push(b'\n');
+    Decoded::Reply(bytes)
 }
 
 /// The client side of a stdio server's MCP stream (see the module documentation).
@@ -462,24 +736,53 @@ mod tests {
 
     #[tokio::test]
     async fn an_over_long_answer_becomes_an_error_for_its_request() {
-        let mut input = b"{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":\"".to_vec();
-        input.extend(std::iter::repeat_n(b'x', 10_000));
-        input.extend(b"\"}\n{\"ok\":true}\n");
-        let mut got = lines(&input, 1024).await.into_iter();
-        let Some(Line::Oversized(head)) = got.next() else {
+        // The id before the result (rmcp, Python) and after it (the TypeScript SDK).
+        for (before, after) in [
+            ("{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":", "}"),
+            ("{\"jsonrpc\":\"2.0\",\"result\":", ",\"id\":42}"),
+        ] {
+            let mut input = before.as_bytes().to_vec();
+            input.extend(b"{\"content\":[{\"type\":\"text\",\"text\":\"");
+            input.extend(std::iter::repeat_n(b'x', 10_000));
+            input.extend(b"\"}]}");
+            input.extend(after.as_bytes());
+            input.extend(b"\n{\"ok\":true}\n");
+            let mut got = lines(&input, 1024).await.into_iter();
+            let Some(Line::Oversized(envelope)) = got.next() else {
+                panic!("the long line should be refused");
+            };
+            let (id, message) = error_of(decode(Line::Oversized(envelope), 1024 * 1024));
+            assert_eq!(id, json!(42), "{before}...{after}");
+            assert!(message.contains("1 MiB message limit"), "{message}");
+            assert_eq!(got.next(), Some(Line::Text(b"{\"ok\":true}".to_vec())));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_over_long_request_of_the_server_is_answered() {
+        let mut input = b"{\"jsonrpc\":\"2.0\",\"params\":{\"x\":\"".to_vec();
+        input.extend(std::iter::repeat_n(b'y', 5_000));
+        input.extend(b"\"},\"method\":\"sampling/createMessage\",\"id\":\"r-9\"}\n");
+        let got = lines(&input, 1024).await;
+        let Some(Line::Oversized(envelope)) = got.into_iter().next() else {
             panic!("the long line should be refused");
         };
-        assert!(head.len() <= HEAD);
-        let (id, message) = error_of(decode(Line::Oversized(head), 1024 * 1024));
-        assert_eq!(id, json!(42));
-        assert!(message.contains("1 MiB message limit"), "{message}");
-        assert_eq!(got.next(), Some(Line::Text(b"{\"ok\":true}".to_vec())));
+        let Decoded::Reply(bytes) = decode(Line::Oversized(envelope), 1024 * 1024) else {
+            panic!("an over-long request must be answered");
+        };
+        let reply: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(reply["id"], "r-9");
+        assert_eq!(reply["error"]["code"], -32600);
     }
 
     #[test]
     fn an_over_long_notification_is_dropped() {
-        let head = b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\"yyyy".to_vec();
-        assert!(matches!(decode(Line::Oversized(head), 1024), Decoded::Skip));
+        let envelope = envelope(b"{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":\"yyyy\"}");
+        assert_eq!(envelope.id, None);
+        assert!(matches!(
+            decode(Line::Oversized(envelope), 1024),
+            Decoded::Skip
+        ));
     }
 
     #[test]
@@ -554,14 +857,68 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_found_in_the_head() {
-        assert_eq!(
-            request_id(br#"{"jsonrpc":"2.0","id": "a-1","result""#),
-            Some(json!("a-1"))
-        );
-        assert_eq!(request_id(br#"{"id":7,"#), Some(json!(7)));
-        assert_eq!(request_id(br#"{"id":-3}"#), Some(json!(-3)));
-        assert_eq!(request_id(br#"{"method":"x"}"#), None);
+    fn only_the_top_level_id_is_the_answers_own() {
+        let cases: &[(&[u8], Option<Value>, bool)] = &[
+            (
+                br#"{"jsonrpc":"2.0","id": "a-1","result":{}}"#,
+                Some(json!("a-1")),
+                false,
+            ),
+            (br#"{"id":7,"result":1}"#, Some(json!(7)), false),
+            (br#"{"id":-3}"#, Some(json!(-3)), false),
+            (br#"{"method":"x"}"#, None, true),
+            // Ids inside the result, in strings, in arrays and in nested objects.
+            (
+                br#"{"result":{"id":1,"items":[{"id":2}]},"id":3}"#,
+                Some(json!(3)),
+                false,
+            ),
+            (br#"{"result":"\"id\":5,","id":6}"#, Some(json!(6)), false),
+            (
+                br#"{"result":{"a":"}\"","id":8},"id":9}"#,
+                Some(json!(9)),
+                false,
+            ),
+            (
+                br#"{"result":[[["id",1]]],"id":"z"}"#,
+                Some(json!("z")),
+                false,
+            ),
+            (br#"{"result":{"content":[{"id":4}]}}"#, None, false),
+            // Ids JSON-RPC does not allow, or longer than the runtime accepts.
+            (br#"{"result":{},"id":1.5}"#, None, false),
+            (br#"{"result":{},"id":null}"#, None, false),
+            (br#"{"result":{},"id":{"id":1}}"#, None, false),
+            (br#"{"result":{},"id":"a\"b"}"#, Some(json!("a\"b")), false),
+            // A method further down makes it a request.
+            (
+                br#"{"id":11,"params":{"method":"no"},"method":"ping"}"#,
+                Some(json!(11)),
+                true,
+            ),
+            (
+                br#"{"id":11,"params":{"method":"no"}}"#,
+                Some(json!(11)),
+                false,
+            ),
+            // Not an object at all.
+            (br#"[{"id":1}]"#, None, false),
+            (br#""id":1"#, None, false),
+        ];
+        for (text, id, method) in cases {
+            let found = envelope(text);
+            assert_eq!(&found.id, id, "{}", String::from_utf8_lossy(text));
+            assert_eq!(found.method, *method, "{}", String::from_utf8_lossy(text));
+        }
+        let long = format!(r#"{{"result":{{}},"id":"{}"}}"#, "x".repeat(200));
+        assert_eq!(envelope(long.as_bytes()).id, None);
+        // Fed a byte at a time, the same answers.
+        let text = br#"{"result":{"id":1,"s":"\"id\":2"},"id":3}"#;
+        let mut scanner = IdScanner::new();
+        for b in text.iter() {
+            scanner.feed(std::slice::from_ref(b));
+        }
+        assert_eq!(scanner.finish().id, Some(json!(3)));
     }
 
     #[tokio::test]

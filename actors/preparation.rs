@@ -1,0 +1,93 @@
+//! The preparation of one turn off the catalog's mailbox: the connect pipeline and the
+//! relistings run on a task, and that task ends at once when its caller stops waiting
+//! (the `prepare_turn` future was dropped) or its catalog closes (eviction, shutdown, a
+//! newer turn with another identity). Ending it drops the unfinished work, and dropping
+//! is what cleans up: each child process is killed by its guard, each discovery permit
+//! goes back to the limiter, each approval question is withdrawn from the broker.
+
+use std::sync::{Arc, OnceLock};
+
+use ractor::{ActorId, RpcReplyPort};
+use tokio_util::sync::CancellationToken;
+
+use super::connect::{Outcome, Pipeline};
+use super::turn::{PrepareError, TurnCatalog};
+use crate::core::{AgentCore, Declaration};
+use crate::transport::ListedTools;
+
+/// One turn to resolve: the core as loaded for it, its number, where the answer goes.
+pub(crate) struct TurnRequest {
+    pub core: Arc<AgentCore>,
+    pub turn: u64,
+    pub reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
+    /// Cancelled when the caller stopped waiting.
+    pub cancel: CancellationToken,
+}
+
+impl TurnRequest {
+    /// Whether nobody waits for this turn any more.
+    pub(super) fn abandoned(&self) -> bool {
+        self.cancel.is_cancelled() || self.reply.is_closed()
+    }
+}
+
+/// What a preparation task found, handed back to the catalog.
+pub(crate) struct Resolution {
+    pub request: TurnRequest,
+    pub outcomes: Vec<Outcome>,
+    pub relisted: Vec<(ActorId, Result<ListedTools, String>)>,
+    pub failed: Vec<(Arc<Declaration>, String)>,
+}
+
+/// A catalog's end, as its preparation tasks see it: a token cancelled when it closes,
+/// and the answer its unfinished turns get.
+#[derive(Clone, Default)]
+pub(super) struct Ending {
+    token: CancellationToken,
+    answer: Arc<OnceLock<PrepareError>>,
+}
+
+impl Ending {
+    /// Ends every preparation of the catalog; the first answer set stays.
+    pub(super) fn end(&self, answer: PrepareError) {
+        let _ = self.answer.set(answer);
+        self.token.cancel();
+    }
+
+    /// What an unfinished turn is told: the catalog's answer once it closed, else that
+    /// the turn was cancelled (its caller left).
+    pub(super) fn answer(&self) -> PrepareError {
+        self.answer
+            .get()
+            .cloned()
+            .unwrap_or(PrepareError::Cancelled)
+    }
+}
+
+/// Connects and relists for `resolution`'s turn. `None` when the turn ended first (its
+/// caller left or the catalog closed); its caller has then been answered.
+pub(super) async fn run(
+    pipeline: &Pipeline,
+    connect: Vec<Arc<Declaration>>,
+    relist: Vec<(ActorId, rmcp::Peer<rmcp::RoleClient>)>,
+    mut resolution: Resolution,
+    ending: &Ending,
+) -> Option<Resolution> {
+    let caller = resolution.request.cancel.clone();
+    let resolved = tokio::select! {
+        biased;
+        () = ending.token.cancelled() => None,
+        () = caller.cancelled() => None,
+        resolved = pipeline.resolve(connect, relist) => Some(resolved),
+    };
+    match resolved {
+        Some((outcomes, relisted)) => {
+            (resolution.outcomes, resolution.relisted) = (outcomes, relisted);
+            Some(resolution)
+        }
+        None => {
+            let _ = resolution.request.reply.send(Err(ending.answer()));
+            None
+        }
+    }
+}
