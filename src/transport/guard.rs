@@ -47,6 +47,13 @@ pub enum TransportEnd {
         /// What it did, in words.
         reason: &'static str,
     },
+    /// A message to the server could not be delivered (HTTP: the server refused a POST,
+    /// for example a session it no longer knows answered with 400): the connection is
+    /// failed at once instead of leaving the request to its timeout.
+    Undeliverable {
+        /// The transport's error, in words (not yet redacted).
+        error: String,
+    },
 }
 
 impl TransportEnd {
@@ -68,6 +75,10 @@ impl std::fmt::Display for TransportEnd {
             TransportEnd::Refused { reason } => {
                 write!(f, "the server {reason}; the connection was closed")
             }
+            TransportEnd::Undeliverable { error } => write!(
+                f,
+                "a message to the server could not be delivered ({error}); the connection was closed"
+            ),
         }
     }
 }
@@ -258,6 +269,9 @@ pub(crate) struct Guarded<T> {
     traffic: Arc<Traffic>,
     cause: EndCause,
     closed: watch::Sender<Option<TransportEnd>>,
+    /// Whether a failed send ends the transport (HTTP, where nothing else would tell;
+    /// a stdio server's broken pipe shows as its exit).
+    end_on_send_error: bool,
 }
 
 impl<T> Guarded<T> {
@@ -272,8 +286,15 @@ impl<T> Guarded<T> {
             traffic,
             cause,
             closed,
+            end_on_send_error: false,
         };
         (guarded, rx)
+    }
+
+    /// Makes a failed send end the transport (see [`TransportEnd::Undeliverable`]).
+    pub(crate) fn ending_on_send_error(mut self) -> Self {
+        self.end_on_send_error = true;
+        self
     }
 
     fn end(&self) {
@@ -308,12 +329,21 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             h.sending += 1;
         }
         let sent = self.inner.send(item);
+        let ending = self
+            .end_on_send_error
+            .then(|| (Arc::clone(&self.cause), self.closed.clone()));
         async move {
             let result = sent.await;
             if answer.is_some()
                 && let Ok(mut h) = traffic.held.lock()
             {
                 h.sending = h.sending.saturating_sub(1);
+            }
+            if let (Err(e), Some((cause, closed))) = (&result, ending) {
+                let _ = cause.set(TransportEnd::Undeliverable {
+                    error: crate::result::cap_chars(&e.to_string(), 300),
+                });
+                let _ = closed.send(cause.get().cloned());
             }
             result
         }

@@ -71,6 +71,7 @@ pub(super) async fn connect(
         Arc::default(),
         EndCause::default(),
     );
+    let transport = transport.ending_on_send_error();
     match super::client::initialize_and_list(transport, signals, timeout, closed.clone()).await {
         Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
         Err(StartError::Failed(message)) => Err(failed(message)),

@@ -20,6 +20,10 @@ type Body = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 pub enum Behaviour {
     /// The demo MCP server (Host header check widened to these names).
     Mcp(Vec<String>),
+    /// The demo MCP server answering a session id it did not issue with this status
+    /// (404 as the specification says; 400 as some servers do). After
+    /// [`TestServer::restart`] every earlier session is unknown.
+    McpForgetting(u16),
     /// A redirect to this absolute URL with this status.
     Redirect(u16, String),
     /// A 200 with this content type and body.
@@ -43,12 +47,23 @@ pub struct TestServer {
     pub requests: Arc<Mutex<Vec<Recorded>>>,
     pub accepted: Arc<AtomicUsize>,
     pub sni: Arc<Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
+    running: Running,
+    behaviour: Behaviour,
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
-impl Drop for TestServer {
+/// The accept loop and every connection's task; dropping it stops the server.
+struct Running {
+    accept: tokio::task::JoinHandle<()>,
+    connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
-        self.task.abort();
+        self.accept.abort();
+        for c in self.connections.lock().unwrap().drain(..) {
+            c.abort();
+        }
     }
 }
 
@@ -63,6 +78,23 @@ impl TestServer {
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// Stops the server (every connection dropped, every session forgotten) and starts
+    /// it again on the same address, as a redeployed server would.
+    pub async fn restart(&mut self) {
+        let stopped = std::mem::replace(
+            &mut self.running,
+            Running {
+                accept: tokio::spawn(async {}),
+                connections: Arc::default(),
+            },
+        );
+        drop(stopped);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let TestServer { running, .. } =
+            serve(&self.addr.to_string(), self.behaviour.clone(), self.tls.clone()).await;
+        self.running = running;
     }
 }
 
@@ -117,35 +149,48 @@ pub async fn serve(
             Default::default(),
             hosts.clone(),
         )),
+        Behaviour::McpForgetting(_) => Some(demiurge_mcp::demo_server::http_service(
+            Default::default(),
+            Vec::new(),
+        )),
         _ => None,
     };
-    let (r, a, s) = (
+    // Session ids this run of the server issued.
+    let issued: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+    let connections: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+    let (r, a, s, i, c) = (
         Arc::clone(&requests),
         Arc::clone(&accepted),
         Arc::clone(&sni),
+        Arc::clone(&issued),
+        Arc::clone(&connections),
     );
-    let task = tokio::spawn(async move {
+    let (kept_behaviour, kept_tls) = (behaviour.clone(), tls.clone());
+    let accept = tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
             a.fetch_add(1, Ordering::SeqCst);
-            let (r, s, behaviour, mcp, tls) = (
+            let (r, s, i, behaviour, mcp, tls) = (
                 Arc::clone(&r),
                 Arc::clone(&s),
+                Arc::clone(&i),
                 behaviour.clone(),
                 mcp.clone(),
                 tls.clone(),
             );
-            tokio::spawn(async move {
+            let connection = tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                     r.lock().unwrap().push(Recorded {
                         method: req.method().to_string(),
                         path: req.uri().path().to_string(),
                         headers: req.headers().clone(),
                     });
-                    let (behaviour, mcp) = (behaviour.clone(), mcp.clone());
-                    async move { Ok::<_, std::convert::Infallible>(answer(behaviour, mcp, req).await) }
+                    let (behaviour, mcp, i) = (behaviour.clone(), mcp.clone(), Arc::clone(&i));
+                    async move {
+                        Ok::<_, std::convert::Infallible>(answer(behaviour, mcp, req, i).await)
+                    }
                 });
                 let builder = hyper_util::server::conn::auto::Builder::new(
                     hyper_util::rt::TokioExecutor::new(),
@@ -171,6 +216,7 @@ pub async fn serve(
                     }
                 }
             });
+            c.lock().unwrap().push(connection.abort_handle());
         }
     });
     TestServer {
@@ -178,7 +224,12 @@ pub async fn serve(
         requests,
         accepted,
         sni,
-        task,
+        running: Running {
+            accept,
+            connections,
+        },
+        behaviour: kept_behaviour,
+        tls: kept_tls,
     }
 }
 
@@ -191,7 +242,26 @@ async fn answer(
         >,
     >,
     req: Request<Incoming>,
+    issued: Arc<Mutex<std::collections::HashSet<String>>>,
 ) -> Response<Body> {
+    if let Behaviour::McpForgetting(status) = behaviour {
+        let session = req
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        if let Some(session) = session
+            && !issued.lock().unwrap().contains(&session)
+        {
+            let status = StatusCode::from_u16(status).unwrap();
+            return plain(status, "text/plain", Bytes::from_static(b"unknown session"));
+        }
+        let resp = Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, Arc::clone(&issued))).await;
+        if let Some(id) = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+            issued.lock().unwrap().insert(id.to_string());
+        }
+        return resp;
+    }
     match (behaviour, mcp) {
         (Behaviour::Mcp(_), Some(svc)) => {
             let svc = hyper_util::service::TowerToHyperService::new(svc);
