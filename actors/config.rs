@@ -21,6 +21,9 @@ pub struct RuntimeConfig {
     pub failure_ttl: Duration,
     /// How long an allow-for-session answer lasts.
     pub approval_session_ttl: Duration,
+    /// How results are shaped: the token cap of the model and event views, and whether
+    /// structured content is preferred over text for a view's text.
+    pub result_shape: crate::result::ResultShape,
     /// How long one approval question may wait for the approver before it is denied
     /// (fail closed, `ApprovalSource::Deadline`); `None`: as long as a human needs.
     pub approval_deadline: Option<Duration>,
@@ -94,6 +97,7 @@ impl RuntimeConfig {
             failure_ttl: Duration::from_secs(30),
             approval_session_ttl: Duration::from_secs(8 * 3600),
             approval_deadline: None,
+            result_shape: crate::result::ResultShape::default(),
             close_grace: Duration::from_secs(2),
             approver: Arc::new(FixedApprover(ApprovalAnswer::Deny)),
             events: Arc::new(NullSink),

@@ -13,6 +13,8 @@ use crate::transport::ListedTools;
 
 /// Longest tool description kept (a hostile server could send megabytes).
 pub const MAX_DESCRIPTION: usize = 4_096;
+/// Longest tool title kept.
+pub const MAX_TITLE: usize = 200;
 
 /// Tools as the model may see them, and what the listing got wrong as diagnostics.
 ///
@@ -68,10 +70,26 @@ pub(super) fn shape_listing(
                         .into(),
                 );
             }
+            let title =
+                |t: &str| crate::result::cap_chars(&redactor.text(t, View::Model), MAX_TITLE);
+            tool.title = tool.title.as_deref().map(title);
+            if let Some(annotations) = &mut tool.annotations {
+                annotations.title = annotations.title.as_deref().map(title);
+            }
             let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
             if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {
                 tool.input_schema = schemas.intern(clean);
             }
+            tool.output_schema = tool.output_schema.take().and_then(|schema| {
+                let schema = serde_json::Value::Object(schema.as_ref().clone());
+                match redactor.json(&schema, View::Model) {
+                    serde_json::Value::Object(clean) => Some(schemas.intern(clean)),
+                    _ => None,
+                }
+            });
+            // Icons and `_meta` are not used; they are not kept.
+            tool.icons = None;
+            tool.meta = None;
             tool
         })
         .collect();

@@ -69,4 +69,6 @@ pub use limiter::{LimiterStats, Permit};
 pub use runtime::{Eviction, RESUMABLE, RuntimeError};
 pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
 pub use status::{ServerState, ServerStatus};
-pub use turn::{CallError, Denial, Diagnostic, PrepareError, StaleReason, ToolEntry, TurnCatalog};
+pub use turn::{
+    CallError, Denial, Diagnostic, PrepareError, StaleReason, ToolEntry, ToolHints, TurnCatalog,
+};

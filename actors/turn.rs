@@ -16,7 +16,7 @@ use crate::authority::{Action, ApprovalRequest, ApprovalSource, ConnectPreview, 
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
-use crate::result::ToolResult;
+use crate::result::{Provenance, ToolResult};
 use crate::transport::CallFailure;
 
 /// Why a turn could not be prepared.
@@ -224,6 +224,9 @@ pub(super) fn bind(planned: Vec<super::plan::Entry<'_, Binding>>) -> Entries {
                 .unwrap_or_default()
                 .to_string(),
             input_schema: Arc::clone(&e.tool.input_schema),
+            title: e.tool.title.clone(),
+            annotations: e.tool.annotations.as_ref().map(ToolHints::of),
+            output_schema: e.tool.output_schema.clone(),
             binding: e.binding,
         })
         .collect();
@@ -248,7 +251,49 @@ pub struct ToolEntry {
     pub description: String,
     /// JSON schema of the arguments (shared, not copied per turn).
     pub input_schema: Arc<JsonObject>,
+    /// The server's human-readable title (redacted, capped).
+    pub title: Option<String>,
+    /// What the server says the tool does to the world. Hints from an untrusted
+    /// server: a host may show them and tighten approval on them, never loosen it.
+    pub annotations: Option<ToolHints>,
+    /// JSON schema of the tool's `structuredContent`, when it declares one.
+    pub output_schema: Option<Arc<JsonObject>>,
     pub(super) binding: Binding,
+}
+
+/// A tool's annotations as MCP defines them (`ToolAnnotations`), every hint optional:
+/// absent means the server did not say (MCP's defaults then apply: not read-only,
+/// destructive, not idempotent, open world).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ToolHints {
+    /// The annotations' own title (redacted, capped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool does not change its environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// The tool may destroy or overwrite (meaningful when not read-only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    /// Calling it again with the same arguments has no further effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    /// The tool reaches an open world (the internet), not a closed domain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+}
+
+impl ToolHints {
+    fn of(a: &rmcp::model::ToolAnnotations) -> Self {
+        ToolHints {
+            title: a.title.clone(),
+            read_only: a.read_only_hint,
+            destructive: a.destructive_hint,
+            idempotent: a.idempotent_hint,
+            open_world: a.open_world_hint,
+        }
+    }
 }
 
 impl std::fmt::Debug for ToolEntry {
@@ -396,22 +441,37 @@ impl TurnCatalog {
             return Err(stale(StaleReason::Closed));
         }
         let started = Instant::now();
-        let result = match binding.dispatch.call(&entry.tool, arguments).await {
-            Ok(raw) => ToolResult::from_mcp(&entry.name, &raw, &redactor),
+        let called = binding.dispatch.call(&entry.tool, arguments).await;
+        let provenance = |reached| Provenance {
+            server: entry.server.clone(),
+            tool: entry.tool.clone(),
+            exposed: entry.name.clone(),
+            started: reached,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        let shape = &self.shared.config.result_shape;
+        let mut result = match called {
+            Ok(raw) => ToolResult::from_mcp(provenance(true), &raw, &redactor, shape),
             // A connection closed before the call left is a stale entry; one that dies
             // during the call is that call's error.
-            Err(CallFailure::Closed(_)) if binding.dispatch.is_closed() => {
+            Err(CallFailure::NotSent(_) | CallFailure::Closed(_))
+                if binding.dispatch.is_closed() =>
+            {
                 return Err(stale(StaleReason::Closed));
             }
-            Err(failure) => ToolResult::error(&entry.name, &failure.to_string(), &redactor),
+            Err(failure) => {
+                let reached = !matches!(failure, CallFailure::NotSent(_));
+                ToolResult::error(provenance(reached), &failure.to_string(), &redactor)
+            }
         };
+        result.output_schema = entry.output_schema.clone();
         self.shared.hub.emit(
             &self.session,
             EventKind::ToolCalled {
                 server: entry.server.clone(),
                 tool: entry.name.clone(),
                 is_error: result.is_error,
-                duration_ms: started.elapsed().as_millis() as u64,
+                duration_ms: result.provenance.duration_ms,
                 content: result.view(View::Event).content.clone(),
             },
         );

@@ -73,5 +73,6 @@ pub mod limits {
 pub use actors::{
     ApprovalAnswer, ApprovalRequest, Approver, CallError, ChildSession, Clock, DenyReason,
     Eviction, EvictionReport, FixedApprover, ManualClock, PrepareError, Runtime, RuntimeConfig,
-    RuntimeError, Session, SessionSpec, StaleReason, SystemClock, ToolEntry, TurnCatalog,
+    RuntimeError, Session, SessionSpec, StaleReason, SystemClock, ToolEntry, ToolHints,
+    TurnCatalog,
 };

@@ -502,7 +502,10 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
         .await;
         let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
         let catalog = session.prepare_turn().await.unwrap();
-        let first = catalog.call("web__echo", json!({"message": "one"})).await.unwrap();
+        let first = catalog
+            .call("web__echo", json!({"message": "one"}))
+            .await
+            .unwrap();
         assert_eq!(first.views.operator.content, "one");
         server.restart().await;
         let started = std::time::Instant::now();
@@ -515,7 +518,11 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
         match status {
             404 => {
                 let again = again.unwrap();
-                assert_eq!(again.views.operator.content, "two", "{status}: {:?}", again.views);
+                assert_eq!(
+                    again.views.operator.content, "two",
+                    "{status}: {:?}",
+                    again.views
+                );
             }
             _ => {
                 let failed = match &again {
@@ -529,18 +536,26 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
                 let mut state = Vec::new();
                 for _ in 0..100 {
                     state = session.servers().await;
-                    if state.iter().any(|s| !matches!(s.state, demiurge_mcp::actors::ServerState::Connected { .. })) {
+                    if state.iter().any(|s| {
+                        !matches!(s.state, demiurge_mcp::actors::ServerState::Connected { .. })
+                    }) {
                         break;
                     }
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
                 assert!(
-                    state.iter().all(|s| !matches!(s.state, demiurge_mcp::actors::ServerState::Connected { .. })),
+                    state.iter().all(|s| !matches!(
+                        s.state,
+                        demiurge_mcp::actors::ServerState::Connected { .. }
+                    )),
                     "{status}: still connected: {state:?}"
                 );
                 tokio::time::sleep(std::time::Duration::from_millis(300)).await;
                 let next = session.prepare_turn().await.unwrap();
-                let r = next.call("web__echo", json!({"message": "three"})).await.unwrap();
+                let r = next
+                    .call("web__echo", json!({"message": "three"}))
+                    .await
+                    .unwrap();
                 assert_eq!(r.views.operator.content, "three", "{status}");
             }
         }

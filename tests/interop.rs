@@ -1,5 +1,5 @@
 //! Interoperability with third-party MCP software from npm: the reference "everything"
-//! server in streamable HTTP mode, and the public conformance package's client
+//! server over stdio and streamable HTTP (restarted under a session), and the public conformance package's client
 //! scenarios `initialize`, `tools_call` and `sse-retry`, with this runtime as the client.
 //! Skipped, with a message, where Node or npm is absent.
 
@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::{Core, Recorder, eventually, harness_with};
 use demiurge_mcp::net::UrlPolicy;
+use demiurge_mcp::result::Block;
 use serde_json::json;
 
 const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
@@ -71,11 +72,129 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The exposed name of the everything server's tool `raw`.
+fn exposed(catalog: &demiurge_mcp::TurnCatalog, raw: &str) -> String {
+    catalog
+        .tools()
+        .iter()
+        .find(|t| t.tool == raw)
+        .unwrap_or_else(|| panic!("no tool {raw}: {:?}", common::names(catalog)))
+        .name
+        .clone()
+}
+
+/// What a host routes and renders, from a server written with the TypeScript SDK
+/// (which writes each answer's `id` after its `result`): tool hints and output schemas
+/// on the entries; images, resource links, embedded resources and structured content
+/// as typed results; provenance on every result.
+async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let echo_entry = catalog.tools().iter().find(|t| t.tool == "echo").unwrap();
+    let hints = echo_entry.annotations.as_ref().expect("echo is annotated");
+    assert_eq!(
+        (hints.read_only, hints.destructive),
+        (Some(true), Some(false))
+    );
+    let echo = catalog
+        .call(&echo_entry.name.clone(), json!({"message": "interop"}))
+        .await
+        .unwrap();
+    assert!(
+        !echo.is_error && echo.views.operator.content.contains("interop"),
+        "{:?}",
+        echo.views.operator
+    );
+    assert_eq!(echo.provenance.server, "everything");
+    assert_eq!(echo.provenance.tool, "echo");
+    assert!(echo.provenance.started);
+
+    let image = catalog
+        .call(&exposed(catalog, "get-tiny-image"), json!({}))
+        .await
+        .unwrap();
+    let found = image.views.model.blocks.iter().find_map(|b| match b {
+        Block::Image {
+            mime_type,
+            data: Some(data),
+            ..
+        } => Some((mime_type.clone(), data.len())),
+        _ => None,
+    });
+    let (mime, len) = found.unwrap_or_else(|| panic!("no image: {:?}", image.views.operator));
+    assert_eq!(mime, "image/png");
+    assert!(len > 100, "the image data was dropped");
+    assert!(image.views.operator.content.contains("[image image/png]"));
+
+    let links = catalog
+        .call(&exposed(catalog, "get-resource-links"), json!({"count": 2}))
+        .await
+        .unwrap();
+    let uris: Vec<&str> = links
+        .views
+        .model
+        .blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::ResourceLink { uri, .. } => Some(uri.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(uris.len(), 2, "{:?}", links.views.model.blocks);
+    assert!(uris.iter().all(|u| u.starts_with("demo://")), "{uris:?}");
+
+    let reference = catalog
+        .call(&exposed(catalog, "get-resource-reference"), json!({}))
+        .await
+        .unwrap();
+    let embedded = reference.views.model.blocks.iter().any(
+        |b| matches!(b, Block::Resource { uri, text: Some(_), .. } if uri.starts_with("demo://")),
+    );
+    assert!(embedded, "{:?}", reference.views.model.blocks);
+
+    let name = exposed(catalog, "get-structured-content");
+    assert!(catalog.get(&name).unwrap().output_schema.is_some());
+    let weather = catalog
+        .call(&name, json!({"location": "Chicago"}))
+        .await
+        .unwrap();
+    assert!(
+        weather.views.model.data["temperature"].is_number(),
+        "{:?}",
+        weather.views.model
+    );
+    assert!(weather.output_schema.is_some());
+    // Text and structured content both: the model reads the server's text.
+    assert!(
+        !weather.views.model.content.contains("\n  "),
+        "{}",
+        weather.views.model.content
+    );
+}
+
 #[tokio::test]
-async fn the_reference_everything_server_works_end_to_end() {
+async fn the_reference_everything_server_over_stdio() {
     let Some(prefix) = npm_prefix() else { return };
-    let port = free_port();
-    let mut server = tokio::process::Command::new("node")
+    let bin = prefix.join("node_modules/.bin/mcp-server-everything");
+    let core = Core::new().grant_servers(&["everything"]).server(
+        "everything",
+        &format!(
+            "command: node\nargs: [{}, stdio]\napproval_policy: auto\nconnect_timeout_seconds: 60\n",
+            serde_json::to_string(&bin).unwrap()
+        ),
+    );
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    exercise_everything(&catalog).await;
+    h.finish().await;
+}
+
+async fn start_everything(prefix: &Path, port: u16) -> tokio::process::Child {
+    let server = tokio::process::Command::new("node")
         .arg(prefix.join("node_modules/.bin/mcp-server-everything"))
         .arg("streamableHttp")
         .env("PORT", port.to_string())
@@ -89,7 +208,14 @@ async fn the_reference_everything_server_works_end_to_end() {
     })
     .await;
     assert!(up, "the everything server did not start");
+    server
+}
 
+#[tokio::test]
+async fn the_reference_everything_server_over_http_and_its_restart() {
+    let Some(prefix) = npm_prefix() else { return };
+    let port = free_port();
+    let mut server = start_everything(prefix, port).await;
     let core = Core::new().grant_servers(&["everything"]).server(
         "everything",
         &format!(
@@ -99,26 +225,47 @@ async fn the_reference_everything_server_works_end_to_end() {
     let h = harness_with(Recorder::allow(), |mut c| {
         c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
         c.resolver = Arc::new(demiurge_mcp::net::StaticResolver::new());
+        c.failure_ttl = Duration::from_millis(200);
         c
     })
     .await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
+    exercise_everything(&catalog).await;
+
+    // The server restarts and forgets its sessions: a call is answered (a new session)
+    // or fails at once, never waits for its timeout; the next turns recover.
+    server.kill().await.ok();
+    let _ = server.wait().await;
+    let mut server = start_everything(prefix, port).await;
+    let echo = exposed(&catalog, "echo");
+    let started = std::time::Instant::now();
+    let after = catalog
+        .call(&echo, json!({"message": "after restart"}))
+        .await;
     assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
+        started.elapsed() < Duration::from_secs(20),
+        "the call waited {:?} after the restart",
+        started.elapsed()
     );
-    assert!(catalog.tools().len() >= 5, "{:?}", common::names(&catalog));
-    let echo = catalog
-        .call("everything__echo", json!({"message": "interop"}))
-        .await
-        .unwrap();
-    assert!(
-        !echo.is_error && echo.views.operator.content.contains("interop"),
-        "{:?}",
-        echo.views.operator
-    );
+    let answered = after.as_ref().is_ok_and(|r| !r.is_error);
+    if !answered {
+        let mut recovered = false;
+        for _ in 0..50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let next = session.prepare_turn().await.unwrap();
+            if let Ok(r) = next.call(&echo, json!({"message": "after restart"})).await
+                && !r.is_error
+            {
+                recovered = true;
+                break;
+            }
+        }
+        assert!(
+            recovered,
+            "the runtime never reconnected after the restart: {after:?}"
+        );
+    }
     h.finish().await;
     server.kill().await.ok();
 }

@@ -24,7 +24,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
@@ -472,9 +472,14 @@ fn bounded_sse(body: Incoming, max: usize) -> BoxStream<'static, Result<Sse, sse
 type HttpResult<T> = Result<T, StreamableHttpError<NetError>>;
 
 impl PinnedClient {
+    /// What an unsuccessful answer to a POST means. A JSON-RPC error is passed on as
+    /// the answer only when it names the request that was sent: an error without an id
+    /// (a server refusing a session it forgot with 400 and `"id": null`) would
+    /// otherwise answer nothing, and the request would wait for its timeout.
     async fn error_for(
         response: Response<Incoming>,
         session_attached: bool,
+        sent: Option<&RequestId>,
     ) -> HttpResult<StreamableHttpPostResponse> {
         let status = response.status();
         if status == StatusCode::UNAUTHORIZED
@@ -492,11 +497,21 @@ impl PinnedClient {
         }
         let is_json = is_media(response.headers().get(CONTENT_TYPE), JSON);
         let body = read_limited(response.into_body(), MAX_JSON_RESPONSE).await?;
-        if is_json
-            && let Ok(message @ ServerJsonRpcMessage::Error(_)) =
-                serde_json::from_slice::<ServerJsonRpcMessage>(&body)
-        {
-            return Ok(StreamableHttpPostResponse::Json(message, None));
+        let parsed = is_json
+            .then(|| serde_json::from_slice::<ServerJsonRpcMessage>(&body).ok())
+            .flatten();
+        if let Some(ServerJsonRpcMessage::Error(error)) = &parsed {
+            if sent.is_some() && error.id.as_ref() == sent {
+                return Ok(StreamableHttpPostResponse::Json(
+                    ServerJsonRpcMessage::Error(error.clone()),
+                    None,
+                ));
+            }
+            let message = crate::result::cap_chars(&error.error.message, 200);
+            let message = crate::text::escape(&message);
+            return Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                format!("HTTP {status}: {message}"),
+            )));
         }
         let text = String::from_utf8_lossy(&body[..body.len().min(MAX_ERROR_BODY)]).into_owned();
         Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
@@ -551,7 +566,11 @@ impl StreamableHttpClient for PinnedClient {
             return Ok(StreamableHttpPostResponse::Accepted);
         }
         if !status.is_success() {
-            return Self::error_for(response, session_id.is_some()).await;
+            let sent = match &message {
+                ClientJsonRpcMessage::Request(request) => Some(&request.id),
+                _ => None,
+            };
+            return Self::error_for(response, session_id.is_some(), sent).await;
         }
         // A notification or response expects nothing back; some servers still answer
         // 200 with a body (even one that is not JSON-RPC). Drain it, bounded, move on.

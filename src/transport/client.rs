@@ -90,6 +90,9 @@ pub struct ListedTools {
 pub enum CallFailure {
     /// `timeout_seconds` passed; the request was cancelled on the server.
     Timeout(Duration),
+    /// The request could not be sent (the connection was already gone): the server
+    /// never saw it.
+    NotSent(String),
     /// The connection is gone (process exited, transport closed).
     Closed(String),
     /// The server answered with a protocol error.
@@ -104,7 +107,9 @@ impl std::fmt::Display for CallFailure {
                 "the call timed out after {:.1}s and was cancelled on the server",
                 d.as_secs_f64()
             ),
-            CallFailure::Closed(m) => write!(f, "the server connection is closed: {m}"),
+            CallFailure::Closed(m) | CallFailure::NotSent(m) => {
+                write!(f, "the server connection is closed: {m}")
+            }
             CallFailure::Protocol(m) => write!(f, "the server returned an error: {m}"),
         }
     }
@@ -222,7 +227,10 @@ pub async fn call_tool(
     let handle = peer
         .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
         .await
-        .map_err(|e| classify(&e, timeout))?;
+        .map_err(|e| match classify(&e, timeout) {
+            CallFailure::Closed(m) => CallFailure::NotSent(m),
+            other => other,
+        })?;
     // A caller that drops this future has given up on the call: the server is told, as
     // it is on a timeout, instead of working on for nobody.
     let mut abandoned = Abandoned {

@@ -92,8 +92,12 @@ impl TestServer {
         );
         drop(stopped);
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let TestServer { running, .. } =
-            serve(&self.addr.to_string(), self.behaviour.clone(), self.tls.clone()).await;
+        let TestServer { running, .. } = serve(
+            &self.addr.to_string(),
+            self.behaviour.clone(),
+            self.tls.clone(),
+        )
+        .await;
         self.running = running;
     }
 }
@@ -253,11 +257,27 @@ async fn answer(
         if let Some(session) = session
             && !issued.lock().unwrap().contains(&session)
         {
+            // As the TypeScript SDK answers: a JSON-RPC error that names no request.
+            let body = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}"#;
             let status = StatusCode::from_u16(status).unwrap();
-            return plain(status, "text/plain", Bytes::from_static(b"unknown session"));
+            return plain(
+                status,
+                "application/json",
+                Bytes::from_static(body.as_bytes()),
+            );
         }
-        let resp = Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, Arc::clone(&issued))).await;
-        if let Some(id) = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()) {
+        let resp = Box::pin(answer(
+            Behaviour::Mcp(Vec::new()),
+            mcp,
+            req,
+            Arc::clone(&issued),
+        ))
+        .await;
+        if let Some(id) = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+        {
             issued.lock().unwrap().insert(id.to_string());
         }
         return resp;
