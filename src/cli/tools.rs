@@ -40,7 +40,10 @@ pub(crate) fn catalog_json(catalog: &TurnCatalog) -> serde_json::Value {
             "server": t.server,
             "tool": t.tool,
             "description": t.description,
+            "title": t.title,
+            "annotations": t.annotations,
             "input_schema": t.input_schema.as_ref(),
+            "output_schema": t.output_schema.as_deref(),
         })).collect::<Vec<_>>(),
         "diagnostics": catalog.diagnostics(),
         "denied": catalog.denied(),
@@ -55,7 +58,15 @@ pub(crate) fn print_catalog(catalog: &TurnCatalog) {
     }
     for tool in catalog.tools() {
         let description = tool.description.lines().next().unwrap_or_default();
-        println!("{:<40} {}", t(&tool.name), t(description));
+        let hints = tool
+            .annotations
+            .as_ref()
+            .map_or("", |a| match (a.read_only, a.destructive) {
+                (Some(true), _) => "[read-only] ",
+                (_, Some(true)) => "[destructive] ",
+                _ => "",
+            });
+        println!("{:<40} {hints}{}", t(&tool.name), t(description));
     }
     print_problems(catalog, false);
 }
