@@ -340,9 +340,20 @@ impl BrokerState {
         );
         // An approver whose future panics has not approved: it is a denial, and the
         // lane moves on instead of waiting for an answer that never comes.
-        let decision = std::panic::AssertUnwindSafe(self.args.approver.decide(request.clone()))
-            .catch_unwind()
-            .map(|answered| answered.unwrap_or(ApprovalAnswer::Deny));
+        // Whether `decide` itself or its future panics, the answer is a denial.
+        let approver = Arc::clone(&self.args.approver);
+        let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            approver.decide(request.clone())
+        }));
+        let decision = async move {
+            match asked {
+                Ok(future) => std::panic::AssertUnwindSafe(future)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or(ApprovalAnswer::Deny),
+                Err(_) => ApprovalAnswer::Deny,
+            }
+        };
         let (me, session, id, deadline) = (
             myself.clone(),
             request.session.clone(),

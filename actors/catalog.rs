@@ -140,6 +140,8 @@ impl Actor for Catalog {
                 if state.closing {
                     let _ = request.reply.send(Err(PrepareError::Evicted));
                 } else {
+                    // Turns whose callers left while another prepared hold a core each.
+                    state.queue.retain(|r| !r.abandoned());
                     state.queue.push_back(request);
                     state.next_turn(&myself).await;
                 }

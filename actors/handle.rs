@@ -458,4 +458,27 @@ mod tests {
         drop(permit);
         runtime.shutdown().await;
     }
+
+    #[tokio::test]
+    async fn the_root_restarts_a_broker_that_stopped() {
+        let home = tempfile::tempdir().unwrap();
+        let mut config = RuntimeConfig::new(home.path().join("home"));
+        config.approver = Arc::new(crate::authority::FixedApprover(
+            crate::authority::ApprovalAnswer::AllowOnce,
+        ));
+        let runtime = Runtime::start(config).await.unwrap();
+        let broker = runtime.shared.broker.clone();
+        let before = broker.id();
+        broker.stop();
+        let mut restarted = false;
+        for _ in 0..200 {
+            if broker.id() != before {
+                restarted = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(restarted, "the broker was never restarted");
+        runtime.shutdown().await;
+    }
 }

@@ -30,6 +30,8 @@ pub const ERROR_TEXT_CAP: usize = 500;
 /// What the model and event views of a result may hold by default, in tokens (the
 /// figure Claude Code uses for MCP output).
 pub const DEFAULT_MAX_RESULT_TOKENS: usize = 25_000;
+/// Most content blocks of one result kept; the rest are dropped with a marker.
+pub const MAX_BLOCKS: usize = 1_000;
 /// Characters counted as one token.
 pub const CHARS_PER_TOKEN: usize = 4;
 /// Tokens one image or audio block counts, whatever its size (about what a vision
@@ -179,7 +181,12 @@ impl ToolResult {
         let is_error = raw.get("isError").and_then(Value::as_bool).unwrap_or(false);
         let structured = raw.get("structuredContent").filter(|v| !v.is_null());
         let blocks = blocks_views(raw.get("content"), redactor);
-        let has_text = blocks.model.iter().any(|b| matches!(b, Block::Text { .. }));
+        let has_text = blocks.model.iter().any(|b| {
+            matches!(
+                b,
+                Block::Text { .. } | Block::Resource { text: Some(_), .. }
+            )
+        });
         let as_structured = structured.is_some() && (shape.prefer_structured || !has_text);
         let texts = match structured {
             Some(v) if as_structured => {
@@ -325,7 +332,7 @@ fn blocks_views(content: Option<&Value>, redactor: &Redactor) -> Views<Vec<Block
         return views;
     };
     let logged = |v: View| matches!(v, View::Event | View::Durable);
-    for block in blocks {
+    for block in blocks.iter().take(MAX_BLOCKS) {
         let field = |k: &str| block.get(k).and_then(Value::as_str);
         let text = |k: &str| field(k).map(|s| redactor.text_views(s));
         let shared = |k: &str| field(k).map(Arc::<str>::from);
@@ -386,9 +393,9 @@ fn blocks_views(content: Option<&Value>, redactor: &Redactor) -> Views<Vec<Block
                 })
             }
             other => {
-                let t = redactor.text_views(&cap_chars(other, 64));
+                let t = redactor.text_views(other);
                 Box::new(move |v| Block::Unknown {
-                    kind: t.get(v).clone(),
+                    kind: cap_chars(t.get(v), 64),
                 })
             }
         };
@@ -401,6 +408,19 @@ fn blocks_views(content: Option<&Value>, redactor: &Redactor) -> Views<Vec<Block
         ] {
             blocks_mut(&mut views, v).push(build(v));
         }
+    }
+    if blocks.len() > MAX_BLOCKS {
+        let dropped = format!(
+            "[{} more content blocks dropped: at most {MAX_BLOCKS} are kept]",
+            blocks.len() - MAX_BLOCKS
+        );
+        views = Views::build(|v| {
+            let mut kept = std::mem::take(blocks_mut(&mut views, v));
+            kept.push(Block::Text {
+                text: dropped.clone(),
+            });
+            kept
+        });
     }
     views
 }
@@ -427,39 +447,66 @@ fn block_text(block: &Block) -> String {
     }
 }
 
-/// Tokens a view holds by the stated rule.
-fn tokens(view: &ResultView) -> usize {
-    let media = view
-        .blocks
-        .iter()
-        .filter(|b| matches!(b, Block::Image { .. } | Block::Audio { .. }))
-        .count();
-    view.content.chars().count().div_ceil(CHARS_PER_TOKEN) + media * MEDIA_TOKENS
+/// What one block costs against the cap, in characters: its text (and one for the
+/// separator before it); an image or audio block [`MEDIA_TOKENS`] tokens; binary
+/// resource data by its length.
+fn cost(block: &Block) -> usize {
+    let chars = match block {
+        Block::Image { .. } | Block::Audio { .. } => MEDIA_TOKENS * CHARS_PER_TOKEN,
+        Block::Resource { blob: Some(b), .. } => block_text(block).chars().count() + b.len(),
+        other => block_text(other).chars().count(),
+    };
+    chars + 1
 }
 
-/// `view` cut to `max_tokens`, in block order, with a marker at its end.
+/// Tokens a view holds by the stated rule: its text or its blocks, whichever is more,
+/// and its structured data.
+fn tokens(view: &ResultView) -> usize {
+    let blocks: usize = view.blocks.iter().map(cost).sum();
+    let text = view.content.chars().count().max(blocks);
+    text.div_ceil(CHARS_PER_TOKEN) + data_chars(&view.data).div_ceil(CHARS_PER_TOKEN)
+}
+
+/// Characters of structured data as JSON (an empty object costs nothing).
+fn data_chars(data: &Value) -> usize {
+    match data {
+        Value::Object(m) if m.is_empty() => 0,
+        other => other.to_string().len(),
+    }
+}
+
+/// `view` cut to `max_tokens`: its blocks in order, its text (the blocks' text, or the
+/// structured text cut by characters), its data replaced by a note when it alone is
+/// over the cap; a marker at the end says so.
 fn capped(mut view: ResultView, max_tokens: usize, structured_text: bool) -> ResultView {
     let total = tokens(&view);
     if total <= max_tokens {
         return view;
     }
-    let mut budget = max_tokens.saturating_mul(CHARS_PER_TOKEN);
-    let mut kept = Vec::with_capacity(view.blocks.len());
+    let max_chars = max_tokens.saturating_mul(CHARS_PER_TOKEN);
+    let data = data_chars(&view.data);
+    if data > max_chars / 2 {
+        view.data = serde_json::json!({
+            "cut": format!(
+                "structured content of about {} tokens is over the cap of {max_tokens}",
+                data.div_ceil(CHARS_PER_TOKEN)
+            )
+        });
+    }
+    let mut budget = max_chars.saturating_sub(data_chars(&view.data));
+    let mut kept = Vec::with_capacity(view.blocks.len().min(MAX_BLOCKS));
     let mut left_out = 0usize;
     for block in view.blocks {
-        let cost = match &block {
-            Block::Image { .. } | Block::Audio { .. } => MEDIA_TOKENS * CHARS_PER_TOKEN,
-            other => block_text(other).chars().count(),
-        };
+        let cost = cost(&block);
         if cost <= budget {
             budget -= cost;
             kept.push(block);
             continue;
         }
         match block {
-            Block::Text { text } if budget > 0 => {
+            Block::Text { text } if budget > 1 => {
                 kept.push(Block::Text {
-                    text: cut(&text, budget),
+                    text: cut(&text, budget - 1),
                 });
                 budget = 0;
             }
@@ -467,17 +514,20 @@ fn capped(mut view: ResultView, max_tokens: usize, structured_text: bool) -> Res
                 uri,
                 mime_type,
                 text: Some(text),
-                blob,
-            } if budget > 0 => {
+                ..
+            } if budget > 1 => {
                 kept.push(Block::Resource {
                     uri,
                     mime_type,
-                    text: Some(cut(&text, budget)),
-                    blob,
+                    text: Some(cut(&text, budget - 1)),
+                    blob: None,
                 });
                 budget = 0;
             }
-            _ => left_out += 1,
+            _ => {
+                left_out += 1;
+                budget = 0;
+            }
         }
     }
     let marker = format!(
@@ -491,10 +541,8 @@ fn capped(mut view: ResultView, max_tokens: usize, structured_text: bool) -> Res
         text: marker.clone(),
     });
     view.content = if structured_text {
-        format!(
-            "{}\n{marker}",
-            cut(&view.content, max_tokens.saturating_mul(CHARS_PER_TOKEN))
-        )
+        let room = max_chars.saturating_sub(data_chars(&view.data));
+        format!("{}\n{marker}", cut(&view.content, room))
     } else {
         render(&kept)
     };
@@ -688,7 +736,7 @@ mod tests {
             {"type": "image", "data": "AAAA", "mimeType": "image/png"}
         ]});
         let shape = ResultShape {
-            max_tokens: MEDIA_TOKENS,
+            max_tokens: MEDIA_TOKENS + 1,
             ..ResultShape::default()
         };
         let r = convert(&images, &shape);
@@ -710,10 +758,68 @@ mod tests {
             },
         );
         assert!(r.views.model.cut && r.views.model.content.contains("[output cut"));
+        assert!(
+            r.views.model.data.get("cut").is_some(),
+            "{:?}",
+            r.views.model.data
+        );
         assert_eq!(
-            r.views.model.data["k"].as_str().unwrap().len(),
+            r.views.operator.data["k"].as_str().unwrap().len(),
             2_000,
-            "data is whole"
+            "whole elsewhere"
+        );
+    }
+
+    /// Every way around the cap that a hostile result could try.
+    #[test]
+    fn no_result_gets_around_the_cap() {
+        let shape = ResultShape {
+            max_tokens: 100,
+            ..ResultShape::default()
+        };
+        let big = "w".repeat(100_000);
+        let cases = [
+            // An error: its text is capped at 500, its blocks were not.
+            json!({"isError": true, "content": [{"type": "text", "text": big}]}),
+            // Structured text chosen, a huge embedded resource beside it.
+            json!({"structuredContent": {}, "content": [
+                {"type": "resource", "resource": {"uri": "x:y", "text": big}}]}),
+            // A huge binary resource.
+            json!({"content": [{"type": "resource", "resource": {"uri": "x:y", "blob": big}}]}),
+            // Many tiny blocks (the separators count).
+            json!({"content": (0..5_000).map(|_| json!({"type": "text", "text": "a"})).collect::<Vec<_>>()}),
+            // Empty blocks.
+            json!({"content": (0..5_000).map(|_| json!({"type": "text", "text": ""})).collect::<Vec<_>>()}),
+        ];
+        for raw in &cases {
+            let r = convert(raw, &shape);
+            for view in [&r.views.model, &r.views.event] {
+                // The budget is 400 characters; the marker adds about 200.
+                let what = &raw.to_string()[..80];
+                let text: usize = view.blocks.iter().map(cost).sum();
+                assert!(
+                    view.content.chars().count() < 700,
+                    "text {} for {what}",
+                    view.content.len()
+                );
+                assert!(text < 700, "blocks cost {text} for {what}");
+                assert!(
+                    view.blocks.len() <= 401,
+                    "{} blocks for {what}",
+                    view.blocks.len()
+                );
+                assert!(data_chars(&view.data) < 400, "data for {what}");
+            }
+        }
+        // At most MAX_BLOCKS blocks are kept, in every view.
+        let many = json!({"content": (0..MAX_BLOCKS + 10).map(|_| json!({"type": "text", "text": "b"})).collect::<Vec<_>>()});
+        let r = convert(&many, &ResultShape::default());
+        assert_eq!(r.views.operator.blocks.len(), MAX_BLOCKS + 1);
+        assert!(
+            r.views
+                .operator
+                .content
+                .ends_with("[10 more content blocks dropped: at most 1000 are kept]")
         );
     }
 

@@ -64,37 +64,69 @@ impl ApprovalRequest {
     }
 }
 
-/// Most characters of one argument value a prompt shows.
+/// Most characters of one argument value a prompt shows whole; a longer value shows
+/// its head, its tail, its length and a digest.
 pub const PROMPT_VALUE_CHARS: usize = 200;
-/// Most arguments a prompt lists; the rest are counted.
-pub const PROMPT_ARGUMENTS: usize = 12;
+/// Most arguments a prompt lists; a call with more cannot be shown in full
+/// ([`ApprovalRequest::arguments_fit`] is false) and the CLI denies it without asking.
+pub const PROMPT_ARGUMENTS: usize = 32;
 
-/// A call's arguments, one per line: each key and its value as compact JSON, escaped
-/// for a terminal and cut at [`PROMPT_VALUE_CHARS`]; at most [`PROMPT_ARGUMENTS`].
-fn render_arguments(arguments: Option<&serde_json::Value>) -> String {
-    let Some(serde_json::Value::Object(map)) = arguments else {
-        return "  arguments: none\n".into();
-    };
-    if map.is_empty() {
-        return "  arguments: none\n".into();
+impl ApprovalRequest {
+    /// Whether a prompt can show every argument of this call: at most
+    /// [`PROMPT_ARGUMENTS`] of them, and redaction did not fail. An approver that
+    /// cannot show what will run should not approve it.
+    pub fn arguments_fit(&self) -> bool {
+        match &self.arguments {
+            None => true,
+            Some(serde_json::Value::Object(map)) => map.len() <= PROMPT_ARGUMENTS,
+            Some(_) => false,
+        }
     }
+}
+
+/// A value as a prompt shows it: whole when short, else head … tail with its length
+/// and digest, so that what is hidden in the middle is at least visible as being there.
+fn shown_value(value: &str) -> String {
+    let count = value.chars().count();
+    if count <= PROMPT_VALUE_CHARS {
+        return value.to_string();
+    }
+    let head: String = value.chars().take(120).collect();
+    let tail: String = value.chars().skip(count - 60).collect();
+    let digest = crate::digest::sha256_hex(value.as_bytes());
+    format!(
+        "{head} … {tail} ({count} characters, sha256:{})",
+        &digest[..12]
+    )
+}
+
+/// A call's arguments, one per line: each key and its value (strings as they are,
+/// others as compact JSON), escaped for a terminal; long values shown head and tail.
+fn render_arguments(arguments: Option<&serde_json::Value>) -> String {
+    let map = match arguments {
+        None => return "  arguments: none\n".into(),
+        Some(serde_json::Value::Object(map)) if map.is_empty() => {
+            return "  arguments: none\n".into();
+        }
+        Some(serde_json::Value::Object(map)) if map.len() <= PROMPT_ARGUMENTS => map,
+        Some(serde_json::Value::Object(map)) => {
+            return format!(
+                "  arguments: {} of them, too many to show; not approvable here\n",
+                map.len()
+            );
+        }
+        Some(_) => return "  arguments: cannot be shown (redaction failed)\n".into(),
+    };
     let mut out = String::from("  arguments:\n");
-    for (key, value) in map.iter().take(PROMPT_ARGUMENTS) {
+    for (key, value) in map {
         let value = match value {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),
         };
-        let value = crate::result::cap_chars(&value, PROMPT_VALUE_CHARS);
         out.push_str(&format!(
             "    {}: {}\n",
-            crate::text::escape(&crate::result::cap_chars(key, 64)),
-            crate::text::escape(&value)
-        ));
-    }
-    if map.len() > PROMPT_ARGUMENTS {
-        out.push_str(&format!(
-            "    ... and {} more\n",
-            map.len() - PROMPT_ARGUMENTS
+            crate::text::escape(&shown_value(key)),
+            crate::text::escape(&shown_value(&value))
         ));
     }
     out

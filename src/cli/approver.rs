@@ -16,7 +16,11 @@ use tokio::sync::{Mutex, mpsc};
 /// Longest answer line kept (the rest of the line is ignored).
 const ANSWER_CHARS: usize = 64;
 
-type Lines = Arc<Mutex<mpsc::Receiver<String>>>;
+/// Lines typed sooner than this after a prompt appeared were typed for something else
+/// (a withdrawn prompt, type-ahead) and are not its answer.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
+
+type Lines = Arc<Mutex<mpsc::Receiver<(std::time::Instant, String)>>>;
 
 pub(crate) struct TerminalApprover {
     yes: bool,
@@ -44,7 +48,10 @@ impl TerminalApprover {
                         Ok(0) | Err(_) => return,
                         Ok(_) => {
                             let answer: String = line.trim().chars().take(ANSWER_CHARS).collect();
-                            if tx.blocking_send(answer).is_err() {
+                            if tx
+                                .blocking_send((std::time::Instant::now(), answer))
+                                .is_err()
+                            {
                                 return;
                             }
                         }
@@ -64,7 +71,9 @@ struct Withdrawn {
 impl Drop for Withdrawn {
     fn drop(&mut self) {
         if let Some(what) = self.what.take() {
-            eprintln!("\n  withdrawn: {what} is no longer needed (its turn or session ended)");
+            eprintln!(
+                "\n  withdrawn: {what} is no longer asked (its requester went away or the approval deadline passed)"
+            );
         }
     }
 }
@@ -80,6 +89,13 @@ impl Approver for TerminalApprover {
         let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
         let lines = (!yes && interactive).then(|| self.lines());
         Box::pin(async move {
+            if !request.arguments_fit() {
+                eprint!("{}", request.render());
+                eprintln!(
+                    "  denied: the call's arguments cannot all be shown, so they cannot be approved here"
+                );
+                return ApprovalAnswer::Deny;
+            }
             let Some(lines) = lines else {
                 eprint!("{}", request.render());
                 if yes {
@@ -93,10 +109,21 @@ impl Approver for TerminalApprover {
             let mut lines = lines.lock().await;
             while lines.try_recv().is_ok() {}
             eprint!("{}", request.render());
-            eprint!("  allow? [o]nce / [s]ession / [N]o: ");
+            let session = match request.action {
+                demiurge_mcp::actors::Action::Call => "[s]ession (any arguments)",
+                _ => "[s]ession",
+            };
+            eprint!("  allow? [o]nce / {session} / [N]o: ");
             let _ = std::io::stderr().flush();
+            let shown = std::time::Instant::now();
             let mut withdrawn = Withdrawn { what: Some(what) };
-            let line = lines.recv().await.unwrap_or_default();
+            let line = loop {
+                match lines.recv().await {
+                    Some((at, line)) if at >= shown + SETTLE => break line,
+                    Some(_) => continue,
+                    None => break String::new(),
+                }
+            };
             withdrawn.what = None;
             match line.to_lowercase().as_str() {
                 "o" | "once" | "y" | "yes" => ApprovalAnswer::AllowOnce,

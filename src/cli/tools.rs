@@ -62,8 +62,9 @@ pub(crate) fn print_catalog(catalog: &TurnCatalog) {
             .annotations
             .as_ref()
             .map_or("", |a| match (a.read_only, a.destructive) {
-                (Some(true), _) => "[read-only] ",
-                (_, Some(true)) => "[destructive] ",
+                // The server's own claims, labelled as such.
+                (_, Some(true)) => "[server: destructive] ",
+                (Some(true), _) => "[server: read-only] ",
                 _ => "",
             });
         println!("{:<40} {hints}{}", t(&tool.name), t(description));

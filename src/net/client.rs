@@ -26,8 +26,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
-    AuthRequiredError, StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
-    StreamableHttpResponseLimits,
+    AuthRequiredError, InsufficientScopeError, StreamableHttpClient, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use sse_stream::{Sse, SseStream};
 use tokio::net::TcpStream;
@@ -181,6 +181,18 @@ struct ClientInner {
     declared: Vec<HeaderName>,
     on_decision: DecisionHook,
     pool: Mutex<HashMap<PoolKey, Vec<SendRequest<Full<Bytes>>>>>,
+    /// The last authorization challenge a server answered with (401, or 403 with
+    /// `insufficient_scope`): the connect step that runs the OAuth flow reads it.
+    challenge: Mutex<Option<Challenge>>,
+}
+
+/// A server's `WWW-Authenticate` answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Challenge {
+    /// 401: authorization is required (or the token was refused).
+    Unauthorized(String),
+    /// 403 `insufficient_scope`: a broader authorization is required.
+    InsufficientScope(String),
 }
 
 impl PinnedClient {
@@ -192,7 +204,19 @@ impl PinnedClient {
                 declared,
                 on_decision,
                 pool: Mutex::new(HashMap::new()),
+                challenge: Mutex::new(None),
             }),
+        }
+    }
+
+    /// Takes the last authorization challenge a server answered with.
+    pub fn take_challenge(&self) -> Option<Challenge> {
+        self.inner.challenge.lock().ok()?.take()
+    }
+
+    fn record_challenge(&self, challenge: Challenge) {
+        if let Ok(mut slot) = self.inner.challenge.lock() {
+            *slot = Some(challenge);
         }
     }
 
@@ -204,8 +228,24 @@ impl PinnedClient {
         &self,
         method: Method,
         url: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<Response<Incoming>, NetError> {
+        self.send_with(method, url, headers, body, true).await
+    }
+
+    /// Sends a request; with `follow`, redirects are followed under the policy (each
+    /// hop checked), without it a redirect is returned as it came.
+    ///
+    /// # Errors
+    /// [`NetError`].
+    pub async fn send_with(
+        &self,
+        method: Method,
+        url: &str,
         mut headers: HeaderMap,
         body: Bytes,
+        follow: bool,
     ) -> Result<Response<Incoming>, NetError> {
         let mut url = url::Url::parse(url).map_err(|_| NetError::Blocked {
             block: Block::InvalidUrl,
@@ -245,7 +285,9 @@ impl PinnedClient {
             let response = self
                 .dispatch(&target, &addresses, &method, &path, &headers, body.clone())
                 .await?;
-            if !response.status().is_redirection() || response.status() == StatusCode::NOT_MODIFIED
+            if !follow
+                || !response.status().is_redirection()
+                || response.status() == StatusCode::NOT_MODIFIED
             {
                 return Ok(response);
             }
@@ -471,26 +513,78 @@ fn bounded_sse(body: Incoming, max: usize) -> BoxStream<'static, Result<Sse, sse
 
 type HttpResult<T> = Result<T, StreamableHttpError<NetError>>;
 
+/// Longest `WWW-Authenticate` header kept.
+const MAX_CHALLENGE: usize = 2_048;
+
+/// The value of `name=` (quoted or not) in a `WWW-Authenticate` header.
+fn challenge_param(header: &str, name: &str) -> Option<String> {
+    let lower = header.to_ascii_lowercase();
+    let key = format!("{name}=");
+    let mut from = 0;
+    while let Some(at) = lower[from..].find(&key) {
+        let start = from + at;
+        // A whole parameter name: at the start, or after a space or a comma.
+        let whole = start == 0 || matches!(lower.as_bytes()[start - 1], b' ' | b',');
+        let rest = &header[start + key.len()..];
+        if whole {
+            return Some(match rest.strip_prefix('"') {
+                Some(quoted) => quoted.split('"').next().unwrap_or_default().to_string(),
+                None => rest
+                    .split([',', ' '])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+            });
+        }
+        from = start + key.len();
+    }
+    None
+}
+
 impl PinnedClient {
     /// What an unsuccessful answer to a POST means. A JSON-RPC error is passed on as
     /// the answer only when it names the request that was sent: an error without an id
     /// (a server refusing a session it forgot with 400 and `"id": null`) would
     /// otherwise answer nothing, and the request would wait for its timeout.
+    /// A 401 or a 403 `insufficient_scope` as rmcp's typed errors, recorded for the
+    /// connect step that authorizes; `None` for any other answer.
+    fn challenge_of<T>(&self, response: &Response<Incoming>) -> Option<HttpResult<T>> {
+        let status = response.status();
+        let header = response
+            .headers()
+            .get(WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .map(|h| crate::result::cap_chars(h, MAX_CHALLENGE));
+        match (status, header) {
+            (StatusCode::UNAUTHORIZED, header) => {
+                let header = header.unwrap_or_else(|| "Bearer".into());
+                self.record_challenge(Challenge::Unauthorized(header.clone()));
+                Some(Err(StreamableHttpError::AuthRequired(
+                    AuthRequiredError::new(header),
+                )))
+            }
+            (StatusCode::FORBIDDEN, Some(header))
+                if header.to_ascii_lowercase().contains("insufficient_scope") =>
+            {
+                self.record_challenge(Challenge::InsufficientScope(header.clone()));
+                let scope = challenge_param(&header, "scope");
+                Some(Err(StreamableHttpError::InsufficientScope(
+                    InsufficientScopeError::new(header, scope),
+                )))
+            }
+            _ => None,
+        }
+    }
+
     async fn error_for(
+        &self,
         response: Response<Incoming>,
         session_attached: bool,
         sent: Option<&RequestId>,
     ) -> HttpResult<StreamableHttpPostResponse> {
         let status = response.status();
-        if status == StatusCode::UNAUTHORIZED
-            && let Some(challenge) = response
-                .headers()
-                .get(WWW_AUTHENTICATE)
-                .and_then(|v| v.to_str().ok())
-        {
-            return Err(StreamableHttpError::AuthRequired(AuthRequiredError::new(
-                challenge.to_string(),
-            )));
+        if let Some(challenged) = self.challenge_of(&response) {
+            return challenged;
         }
         if status == StatusCode::NOT_FOUND && session_attached {
             return Err(StreamableHttpError::SessionExpired);
@@ -507,8 +601,8 @@ impl PinnedClient {
                     None,
                 ));
             }
-            let message = crate::result::cap_chars(&error.error.message, 200);
-            let message = crate::text::escape(&message);
+            // Whole: the call's error result redacts it first, then caps it.
+            let message = crate::text::escape(&error.error.message);
             return Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
                 format!("HTTP {status}: {message}"),
             )));
@@ -570,7 +664,7 @@ impl StreamableHttpClient for PinnedClient {
                 ClientJsonRpcMessage::Request(request) => Some(&request.id),
                 _ => None,
             };
-            return Self::error_for(response, session_id.is_some(), sent).await;
+            return self.error_for(response, session_id.is_some(), sent).await;
         }
         // A notification or response expects nothing back; some servers still answer
         // 200 with a body (even one that is not JSON-RPC). Drain it, bounded, move on.
@@ -661,6 +755,9 @@ impl StreamableHttpClient for PinnedClient {
         }
         if status == StatusCode::NOT_FOUND && session_id.is_some() {
             return Err(StreamableHttpError::SessionExpired);
+        }
+        if let Some(challenged) = self.challenge_of(&response) {
+            return challenged;
         }
         if !status.is_success() {
             let body = read_limited(response.into_body(), MAX_ERROR_BODY)

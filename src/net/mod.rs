@@ -3,9 +3,10 @@
 //! client that resolves, checks and pins every request and redirect.
 
 pub mod client;
+pub mod oauth;
 pub mod policy;
 pub mod resolver;
 
-pub use client::{NetContext, NetError, PinnedClient};
+pub use client::{Challenge, NetContext, NetError, PinnedClient};
 pub use policy::{Answer, AuditView, Block, Host, Target, UrlPolicy, Verdict};
 pub use resolver::{HickoryResolver, Resolver, StaticResolver};

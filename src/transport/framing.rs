@@ -157,7 +157,8 @@ impl IdScanner {
         let blank = b.is_ascii_whitespace();
         self.at = match self.at {
             At::Start if b == b'{' => At::Key,
-            At::Start if blank => At::Start,
+            // Whitespace, and a byte order mark, before the object.
+            At::Start if blank || UTF8_BOM.contains(&b) => At::Start,
             At::Key if b == b'"' => At::InKey {
                 len: 0,
                 over: false,
@@ -170,7 +171,7 @@ impl IdScanner {
             At::Value if blank => At::Value,
             At::Value => self.value_start(b),
             At::IdString { escaped } => self.id_string_byte(b, escaped),
-            At::IdNumber if b.is_ascii_digit() => self.keep_id(b, At::IdNumber),
+            At::IdNumber if b.is_ascii_digit() => self.keep_id(b, At::IdNumber, false),
             // A fraction or an exponent: not an id JSON-RPC allows.
             At::IdNumber if matches!(b, b'.' | b'e' | b'E') => {
                 self.member = Member::Other;
@@ -269,6 +270,7 @@ impl IdScanner {
     }
 
     fn id_string_byte(&mut self, b: u8, escaped: bool) -> At {
+        let after_escape = escaped;
         let next = match b {
             _ if escaped => At::IdString { escaped: false },
             b'\\' => At::IdString { escaped: true },
@@ -281,15 +283,15 @@ impl IdScanner {
             }
             _ => At::IdString { escaped: false },
         };
-        self.keep_id(b, next)
+        self.keep_id(b, next, after_escape)
     }
 
     /// Keeps one more byte of the id; an id longer than any the runtime accepts is no
-    /// id at all.
-    fn keep_id(&mut self, b: u8, next: At) -> At {
+    /// id at all, and the rest of it is skipped (`escaped`: `b` follows a backslash).
+    fn keep_id(&mut self, b: u8, next: At, escaped: bool) -> At {
         if self.id.len() >= MAX_REQUEST_ID_BYTES + 2 {
             self.member = Member::Other;
-            return skip_byte(b, 0, matches!(next, At::IdString { .. }), false);
+            return skip_byte(b, 0, matches!(next, At::IdString { .. }), escaped);
         }
         self.id.push(b);
         next
@@ -912,6 +914,17 @@ mod tests {
         }
         let long = format!(r#"{{"result":{{}},"id":"{}"}}"#, "x".repeat(200));
         assert_eq!(envelope(long.as_bytes()).id, None);
+        // An id cut just after a backslash: its escaped quote does not end the string.
+        let cut = format!(
+            r#"{{"id":"{}\",\"x\":1","method":"ping"}}"#,
+            "a".repeat(128)
+        );
+        let found = envelope(cut.as_bytes());
+        assert_eq!((found.id, found.method), (None, true));
+        // A byte order mark before an over-long answer.
+        let mut bom = UTF8_BOM.to_vec();
+        bom.extend(br#"{"result":{},"id":12}"#);
+        assert_eq!(envelope(&bom).id, Some(json!(12)));
         // Fed a byte at a time, the same answers.
         let text = br#"{"result":{"id":1,"s":"\"id\":2"},"id":3}"#;
         let mut scanner = IdScanner::new();

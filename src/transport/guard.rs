@@ -51,8 +51,10 @@ pub enum TransportEnd {
     /// for example a session it no longer knows answered with 400): the connection is
     /// failed at once instead of leaving the request to its timeout.
     Undeliverable {
-        /// The transport's error, in words (not yet redacted).
-        error: String,
+        /// The HTTP status of the refusal when there was one (`HTTP 400`), never the
+        /// server's words: its body may echo what a call sent, and the connection's
+        /// end is reported where the call's secrets are not known.
+        status: Option<String>,
     },
 }
 
@@ -60,7 +62,12 @@ impl TransportEnd {
     /// Whether the runtime ended the transport itself (a flood, a refusal), which says
     /// more than anything that follows (the exit of a server whose pipes closed).
     pub fn on_purpose(&self) -> bool {
-        !matches!(self, TransportEnd::Closed)
+        // An undeliverable message is the server's refusal, not the runtime's: during a
+        // start, rmcp's own error (a TLS failure, a 401) says more.
+        matches!(
+            self,
+            TransportEnd::Flooded { .. } | TransportEnd::Refused { .. }
+        )
     }
 }
 
@@ -75,12 +82,25 @@ impl std::fmt::Display for TransportEnd {
             TransportEnd::Refused { reason } => {
                 write!(f, "the server {reason}; the connection was closed")
             }
-            TransportEnd::Undeliverable { error } => write!(
-                f,
-                "a message to the server could not be delivered ({error}); the connection was closed"
-            ),
+            TransportEnd::Undeliverable { status } => match status {
+                Some(status) => write!(
+                    f,
+                    "the server refused a message ({status}); the connection was closed"
+                ),
+                None => f.write_str(
+                    "a message to the server could not be delivered; the connection was closed",
+                ),
+            },
         }
     }
+}
+
+/// `HTTP <3 digits>` where an error's text names one, and nothing else of it.
+fn http_status(error: &str) -> Option<String> {
+    let at = error.find("HTTP ")?;
+    let digits: String = error[at + 5..].chars().take(3).collect();
+    (digits.len() == 3 && digits.chars().all(|c| c.is_ascii_digit()))
+        .then(|| format!("HTTP {digits}"))
 }
 
 /// Most requests from a server waiting for our answer at once, answers still being
@@ -341,7 +361,7 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
             }
             if let (Err(e), Some((cause, closed))) = (&result, ending) {
                 let _ = cause.set(TransportEnd::Undeliverable {
-                    error: crate::result::cap_chars(&e.to_string(), 300),
+                    status: http_status(&e.to_string()),
                 });
                 let _ = closed.send(cause.get().cloned());
             }

@@ -1,0 +1,197 @@
+//! Every OAuth request of a connection (metadata discovery, registration, token,
+//! refresh, revocation) through the same fail-closed URL policy and DNS-pinned client
+//! as its MCP traffic. rmcp's OAuth state machine asks for each request through its
+//! `OAuthHttpClient` trait; [`PinnedOAuth`] carries them, so an authorization server
+//! named by a protected resource document on a blocked address (cloud metadata, a
+//! private network, loopback without trust) is refused before any byte is sent to it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use rmcp::transport::auth::{
+    OAuthHttpClient, OAuthHttpClientFuture, OAuthHttpRedirectPolicy, OAuthHttpRequest,
+};
+
+use super::client::{NetContext, NetError, PinnedClient};
+use super::policy::AuditView;
+
+/// Most bytes of one OAuth response read.
+pub const MAX_OAUTH_RESPONSE: usize = 1024 * 1024;
+/// The longest one OAuth request may take when rmcp names no timeout.
+pub const OAUTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Which OAuth step a request belongs to, as far as its method, URL and body tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OAuthStep {
+    /// Protected resource metadata (RFC 9728).
+    ResourceMetadata,
+    /// Authorization server metadata (RFC 8414, OpenID discovery).
+    ServerMetadata,
+    /// Dynamic client registration (RFC 7591).
+    Registration,
+    /// A token request (authorization code, client credentials).
+    Token,
+    /// A refresh-token request.
+    Refresh,
+    /// Token revocation (RFC 7009).
+    Revocation,
+    /// Anything else (a client metadata document, an authorization URL).
+    Other,
+}
+
+impl OAuthStep {
+    /// The step of `request`.
+    pub fn of(method: &http::Method, uri: &str, body: &[u8]) -> Self {
+        let path = uri.split(['?', '#']).next().unwrap_or_default();
+        if path.contains("/.well-known/oauth-protected-resource") {
+            return OAuthStep::ResourceMetadata;
+        }
+        if path.contains("/.well-known/oauth-authorization-server")
+            || path.contains("/.well-known/openid-configuration")
+        {
+            return OAuthStep::ServerMetadata;
+        }
+        if method != http::Method::POST {
+            return OAuthStep::Other;
+        }
+        let form = String::from_utf8_lossy(&body[..body.len().min(4096)]);
+        if form.contains("grant_type=refresh_token") {
+            OAuthStep::Refresh
+        } else if form.contains("grant_type=") {
+            OAuthStep::Token
+        } else if path.ends_with("/revoke") || form.contains("token_type_hint=") {
+            OAuthStep::Revocation
+        } else if form.trim_start().starts_with('{') {
+            OAuthStep::Registration
+        } else {
+            OAuthStep::Other
+        }
+    }
+}
+
+/// Called with each OAuth request's step and the audit view of its URL decision.
+pub type OAuthDecisionHook = Arc<dyn Fn(OAuthStep, &AuditView) + Send + Sync>;
+
+/// rmcp's OAuth requests through the URL policy and pinned addresses.
+pub struct PinnedOAuth {
+    net: Arc<NetContext>,
+    on_decision: OAuthDecisionHook,
+}
+
+impl PinnedOAuth {
+    /// OAuth requests under `net`'s policy, each decision reported with its step.
+    pub fn new(net: Arc<NetContext>, on_decision: OAuthDecisionHook) -> Self {
+        PinnedOAuth { net, on_decision }
+    }
+
+    async fn execute_request(
+        &self,
+        request: OAuthHttpRequest,
+    ) -> Result<http::Response<Vec<u8>>, NetError> {
+        let follow = matches!(request.redirect_policy, OAuthHttpRedirectPolicy::Follow);
+        let timeout = request.timeout.unwrap_or(OAUTH_TIMEOUT).min(OAUTH_TIMEOUT);
+        let (parts, body) = request.request.into_parts();
+        let uri = parts.uri.to_string();
+        let step = OAuthStep::of(&parts.method, &uri, &body);
+        let hook = Arc::clone(&self.on_decision);
+        // One client per request: each carries its step into the decision events.
+        let client = PinnedClient::new(
+            Arc::clone(&self.net),
+            Vec::new(),
+            Arc::new(move |audit| hook(step, audit)),
+        );
+        let sent = client.send_with(parts.method, &uri, parts.headers, Bytes::from(body), follow);
+        let response =
+            tokio::time::timeout(timeout, sent)
+                .await
+                .map_err(|_| NetError::Connect {
+                    target: String::new(),
+                    message: format!("no answer within {}s", timeout.as_secs()),
+                })??;
+        let (parts, body) = response.into_parts();
+        let body = http_body_util::Limited::new(body, MAX_OAUTH_RESPONSE)
+            .collect()
+            .await
+            .map_err(|_| NetError::TooLarge(MAX_OAUTH_RESPONSE))?
+            .to_bytes();
+        Ok(http::Response::from_parts(parts, body.to_vec()))
+    }
+}
+
+impl OAuthHttpClient for PinnedOAuth {
+    fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
+        Box::pin(async move {
+            self.execute_request(request)
+                .await
+                .map_err(|e| Box::new(e) as rmcp::transport::auth::OAuthHttpClientError)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_told_apart() {
+        let post = http::Method::POST;
+        let get = http::Method::GET;
+        let cases: &[(&http::Method, &str, &[u8], OAuthStep)] = &[
+            (
+                &get,
+                "https://a.test/.well-known/oauth-protected-resource/mcp",
+                b"",
+                OAuthStep::ResourceMetadata,
+            ),
+            (
+                &get,
+                "https://a.test/.well-known/oauth-authorization-server",
+                b"",
+                OAuthStep::ServerMetadata,
+            ),
+            (
+                &get,
+                "https://a.test/t/.well-known/openid-configuration",
+                b"",
+                OAuthStep::ServerMetadata,
+            ),
+            (
+                &post,
+                "https://a.test/register",
+                br#"{"redirect_uris":["x"]}"#,
+                OAuthStep::Registration,
+            ),
+            (
+                &post,
+                "https://a.test/token",
+                b"grant_type=authorization_code&code=c",
+                OAuthStep::Token,
+            ),
+            (
+                &post,
+                "https://a.test/token",
+                b"grant_type=client_credentials",
+                OAuthStep::Token,
+            ),
+            (
+                &post,
+                "https://a.test/token",
+                b"grant_type=refresh_token&refresh_token=r",
+                OAuthStep::Refresh,
+            ),
+            (
+                &post,
+                "https://a.test/revoke",
+                b"token=t&token_type_hint=access_token",
+                OAuthStep::Revocation,
+            ),
+            (&get, "https://a.test/client.json", b"", OAuthStep::Other),
+        ];
+        for (method, uri, body, step) in cases {
+            assert_eq!(OAuthStep::of(method, uri, body), *step, "{uri}");
+        }
+    }
+}
