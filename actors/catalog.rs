@@ -216,6 +216,7 @@ impl CatalogState {
             shared: Arc::clone(&self.shared),
             policy: self.identity.policy,
             session: self.session().to_string(),
+            principal: self.identity.principal.clone(),
             capabilities: self.capabilities.clone(),
             workspace: self.identity.workspace.clone(),
         }

@@ -21,6 +21,12 @@ pub struct RuntimeConfig {
     pub failure_ttl: Duration,
     /// How long an allow-for-session answer lasts.
     pub approval_session_ttl: Duration,
+    /// Who lets a user authorize a remote server (OAuth); by default nobody, and a
+    /// server that needs authorization fails naming `demiurge auth login`.
+    pub authorizer: Arc<dyn crate::authority::Authorizer>,
+    /// Who answers a server's requests for user input (elicitation); by default
+    /// nobody, and every request is declined.
+    pub elicitor: Arc<dyn crate::authority::Elicitor>,
     /// How results are shaped: the token cap of the model and event views, and whether
     /// structured content is preferred over text for a view's text.
     pub result_shape: crate::result::ResultShape,
@@ -98,6 +104,8 @@ impl RuntimeConfig {
             approval_session_ttl: Duration::from_secs(8 * 3600),
             approval_deadline: None,
             result_shape: crate::result::ResultShape::default(),
+            authorizer: Arc::new(crate::authority::NoAuthorizer),
+            elicitor: Arc::new(crate::authority::DeclineElicitor),
             close_grace: Duration::from_secs(2),
             approver: Arc::new(FixedApprover(ApprovalAnswer::Deny)),
             events: Arc::new(NullSink),

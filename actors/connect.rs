@@ -22,6 +22,7 @@ use super::shared::Shared;
 use crate::authority::{
     Action, ApprovalRequest, ApprovalSource, CapabilitySet, ConnectPreview, HostPolicy, resolve_cwd,
 };
+use crate::authority::{ElicitationAnswer, ElicitationRequest};
 use crate::core::{Declaration, DeclaredUrl, Endpoint};
 use crate::events::{EventKind, UrlPhase};
 use crate::net::{Block, Verdict};
@@ -29,9 +30,12 @@ use crate::process::{
     HostEnv, StderrLog, child_environment, interpolate_all, private_dir, referenced_values,
 };
 use crate::redact::{Redactor, View};
+use crate::transport::ElicitRoute;
 use crate::transport::{
-    self, ConnectErrorKind, HttpLaunch, Launch, ListedTools, McpClient, ServerSignals, StdioLaunch,
+    self, ConnectErrorKind, HttpLaunch, Launch, ListedTools, McpClient, OAuthLaunch, ServerSignals,
+    StdioLaunch, oauth_store_path,
 };
+use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 
 /// Why a server was denied this turn (asked again next turn).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,6 +134,8 @@ pub(super) struct Pipeline {
     pub shared: Arc<Shared>,
     pub policy: HostPolicy,
     pub session: String,
+    /// Who the session acts for: stored OAuth tokens are theirs.
+    pub principal: String,
     pub capabilities: CapabilitySet,
     pub workspace: PathBuf,
 }
@@ -155,7 +161,8 @@ impl Pipeline {
         let redactor = self.secrets(declaration, &values);
         let _permit = self.permit(declaration).await?;
         let launch = self.launch(declaration, place, values, &redactor)?;
-        let signals = Arc::new(ServerSignals::default());
+        let route = self.elicit_route(declaration, &redactor);
+        let signals = Arc::new(ServerSignals::with_elicitation(route));
         let connected = transport::connect(
             launch,
             Arc::clone(&signals),
@@ -164,11 +171,11 @@ impl Pipeline {
         )
         .await;
         match connected {
-            Ok((client, listed)) => Ok(Connected {
+            Ok((client, listed, learned)) => Ok(Connected {
                 declaration: Arc::clone(declaration),
                 client,
                 listed,
-                redactor,
+                redactor: redactor.with_secrets(learned),
                 signals,
             }),
             Err(e) => {
@@ -262,12 +269,21 @@ impl Pipeline {
             Endpoint::Stdio { env, .. } => env,
             Endpoint::StreamableHttp { headers, .. } => headers,
         };
-        interpolate_all(declared, &self.shared.config.host_env).map_err(|missing| {
-            Outcome::Skipped {
-                declaration: Arc::clone(declaration),
-                message: missing.to_string(),
-            }
-        })
+        let skipped = |missing: crate::process::MissingVariable| Outcome::Skipped {
+            declaration: Arc::clone(declaration),
+            message: missing.to_string(),
+        };
+        // The OAuth client secret is interpolated here too (its value is used later, by
+        // the transport), so a missing variable skips the server now.
+        if let Endpoint::StreamableHttp {
+            oauth: Some(oauth), ..
+        } = &declaration.endpoint
+            && let Some(secret) = &oauth.client_secret
+        {
+            let reference = BTreeMap::from([("oauth.client_secret".to_string(), secret.clone())]);
+            interpolate_all(&reference, &self.shared.config.host_env).map_err(skipped)?;
+        }
+        interpolate_all(declared, &self.shared.config.host_env).map_err(skipped)
     }
 
     /// Every secret the connection will know (docs/design.md#5-secrets-and-results).
@@ -326,7 +342,8 @@ impl Pipeline {
                     registry: Arc::clone(&self.shared.processes),
                 }))
             }
-            (Endpoint::StreamableHttp { url, .. }, _) => {
+            (Endpoint::StreamableHttp { url, oauth, .. }, _) => {
+                let oauth = self.oauth(declaration, oauth.as_ref(), url);
                 let (hub, session, server) = (
                     Arc::clone(&self.shared.hub),
                     self.session.clone(),
@@ -346,6 +363,7 @@ impl Pipeline {
                             },
                         );
                     }),
+                    oauth,
                 }))
             }
             (Endpoint::Stdio { .. }, Place::Addresses(_)) => Err(Outcome::Failed {
@@ -358,6 +376,146 @@ impl Pipeline {
 
     fn emit(&self, kind: EventKind) {
         self.shared.hub.emit(&self.session, kind);
+    }
+
+    /// Where this server's elicitation requests go: the host's elicitor sees the
+    /// server's message redacted; its answer gets the schema's defaults (SEP-1034) and
+    /// must fit the schema (else it is declined); an `mcp.elicitation` event records
+    /// the answer in the event view.
+    fn elicit_route(&self, declaration: &Declaration, redactor: &Redactor) -> ElicitRoute {
+        let elicitor = Arc::clone(&self.shared.config.elicitor);
+        let hub = Arc::clone(&self.shared.hub);
+        let (session, server) = (self.session.clone(), declaration.server_id.clone());
+        let redactor = redactor.clone();
+        Arc::new(move |request: ElicitRequestParams| {
+            let (elicitor, hub) = (Arc::clone(&elicitor), Arc::clone(&hub));
+            let (session, server, redactor) = (session.clone(), server.clone(), redactor.clone());
+            Box::pin(async move {
+                let (message, schema) = match request {
+                    ElicitRequestParams::FormElicitationParams {
+                        message,
+                        requested_schema,
+                        ..
+                    } => (
+                        message,
+                        serde_json::to_value(&requested_schema).unwrap_or_default(),
+                    ),
+                    // URL elicitation is not offered (not advertised): declined.
+                    _ => (String::new(), serde_json::Value::Null),
+                };
+                let defaults = crate::authority::defaults_of(&schema);
+                let answer = if schema.is_null() {
+                    ElicitationAnswer::Decline
+                } else {
+                    let message =
+                        redactor.text(&crate::result::cap_chars(&message, 2_000), View::Operator);
+                    elicitor
+                        .elicit(ElicitationRequest {
+                            session: session.clone(),
+                            server: server.clone(),
+                            message,
+                            schema: schema.clone(),
+                            defaults: defaults.clone(),
+                        })
+                        .await
+                };
+                let (result, content, refused) = match answer {
+                    ElicitationAnswer::Accept(fields) => {
+                        let filled = crate::authority::with_defaults(fields, &defaults);
+                        match crate::authority::validate(&schema, &filled) {
+                            Ok(()) => (
+                                ElicitResult::new(ElicitationAction::Accept)
+                                    .with_content(serde_json::Value::Object(filled.clone())),
+                                Some(filled),
+                                None,
+                            ),
+                            Err(why) => (
+                                ElicitResult::new(ElicitationAction::Decline),
+                                None,
+                                Some(why),
+                            ),
+                        }
+                    }
+                    ElicitationAnswer::Cancel => {
+                        (ElicitResult::new(ElicitationAction::Cancel), None, None)
+                    }
+                    _ => (ElicitResult::new(ElicitationAction::Decline), None, None),
+                };
+                let action = match result.action {
+                    ElicitationAction::Accept => "accept",
+                    ElicitationAction::Cancel => "cancel",
+                    _ => "decline",
+                };
+                let content = content.map(|fields| {
+                    let secrets = redactor.with_call_object(Some(&fields));
+                    secrets.json(&serde_json::Value::Object(fields), View::Event)
+                });
+                hub.emit(
+                    &session,
+                    EventKind::Elicitation {
+                        server,
+                        action: action.into(),
+                        content,
+                        refused,
+                    },
+                );
+                result
+            })
+        })
+    }
+
+    /// How an HTTP server of this turn is authorized: the declared section with its
+    /// client secret interpolated (step 4 has run), the host's authorizer, the token
+    /// file of this server identity and resource, and `url_decision` events whose phase
+    /// names the OAuth step.
+    fn oauth(
+        &self,
+        declaration: &Declaration,
+        declared: Option<&crate::core::OAuthDeclared>,
+        url: &DeclaredUrl,
+    ) -> OAuthLaunch {
+        let host = &self.shared.config.host_env;
+        let declared = declared.map(|d| {
+            let mut d = d.clone();
+            d.client_secret = d
+                .client_secret
+                .as_deref()
+                .and_then(|s| {
+                    interpolate_all(&BTreeMap::from([("s".to_string(), s.to_string())]), host).ok()
+                })
+                .and_then(|m| m.into_values().next());
+            d
+        });
+        let identity = format!(
+            "{}\n{}\n{}",
+            self.principal, declaration.server_id, declaration.fingerprint
+        );
+        let (hub, session, server) = (
+            Arc::clone(&self.shared.hub),
+            self.session.clone(),
+            declaration.server_id.clone(),
+        );
+        OAuthLaunch {
+            declared,
+            authorizer: Arc::clone(&self.shared.config.authorizer),
+            store: Some(oauth_store_path(
+                &self.shared.config.home,
+                &identity,
+                url.url().as_str(),
+            )),
+            on_decision: Arc::new(move |step, audit| {
+                hub.emit(
+                    &session,
+                    EventKind::UrlDecision {
+                        phase: UrlPhase::of_oauth(step),
+                        server: server.clone(),
+                        decision: audit.clone(),
+                    },
+                );
+            }),
+            session: self.session.clone(),
+            server: declaration.server_id.clone(),
+        }
     }
 }
 
@@ -387,7 +545,16 @@ pub(super) fn connection_secrets(
         Endpoint::Stdio { args, env, .. } => redactor
             .with_secrets(referenced(env))
             .with_secrets(crate::authority::preview::secret_arg_values(args)),
-        Endpoint::StreamableHttp { url, headers } => {
+        Endpoint::StreamableHttp {
+            url,
+            headers,
+            oauth,
+        } => {
+            let client_secret = oauth
+                .as_ref()
+                .and_then(|o| o.client_secret.as_deref())
+                .map(|s| referenced_values(s, host))
+                .unwrap_or_default();
             let last_words = values.iter().filter_map(|(name, value)| {
                 let last = value.split_whitespace().last()?;
                 (last != value).then(|| (name.clone(), last.to_string()))
@@ -395,6 +562,7 @@ pub(super) fn connection_secrets(
             redactor
                 .with_secrets(last_words)
                 .with_secrets(referenced(headers))
+                .with_secrets(client_secret)
                 .with_secrets(url_secrets(url))
         }
     }

@@ -24,6 +24,36 @@ pub enum UrlPhase {
     Connect,
     /// On one HTTP request or redirect hop.
     Request,
+    /// OAuth: protected resource metadata.
+    OauthResourceMetadata,
+    /// OAuth: authorization server metadata.
+    OauthServerMetadata,
+    /// OAuth: dynamic client registration.
+    OauthRegistration,
+    /// OAuth: a token request.
+    OauthToken,
+    /// OAuth: a refresh-token request.
+    OauthRefresh,
+    /// OAuth: token revocation.
+    OauthRevocation,
+    /// OAuth: any other request (a client metadata document).
+    OauthOther,
+}
+
+impl UrlPhase {
+    /// The phase of an OAuth request of `step`.
+    pub fn of_oauth(step: crate::net::oauth::OAuthStep) -> Self {
+        use crate::net::oauth::OAuthStep;
+        match step {
+            OAuthStep::ResourceMetadata => UrlPhase::OauthResourceMetadata,
+            OAuthStep::ServerMetadata => UrlPhase::OauthServerMetadata,
+            OAuthStep::Registration => UrlPhase::OauthRegistration,
+            OAuthStep::Token => UrlPhase::OauthToken,
+            OAuthStep::Refresh => UrlPhase::OauthRefresh,
+            OAuthStep::Revocation => UrlPhase::OauthRevocation,
+            _ => UrlPhase::OauthOther,
+        }
+    }
 }
 
 /// How a session became live.
@@ -167,6 +197,20 @@ pub enum EventKind {
         arguments: Option<serde_json::Value>,
         /// The secret-free preview (boxed: it is the largest field of any event).
         preview: Box<ConnectPreview>,
+    },
+    /// A server asked the user for input (elicitation) and was answered.
+    #[serde(rename = "mcp.elicitation")]
+    Elicitation {
+        /// Server id.
+        server: String,
+        /// `accept`, `decline` or `cancel`.
+        action: String,
+        /// The fields sent back, event view (redacted as call arguments are).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        content: Option<serde_json::Value>,
+        /// Why an answer was refused (it did not fit the requested schema).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
     },
     /// A question was withdrawn while the approver was being asked: its requester went
     /// away (turn or call dropped, session evicted, runtime shut down).

@@ -309,3 +309,74 @@ fn a_core_without_its_mcp_directory_sees_it_appear() {
     let loaded = core::load_cached(&core.root(), &cache).unwrap();
     assert_eq!(ids_and_commands(&loaded), [("late".into(), "late".into())]);
 }
+
+#[test]
+fn oauth_sections_are_checked_and_their_secret_is_never_a_literal() {
+    let http = |oauth: &str| {
+        format!("transport: streamable_http\nurl: https://mcp.example.test/mcp\noauth:\n{oauth}")
+    };
+    let core = Core::new()
+        .server(
+            "good",
+            &http("  client_id: demiurge\n  client_secret: \"${DOCS_CLIENT_SECRET}\"\n  scopes: [read, write]\n"),
+        )
+        .server("literal", &http("  client_id: c\n  client_secret: s3cr3t-literal\n"))
+        .server("orphan", &http("  client_secret: \"${X}\"\n"))
+        .server("headless", &http("  grant: client_credentials\n"))
+        .server("spaced", &http("  scopes: [\"read write\"]\n"))
+        .server("plain", &http("  client_metadata_url: http://x.test/c.json\n"))
+        .server("unknown", &http("  audience: x\n"))
+        .server("stdio", &demo("oauth:\n  client_id: c\n"));
+    let loaded = core::load(&core.root()).unwrap();
+    let names: Vec<&str> = loaded
+        .declarations
+        .iter()
+        .map(|d| d.server_id.as_str())
+        .collect();
+    assert_eq!(names, ["good"]);
+    let broken = |id: &str| {
+        loaded
+            .broken
+            .iter()
+            .find(|b| b.server_id == id)
+            .unwrap_or_else(|| panic!("{id} loaded"))
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    for (id, says) in [
+        ("literal", "oauth.client_secret"),
+        ("orphan", "needs `client_id`"),
+        ("headless", "`client_credentials` needs"),
+        ("spaced", "oauth.scopes"),
+        ("plain", "oauth.client_metadata_url"),
+        (
+            "unknown",
+            "oauth.<key>`: unknown field, expected one of `client_id`",
+        ),
+        ("stdio", "only for `transport: streamable_http`"),
+    ] {
+        let errors = broken(id);
+        assert!(errors.contains(says), "{id}: {errors}");
+        assert!(
+            !errors.contains("s3cr3t-literal"),
+            "{id} quotes the value: {errors}"
+        );
+    }
+    // The preview names the secret's variable, never a value.
+    let good = &loaded.declarations[0];
+    let preview = demiurge_mcp::authority::ConnectPreview::new(
+        good,
+        demiurge_mcp::core::ApprovalPolicy::Prompt,
+        None,
+        &[],
+    );
+    let rendered = preview.render();
+    assert!(
+        rendered.contains("client secret from: ${DOCS_CLIENT_SECRET}"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("scopes: read write"), "{rendered}");
+}

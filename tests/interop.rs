@@ -317,3 +317,40 @@ fn conformance_tools_call() {
 fn conformance_sse_retry() {
     conformance("sse-retry");
 }
+
+/// The authorization scenarios: OAuth 2.1 through the runtime's own code paths (the
+/// pinned client under the URL policy, rmcp's state machine, the conformance client's
+/// headless authorizer following the harness's redirect).
+macro_rules! conformance_auth {
+    ($($name:ident => $scenario:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                conformance($scenario);
+            }
+        )*
+    };
+}
+
+conformance_auth! {
+    conformance_auth_metadata_default => "auth/metadata-default",
+    conformance_auth_metadata_var1 => "auth/metadata-var1",
+    conformance_auth_metadata_var2 => "auth/metadata-var2",
+    conformance_auth_metadata_var3 => "auth/metadata-var3",
+    conformance_auth_basic_cimd => "auth/basic-cimd",
+    conformance_auth_scope_from_www_authenticate => "auth/scope-from-www-authenticate",
+    conformance_auth_scope_from_scopes_supported => "auth/scope-from-scopes-supported",
+    conformance_auth_scope_omitted_when_undefined => "auth/scope-omitted-when-undefined",
+    conformance_auth_scope_step_up => "auth/scope-step-up",
+    conformance_auth_scope_retry_limit => "auth/scope-retry-limit",
+    conformance_auth_token_endpoint_auth_basic => "auth/token-endpoint-auth-basic",
+    conformance_auth_token_endpoint_auth_post => "auth/token-endpoint-auth-post",
+    conformance_auth_token_endpoint_auth_none => "auth/token-endpoint-auth-none",
+    conformance_auth_pre_registration => "auth/pre-registration",
+    conformance_auth_2025_03_26_oauth_endpoint_fallback => "auth/2025-03-26-oauth-endpoint-fallback",
+    conformance_auth_resource_mismatch => "auth/resource-mismatch",
+    conformance_auth_offline_access_scope => "auth/offline-access-scope",
+    conformance_auth_offline_access_not_supported => "auth/offline-access-not-supported",
+    conformance_auth_client_credentials_basic => "auth/client-credentials-basic",
+    conformance_elicitation_sep1034_client_defaults => "elicitation-sep1034-client-defaults",
+}

@@ -3,15 +3,22 @@
 //! Pure and synchronous; the approval broker actor and the catalog actor call into it.
 
 mod approval;
+mod authorize;
 mod capability;
 mod cwd;
+mod elicit;
 mod policy;
 pub mod preview;
 
 pub use approval::{
     Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, FixedApprover,
 };
+pub use authorize::{AuthorizationPrompt, Authorizer, NoAuthorizer};
 pub use capability::CapabilitySet;
 pub use cwd::resolve_cwd;
+pub use elicit::{
+    DeclineElicitor, ElicitationAnswer, ElicitationRequest, Elicitor, defaults_of, validate,
+    with_defaults,
+};
 pub use policy::HostPolicy;
 pub use preview::ConnectPreview;

@@ -50,6 +50,45 @@ pub struct ConnectPreview {
     /// HTTP: the addresses the URL policy validated.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub addresses: Vec<String>,
+    /// HTTP: how the server is authorized, when declared (never a secret: the client
+    /// secret shows as the name of its variable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth: Option<OAuthPreview>,
+}
+
+/// The `oauth:` section as an approver and a reviewer see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct OAuthPreview {
+    /// `authorization_code` or `client_credentials`.
+    pub grant: crate::core::OAuthGrant,
+    /// The pre-registered client id (a public identifier).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// The host variable the client secret comes from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret_from: Option<String>,
+    /// The client ID metadata document.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
+    /// Scopes asked for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+}
+
+impl OAuthPreview {
+    fn of(oauth: &crate::core::OAuthDeclared) -> Self {
+        OAuthPreview {
+            grant: oauth.grant,
+            client_id: oauth.client_id.clone(),
+            client_secret_from: oauth
+                .client_secret
+                .as_deref()
+                .map(|s| s.trim_start_matches("${").trim_end_matches('}').to_string()),
+            client_metadata_url: oauth.client_metadata_url.clone(),
+            scopes: oauth.scopes.clone(),
+        }
+    }
 }
 
 impl ConnectPreview {
@@ -77,6 +116,7 @@ impl ConnectPreview {
             header_names: Vec::new(),
             origin: None,
             addresses: Vec::new(),
+            oauth: None,
         };
         match &decl.endpoint {
             Endpoint::Stdio {
@@ -87,10 +127,15 @@ impl ConnectPreview {
                 preview.args = summarize_args(args);
                 preview.env_names = env.keys().cloned().collect();
             }
-            Endpoint::StreamableHttp { url, headers } => {
+            Endpoint::StreamableHttp {
+                url,
+                headers,
+                oauth,
+            } => {
                 preview.origin = Some(url.origin());
                 preview.addresses = addresses.to_vec();
                 preview.header_names = headers.keys().cloned().collect();
+                preview.oauth = oauth.as_ref().map(OAuthPreview::of);
             }
         }
         preview
@@ -139,6 +184,28 @@ impl ConnectPreview {
         }
         if !self.header_names.is_empty() {
             out.push_str(&format!("  headers: {}\n", list(&self.header_names, ", ")));
+        }
+        if let Some(oauth) = &self.oauth {
+            let e = crate::text::escape;
+            let grant = match oauth.grant {
+                crate::core::OAuthGrant::AuthorizationCode => {
+                    "authorization code (a user authorizes)"
+                }
+                crate::core::OAuthGrant::ClientCredentials => "client credentials (headless)",
+            };
+            out.push_str(&format!("  oauth: {grant}\n"));
+            if let Some(id) = &oauth.client_id {
+                out.push_str(&format!("    client id: {}\n", e(id)));
+            }
+            if let Some(from) = &oauth.client_secret_from {
+                out.push_str(&format!("    client secret from: ${{{}}}\n", e(from)));
+            }
+            if let Some(url) = &oauth.client_metadata_url {
+                out.push_str(&format!("    client metadata: {}\n", e(url)));
+            }
+            if !oauth.scopes.is_empty() {
+                out.push_str(&format!("    scopes: {}\n", list(&oauth.scopes, " ")));
+            }
         }
         out
     }

@@ -25,10 +25,15 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
         core.join("agent.yaml"),
         "capabilities:\n  defaults:\n    mcp.connect:server: {scope: core}\n    mcp.call:server: {scope: core}\n",
     )?;
+    let context: Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|c| serde_json::from_str(&c).ok())
+        .unwrap_or_default();
+    let (oauth, secret) = oauth_section(&scenario, &context);
     std::fs::write(
         core.join("agent/mcp/server.yaml"),
         format!(
-            "transport: streamable_http\nurl: {}\napproval_policy: auto\nconnect_timeout_seconds: 20\ntimeout_seconds: 20\n",
+            "transport: streamable_http\nurl: {}\napproval_policy: auto\nconnect_timeout_seconds: 20\ntimeout_seconds: 20\n{oauth}",
             serde_json::to_string(url)?
         ),
     )?;
@@ -36,6 +41,9 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
     let mut config = cli.config(Arc::new(events.clone()));
     config.home = scratch.path().join("home");
     config.approver = Arc::new(FixedApprover(ApprovalAnswer::AllowSession));
+    if let Some(secret) = secret {
+        config.host_env.0.insert(SECRET_VARIABLE.into(), secret);
+    }
     let mut trusted: Vec<ipnet::IpNet> = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
     trusted.extend(cli.trust_network.iter().copied());
     config.url_policy = UrlPolicy::with_trusted(trusted);
@@ -43,6 +51,9 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
     let resolver = demiurge_mcp::net::StaticResolver::new();
     resolver.set("localhost", ["127.0.0.1".parse()?, "::1".parse()?]);
     config.resolver = Arc::new(resolver);
+    config.authorizer = Arc::new(Headless::new(&config)?);
+    // Elicitations are accepted as offered: every field its default (SEP-1034).
+    config.elicitor = Arc::new(AcceptDefaults);
     let runtime = Runtime::start(config).await?;
     super::register(&runtime);
     let outcome = act(&runtime, &core, &scenario, &events).await;
@@ -124,6 +135,108 @@ async fn act(
         }
     }
     Ok(code)
+}
+
+/// The host variable the conformance client secret is passed in.
+const SECRET_VARIABLE: &str = "CONFORMANCE_CLIENT_SECRET";
+
+/// The `oauth:` section a scenario's context asks for (a pre-registered client, client
+/// credentials, a client ID metadata document), and the client secret to put in the
+/// host environment.
+fn oauth_section(scenario: &str, context: &Value) -> (String, Option<String>) {
+    let text = |k: &str| context.get(k).and_then(Value::as_str).map(str::to_string);
+    let mut lines = Vec::new();
+    if let Some(id) = text("client_id") {
+        lines.push(format!("  client_id: {}", json!(id)));
+    }
+    let secret = text("client_secret");
+    if secret.is_some() {
+        lines.push(format!("  client_secret: \"${{{SECRET_VARIABLE}}}\""));
+    }
+    if scenario.contains("client-credentials") {
+        lines.push("  grant: client_credentials".into());
+    }
+    if scenario.contains("cimd") {
+        lines.push(format!(
+            "  client_metadata_url: {}",
+            json!(CLIENT_METADATA_URL)
+        ));
+    }
+    if lines.is_empty() {
+        return (String::new(), None);
+    }
+    (format!("oauth:\n{}\n", lines.join("\n")), secret)
+}
+
+/// Accepts every elicitation with no input of its own, so the runtime's defaults are
+/// what the server gets.
+struct AcceptDefaults;
+
+impl demiurge_mcp::authority::Elicitor for AcceptDefaults {
+    fn elicit(
+        &self,
+        _request: demiurge_mcp::authority::ElicitationRequest,
+    ) -> futures::future::BoxFuture<'static, demiurge_mcp::authority::ElicitationAnswer> {
+        Box::pin(async { demiurge_mcp::authority::ElicitationAnswer::Accept(Map::new()) })
+    }
+}
+
+/// The client ID metadata document the conformance package expects.
+const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+/// The conformance harness's authorization server redirects at once: follow its
+/// authorization URL (under the same URL policy as everything else), and answer the
+/// redirect it sends back.
+struct Headless {
+    net: Arc<demiurge_mcp::net::NetContext>,
+}
+
+impl Headless {
+    fn new(config: &demiurge_mcp::RuntimeConfig) -> anyhow::Result<Self> {
+        let net = demiurge_mcp::net::NetContext::new(
+            config.url_policy.clone(),
+            Arc::clone(&config.resolver),
+            &config.extra_roots,
+        )
+        .map_err(|e| anyhow::anyhow!(e))?;
+        Ok(Headless { net: Arc::new(net) })
+    }
+}
+
+impl demiurge_mcp::authority::Authorizer for Headless {
+    fn redirect_uri(&self) -> String {
+        "http://localhost:3000/callback".into()
+    }
+
+    fn authorize(
+        &self,
+        prompt: demiurge_mcp::authority::AuthorizationPrompt,
+    ) -> futures::future::BoxFuture<'static, Option<String>> {
+        let client = demiurge_mcp::net::PinnedClient::new(
+            Arc::clone(&self.net),
+            Vec::new(),
+            Arc::new(|_| {}),
+        );
+        Box::pin(async move {
+            let response = client
+                .send_with(
+                    http::Method::GET,
+                    &prompt.url,
+                    http::HeaderMap::new(),
+                    bytes::Bytes::new(),
+                    false,
+                )
+                .await
+                .ok()?;
+            let location = response
+                .headers()
+                .get(http::header::LOCATION)?
+                .to_str()
+                .ok()?;
+            let base = url::Url::parse(&prompt.url).ok()?;
+            Some(base.join(location).ok()?.to_string())
+        })
+    }
 }
 
 /// Plausible arguments from a JSON schema: numbers 1, 2, 3..., strings "test", booleans

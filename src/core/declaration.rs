@@ -93,6 +93,119 @@ pub(crate) struct RawToolFilter {
     exclude: Vec<String>,
 }
 
+/// The `oauth:` section as written.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOAuth {
+    client_id: Option<String>,
+    client_secret: Option<String>,
+    client_metadata_url: Option<String>,
+    scopes: Option<Vec<String>>,
+    grant: Option<OAuthGrant>,
+}
+
+/// How an OAuth token is obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OAuthGrant {
+    /// A user authorizes in a browser (PKCE); the default.
+    #[default]
+    AuthorizationCode,
+    /// A headless service authenticates as itself with its client id and secret.
+    ClientCredentials,
+}
+
+/// How a streamable HTTP server is authorized (the `oauth:` section). Without one, a
+/// server that answers 401 is authorized with dynamic client registration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OAuthDeclared {
+    /// A client registered ahead with the authorization server.
+    pub client_id: Option<String>,
+    /// The client's secret as declared: always a `${NAME}` reference, interpolated only
+    /// after approval (a core is committed; a literal secret would be too).
+    pub client_secret: Option<String>,
+    /// HTTPS URL of a client ID metadata document, used when the authorization server
+    /// supports them and no client id is declared.
+    pub client_metadata_url: Option<String>,
+    /// Scopes to ask for; by default those the server's challenge or metadata name.
+    pub scopes: Vec<String>,
+    /// How the token is obtained.
+    pub grant: OAuthGrant,
+}
+
+impl OAuthDeclared {
+    fn from_raw(raw: RawOAuth, errors: &mut Vec<(String, String)>) -> Self {
+        let RawOAuth {
+            client_id,
+            client_secret,
+            client_metadata_url,
+            scopes,
+            grant,
+        } = raw;
+        let mut problem = |field: &str, message: &str| {
+            errors.push((format!("oauth.{field}"), message.to_string()));
+        };
+        if let Some(secret) = &client_secret
+            && !is_reference(secret)
+        {
+            problem(
+                "client_secret",
+                "must be a `${NAME}` reference to a host variable: a literal secret would be committed with the core",
+            );
+        }
+        if client_secret.is_some() && client_id.is_none() {
+            problem(
+                "client_secret",
+                "needs `client_id`: a secret belongs to a client registered ahead",
+            );
+        }
+        if let Some(url) = &client_metadata_url
+            && !url.starts_with("https://")
+        {
+            problem(
+                "client_metadata_url",
+                "must be an https:// URL of a client ID metadata document",
+            );
+        }
+        let grant = grant.unwrap_or_default();
+        if grant == OAuthGrant::ClientCredentials
+            && (client_id.is_none() || client_secret.is_none())
+        {
+            problem(
+                "grant",
+                "`client_credentials` needs `client_id` and `client_secret`",
+            );
+        }
+        let scopes = scopes.unwrap_or_default();
+        if scopes
+            .iter()
+            .any(|s| s.is_empty() || s.contains(char::is_whitespace))
+        {
+            problem(
+                "scopes",
+                "a scope is one word; list each scope as its own item",
+            );
+        }
+        OAuthDeclared {
+            client_id,
+            client_secret,
+            client_metadata_url,
+            scopes,
+            grant,
+        }
+    }
+}
+
+/// Whether `value` is exactly one `${NAME}` reference.
+fn is_reference(value: &str) -> bool {
+    value
+        .strip_prefix("${")
+        .and_then(|v| v.strip_suffix('}'))
+        .is_some_and(|name| {
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+}
+
 /// A declaration file exactly as written; only [`Declaration::from_raw`] reads it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -107,6 +220,7 @@ pub(crate) struct RawDeclaration {
     url: Option<String>,
     #[serde(default, deserialize_with = "unique_keys")]
     headers: Option<BTreeMap<String, String>>,
+    oauth: Option<RawOAuth>,
     tools: Option<RawToolFilter>,
     risk: Option<Risk>,
     approval_policy: Option<ApprovalPolicy>,
@@ -177,6 +291,8 @@ pub enum Endpoint {
         url: DeclaredUrl,
         /// Declared headers, values still uninterpolated.
         headers: BTreeMap<String, String>,
+        /// How the server is authorized, when declared.
+        oauth: Option<OAuthDeclared>,
     },
 }
 
@@ -268,6 +384,7 @@ impl Declaration {
             cwd,
             url,
             headers,
+            oauth,
             tools,
             risk,
             approval_policy,
@@ -319,6 +436,12 @@ impl Declaration {
                         "`cwd` is empty; remove it to use the workspace root".into(),
                     ));
                 }
+                if oauth.is_some() {
+                    errors.push(err(
+                        "oauth",
+                        "`oauth` is only for `transport: streamable_http`; remove it or change the transport".into(),
+                    ));
+                }
                 Endpoint::Stdio {
                     command,
                     args: args.unwrap_or_default(),
@@ -360,8 +483,20 @@ impl Declaration {
                         ));
                     }
                 }
+                let oauth = oauth.map(|raw| {
+                    let mut problems = Vec::new();
+                    let declared = OAuthDeclared::from_raw(raw, &mut problems);
+                    for (field, message) in problems {
+                        errors.push(err(&field, message));
+                    }
+                    declared
+                });
                 match url {
-                    Some(url) => Endpoint::StreamableHttp { url, headers },
+                    Some(url) => Endpoint::StreamableHttp {
+                        url,
+                        headers,
+                        oauth,
+                    },
                     // Errors were recorded: the declaration is not built.
                     None => return Err(errors),
                 }

@@ -744,13 +744,21 @@ fn details(before: &Found, after: &Found) -> Vec<String> {
                 Endpoint::StreamableHttp {
                     url: bu,
                     headers: bh,
+                    oauth: bo,
                 },
                 Endpoint::StreamableHttp {
                     url: au,
                     headers: ah,
+                    oauth: ao,
                 },
             ) => {
                 out.extend(changed_values("header", bh, ah));
+                if bo != ao {
+                    // A changed client or scope changes the token the runtime obtains.
+                    out.push(
+                        "oauth: the client, grant or scopes changed (see the previews)".into(),
+                    );
+                }
                 if bu != au && bu.origin() == au.origin() {
                     out.push("url: path, query or credentials changed (not shown)".into());
                 }

@@ -4,11 +4,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientRequest,
     Implementation, InitializeRequestParams, JsonObject, PaginatedRequestParams, ProtocolVersion,
     Request, RequestId, ServerResult, Tool,
 };
+use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient, ServiceError};
@@ -22,18 +24,42 @@ pub const MAX_TOOL_PAGES: usize = 100;
 /// Most tools kept for one server; the rest are dropped with a diagnostic.
 pub const MAX_TOOLS: usize = 5_000;
 
+/// Where a server's `elicitation/create` requests go (the connect pipeline builds it:
+/// the host's elicitor, defaults, validation, events).
+pub type ElicitRoute =
+    Arc<dyn Fn(ElicitRequestParams) -> BoxFuture<'static, ElicitResult> + Send + Sync>;
+
 /// What a server told us outside a request, kept as flags so that no number of
 /// notifications can queue anything: a storm of `list_changed` sets one flag and wakes
-/// the connection once.
-#[derive(Debug, Default)]
+/// the connection once. Also where the server's requests to the user go.
+#[derive(Default)]
 pub struct ServerSignals {
     /// `notifications/tools/list_changed` arrived since the last turn read it.
     pub tools_changed: AtomicBool,
     /// Woken when a flag goes from clear to set.
     pub changed: Notify,
+    /// Elicitation requests; advertised only when set.
+    pub elicit: Option<ElicitRoute>,
+}
+
+impl std::fmt::Debug for ServerSignals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSignals")
+            .field("tools_changed", &self.tools_changed)
+            .field("elicit", &self.elicit.is_some())
+            .finish()
+    }
 }
 
 impl ServerSignals {
+    /// Signals of a connection whose elicitation requests go to `route`.
+    pub fn with_elicitation(route: ElicitRoute) -> Self {
+        ServerSignals {
+            elicit: Some(route),
+            ..ServerSignals::default()
+        }
+    }
+
     /// Sets the tools flag; wakes a waiter only when it was clear.
     pub fn tools_changed(&self) {
         if !self.tools_changed.swap(true, Ordering::AcqRel) {
@@ -65,11 +91,28 @@ impl rmcp::ClientHandler for ClientHandler {
         self.signals.tools_changed();
     }
 
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        match &self.signals.elicit {
+            Some(route) => Ok(route(request).await),
+            None => Ok(ElicitResult::new(ElicitationAction::Decline)),
+        }
+    }
+
     fn get_info(&self) -> InitializeRequestParams {
+        let mut capabilities = ClientCapabilities::default();
+        if self.signals.elicit.is_some() {
+            capabilities.elicitation = Some(rmcp::model::ElicitationCapability::new().with_form(
+                rmcp::model::FormElicitationCapability::new().with_schema_validation(true),
+            ));
+        }
         // 2025-11-25 is what strict third-party servers and checkers expect; newer
         // servers accept it too.
         InitializeRequestParams::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("demiurge-mcp", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::V_2025_11_25)

@@ -13,7 +13,8 @@ use super::client::{ListedTools, McpClient, ServerSignals, StartError};
 use super::guard::{EndCause, Guarded};
 use super::{ConnectError, ConnectErrorKind};
 use crate::core::DeclaredUrl;
-use crate::net::{NetContext, PinnedClient, client::DecisionHook};
+use crate::net::{Challenge, NetContext, PinnedClient, client::DecisionHook};
+use rmcp::transport::auth::{AuthClient, AuthorizationManager};
 
 /// Everything needed to reach one streamable HTTP server, already authorized and
 /// interpolated.
@@ -26,6 +27,8 @@ pub(crate) struct HttpLaunch {
     pub net: Arc<NetContext>,
     /// Called with the audit view of every request's decision.
     pub on_decision: DecisionHook,
+    /// How this connection is authorized when the server asks.
+    pub oauth: super::oauth::OAuthLaunch,
 }
 
 impl std::fmt::Debug for HttpLaunch {
@@ -38,12 +41,14 @@ impl std::fmt::Debug for HttpLaunch {
     }
 }
 
-/// Connects, initializes and lists tools within `timeout`.
+/// Connects, initializes and lists tools within `timeout` (each attempt; a user's
+/// authorization in between has its own bound). A server that answers 401 is authorized
+/// (stored tokens first, then the flow in `oauth.rs`) and reached again with the token.
 pub(super) async fn connect(
     launch: HttpLaunch,
     signals: Arc<ServerSignals>,
     timeout: Duration,
-) -> Result<(McpClient, ListedTools), ConnectError> {
+) -> Result<Connected, ConnectError> {
     let failed = |message: String| ConnectError {
         kind: ConnectErrorKind::Failed,
         message,
@@ -59,13 +64,72 @@ pub(super) async fn connect(
     }
     // Declared headers are dropped on a cross-origin redirect, like credentials.
     let declared = custom.keys().cloned().collect();
-    let client = PinnedClient::new(launch.net, declared, launch.on_decision);
+    let client = PinnedClient::new(
+        Arc::clone(&launch.net),
+        declared,
+        launch.on_decision.clone(),
+    );
     // Userinfo never travels in the URI handed to rmcp: it is a secret of the
     // declaration, not part of any request line.
     let mut uri = launch.url.url().clone();
     let _ = uri.set_username("");
     let _ = uri.set_password(None);
     let config = StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
+    let base = uri.as_str().to_string();
+    let start = |manager: Option<AuthorizationManager>| {
+        let (client, config, signals) = (client.clone(), config.clone(), Arc::clone(&signals));
+        let (base, launch) = (base.clone(), &launch);
+        async move {
+            match manager {
+                Some(manager) => {
+                    let secrets = super::oauth::secrets_of(&manager).await;
+                    let authorized = super::oauth::StepUp::new(
+                        AuthClient::new(client, manager),
+                        base.clone(),
+                        Arc::clone(&launch.net),
+                        launch.oauth.clone(),
+                    );
+                    start(authorized, config, signals, timeout)
+                        .await
+                        .map(|(c, l)| (c, l, secrets))
+                }
+                None => start(client, config, signals, timeout)
+                    .await
+                    .map(|(c, l)| (c, l, Vec::new())),
+            }
+        }
+    };
+    let mut stored = super::oauth::stored(&base, &launch.net, &launch.oauth).await;
+    let first = start(stored.take()).await;
+    let challenge = match (first, client.take_challenge()) {
+        (Ok(connected), _) => return Ok(connected),
+        (Err(_), Some(Challenge::Unauthorized(c) | Challenge::InsufficientScope(c))) => c,
+        (Err(e), None) => return Err(e),
+    };
+    let manager = super::oauth::authorize(&base, &challenge, &launch.net, &launch.oauth)
+        .await
+        .map_err(|e| ConnectError {
+            kind: ConnectErrorKind::Authorization,
+            message: e.0,
+            logged: None,
+        })?;
+    start(Some(manager)).await
+}
+
+/// A connected client, its tools, and the secrets its authorization revealed.
+pub(super) type Connected = (McpClient, ListedTools, Vec<(String, String)>);
+
+/// One attempt: the transport over `client`, initialize and `tools/list`.
+async fn start<C>(
+    client: C,
+    config: StreamableHttpClientTransportConfig,
+    signals: Arc<ServerSignals>,
+    timeout: Duration,
+) -> Result<(McpClient, ListedTools), ConnectError>
+where
+    C: rmcp::transport::streamable_http_client::StreamableHttpClient + Send + Sync + 'static,
+    C::Error: std::error::Error + Send + Sync + 'static,
+{
     let (transport, closed) = Guarded::new(
         StreamableHttpClientTransport::with_client(client, config),
         Arc::default(),
@@ -74,7 +138,11 @@ pub(super) async fn connect(
     let transport = transport.ending_on_send_error();
     match super::client::initialize_and_list(transport, signals, timeout, closed.clone()).await {
         Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
-        Err(StartError::Failed(message)) => Err(failed(message)),
+        Err(StartError::Failed(message)) => Err(ConnectError {
+            kind: ConnectErrorKind::Failed,
+            message,
+            logged: None,
+        }),
         Err(StartError::TimedOut) => Err(ConnectError {
             kind: ConnectErrorKind::TimedOut,
             message: format!(

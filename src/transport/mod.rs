@@ -9,6 +9,7 @@ mod client;
 mod framing;
 mod guard;
 mod http;
+mod oauth;
 mod stdio;
 
 use std::path::PathBuf;
@@ -16,8 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use client::{
-    CallFailure, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient, ServerSignals, call_tool,
-    list_tools,
+    CallFailure, ElicitRoute, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient, ServerSignals,
+    call_tool, list_tools,
 };
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
@@ -25,6 +26,7 @@ pub use guard::{
     MAX_REQUEST_ID_BYTES, TransportEnd,
 };
 pub(crate) use http::HttpLaunch;
+pub(crate) use oauth::{OAuthLaunch, store_path as oauth_store_path};
 pub(crate) use stdio::StdioLaunch;
 
 /// How to reach one server, authorized and interpolated.
@@ -47,6 +49,9 @@ pub enum ConnectErrorKind {
     Failed,
     /// Nothing came back within the connect timeout.
     TimedOut,
+    /// The server needs authorization that could not be obtained (declined, no way to
+    /// ask, or the OAuth flow failed).
+    Authorization,
 }
 
 /// A connect that failed, with what the server left behind.
@@ -61,7 +66,8 @@ pub struct ConnectError {
 }
 
 /// Starts or reaches the server, initializes MCP and lists every page of tools, all
-/// within `timeout`; notifications go to `signals`. A stdio server that fails is ended
+/// within `timeout`; notifications go to `signals`. Also answers the secrets the connect
+/// learned (OAuth tokens), for the connection's redactor. A stdio server that fails is ended
 /// (its whole tree) and its stderr logged before this returns.
 ///
 /// # Errors
@@ -71,9 +77,11 @@ pub(crate) async fn connect(
     signals: Arc<ServerSignals>,
     timeout: Duration,
     grace: Duration,
-) -> Result<(McpClient, ListedTools), ConnectError> {
+) -> Result<(McpClient, ListedTools, Vec<(String, String)>), ConnectError> {
     match launch {
-        Launch::Stdio(launch) => stdio::connect(launch, signals, timeout, grace).await,
+        Launch::Stdio(launch) => stdio::connect(launch, signals, timeout, grace)
+            .await
+            .map(|(client, listed)| (client, listed, Vec::new())),
         Launch::Http(launch) => http::connect(launch, signals, timeout).await,
     }
 }

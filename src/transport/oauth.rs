@@ -1,0 +1,429 @@
+//! OAuth 2.1 for streamable HTTP servers, by rmcp's authorization state machine
+//! (protected resource metadata, authorization server metadata with OpenID fallback,
+//! dynamic registration or a client ID metadata document or a pre-registered client,
+//! PKCE, resource indicators, scope selection, refresh), every request of it carried by
+//! [`PinnedOAuth`] under the URL policy.
+//!
+//! Tokens are secrets of their connection: the connect step adds every token, code and
+//! client secret it knows to the connection's redactor. They persist, 0600 under
+//! `<home>/oauth/`, one file per server identity and resource, so a restart does not
+//! ask again; a refresh token that no longer works asks again.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use oauth2::TokenResponse;
+use rmcp::transport::auth::{
+    AuthError, AuthorizationManager, AuthorizationRequest, AuthorizationSession,
+    ClientCredentialsConfig, CredentialStore, OAuthHttpClient, StoredCredentials,
+};
+
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::auth::AuthClient;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use sse_stream::{Error as SseError, Sse};
+
+use crate::authority::{AuthorizationPrompt, Authorizer};
+use crate::core::{OAuthDeclared, OAuthGrant};
+use crate::net::oauth::{OAuthDecisionHook, PinnedOAuth};
+use crate::net::{NetContext, NetError, PinnedClient};
+
+/// The longest a user may take to authorize in a browser.
+pub const AUTHORIZATION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What one connection needs to authorize.
+#[derive(Clone)]
+pub(crate) struct OAuthLaunch {
+    /// The declared `oauth:` section, its client secret interpolated.
+    pub declared: Option<OAuthDeclared>,
+    /// Who lets the user authorize.
+    pub authorizer: Arc<dyn Authorizer>,
+    /// Where this server's tokens persist; `None` keeps them in memory.
+    pub store: Option<PathBuf>,
+    /// Called with each OAuth request's step and URL decision.
+    pub on_decision: OAuthDecisionHook,
+    /// For the prompt.
+    pub session: String,
+    /// For the prompt.
+    pub server: String,
+}
+
+impl std::fmt::Debug for OAuthLaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OAuthLaunch")
+            .field("server", &self.server)
+            .field("declared", &self.declared.is_some())
+            .finish()
+    }
+}
+
+/// Why a connection could not be authorized, in words that name no secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct OAuthFailure(pub String);
+
+fn failed(step: &str, e: &AuthError) -> OAuthFailure {
+    OAuthFailure(format!("OAuth {step} failed: {e}"))
+}
+
+/// A manager for `base_url` whose every request goes through the pinned client, with
+/// this connection's persistent store.
+async fn manager(
+    base_url: &str,
+    net: &Arc<NetContext>,
+    launch: &OAuthLaunch,
+) -> Result<AuthorizationManager, OAuthFailure> {
+    let client: Arc<dyn OAuthHttpClient> = Arc::new(PinnedOAuth::new(
+        Arc::clone(net),
+        Arc::clone(&launch.on_decision),
+    ));
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(base_url, client)
+        .await
+        .map_err(|e| failed("setup", &e))?;
+    if let Some(path) = &launch.store {
+        manager.set_credential_store(FileStore(path.clone()));
+    }
+    Ok(manager)
+}
+
+/// A manager with stored credentials for this server, when there are any.
+pub(crate) async fn stored(
+    base_url: &str,
+    net: &Arc<NetContext>,
+    launch: &OAuthLaunch,
+) -> Option<AuthorizationManager> {
+    launch.store.as_ref().filter(|p| p.exists())?;
+    let mut manager = manager(base_url, net, launch).await.ok()?;
+    match manager.initialize_from_store().await {
+        Ok(true) => Some(manager),
+        _ => None,
+    }
+}
+
+/// Obtains a token for a server that answered with `challenge`: the declared client
+/// credentials grant, or the authorization code flow through the host's authorizer.
+pub(crate) async fn authorize(
+    base_url: &str,
+    challenge: &str,
+    net: &Arc<NetContext>,
+    launch: &OAuthLaunch,
+) -> Result<AuthorizationManager, OAuthFailure> {
+    let mut manager = manager(base_url, net, launch).await?;
+    let resolution = manager
+        .resolve_metadata_from_challenge(Some(challenge))
+        .await
+        .map_err(|e| failed("discovery", &e))?;
+    manager.set_metadata(resolution.metadata.clone());
+    let declared = launch.declared.clone().unwrap_or_default();
+    if declared.grant == OAuthGrant::ClientCredentials {
+        let config = ClientCredentialsConfig::ClientSecret {
+            client_id: declared.client_id.clone().unwrap_or_default(),
+            client_secret: declared.client_secret.clone().unwrap_or_default(),
+            scopes: declared.scopes.clone(),
+            resource: Some(base_url.to_string()),
+        };
+        manager
+            .configure_client_credentials(&config)
+            .map_err(|e| failed("client configuration", &e))?;
+        manager
+            .exchange_client_credentials(&config)
+            .await
+            .map_err(|e| failed("client credentials grant", &e))?;
+        return Ok(manager);
+    }
+    let redirect_uri = launch.authorizer.redirect_uri();
+    let mut request = AuthorizationRequest::new(redirect_uri.clone())
+        .with_challenge(challenge)
+        .with_client_name("demiurge-mcp");
+    if !declared.scopes.is_empty() {
+        request = request.with_scopes(declared.scopes.clone());
+    }
+    if let Some(id) = &declared.client_id {
+        request = request.with_preregistered_client(id.clone());
+    }
+    if let Some(secret) = &declared.client_secret {
+        request = request.with_client_secret(secret.clone());
+    }
+    if let Some(url) = &declared.client_metadata_url {
+        request = request.with_client_metadata_url(url.clone());
+    }
+    let session = AuthorizationSession::new(manager, request)
+        .await
+        .map_err(|(_, e)| failed("registration", &e))?;
+    let prompt = AuthorizationPrompt {
+        session: launch.session.clone(),
+        server: launch.server.clone(),
+        authorization_server: origin_of(&resolution.metadata.authorization_endpoint),
+        url: session.auth_url.clone(),
+        redirect_uri,
+        scopes: scopes_of(&session.auth_url),
+    };
+    let answered =
+        tokio::time::timeout(AUTHORIZATION_TIMEOUT, launch.authorizer.authorize(prompt)).await;
+    let Ok(Some(redirected)) = answered else {
+        return Err(OAuthFailure(format!(
+            "the server needs authorization and none was given; run `demiurge auth login {}` on a terminal",
+            crate::text::escape(&launch.server)
+        )));
+    };
+    session
+        .handle_callback_url(&redirected)
+        .await
+        .map_err(|e| failed("token exchange", &e))?;
+    Ok(session.auth_manager)
+}
+
+/// Every value of the manager's current credentials: the connection's redactor hides
+/// each wherever it appears.
+pub(crate) async fn secrets_of(manager: &AuthorizationManager) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Ok(credentials) = manager.get_credentials().await
+        && let (_, Some(tokens)) = credentials
+    {
+        out.push((
+            "oauth_access_token".to_string(),
+            tokens.access_token().secret().clone(),
+        ));
+        if let Some(refresh) = tokens.refresh_token() {
+            out.push(("oauth_refresh_token".to_string(), refresh.secret().clone()));
+        }
+    }
+    out
+}
+
+fn origin_of(url: &str) -> String {
+    url::Url::parse(url)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_default()
+}
+
+fn scopes_of(url: &str) -> Vec<String> {
+    url::Url::parse(url)
+        .ok()
+        .and_then(|u| {
+            u.query_pairs()
+                .find(|(k, _)| k == "scope")
+                .map(|(_, v)| v.split_whitespace().map(str::to_string).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// Where one server's tokens live: `<home>/oauth/<digest of identity and resource>.json`.
+pub(crate) fn store_path(home: &Path, identity: &str, resource: &str) -> PathBuf {
+    let digest = crate::digest::sha256_hex(format!("{identity}\n{resource}").as_bytes());
+    home.join("oauth").join(format!("{}.json", &digest[..32]))
+}
+
+/// Credentials in one 0600 file (its directory 0700), written whole through a
+/// temporary file and a rename, never followed through a symlink.
+struct FileStore(PathBuf);
+
+#[async_trait::async_trait]
+impl CredentialStore for FileStore {
+    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
+        let path = self.0.clone();
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(&path);
+            let file = match file {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(AuthError::CredentialStoreError(e.to_string())),
+            };
+            let mut text = String::new();
+            file.take(1024 * 1024)
+                .read_to_string(&mut text)
+                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+            // A file that does not parse is as good as none: authorize again.
+            Ok(serde_json::from_str(&text).ok())
+        })
+        .await
+        .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
+    }
+
+    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
+        let path = self.0.clone();
+        let text = serde_json::to_vec(&credentials)
+            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+        tokio::task::spawn_blocking(move || write_private(&path, &text))
+            .await
+            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
+            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))
+    }
+
+    async fn clear(&self) -> Result<(), AuthError> {
+        match std::fs::remove_file(&self.0) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(AuthError::CredentialStoreError(e.to_string()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    crate::process::private_dir(dir)?;
+    let temporary = dir.join(format!(
+        ".{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("oauth")
+    ));
+    let _ = std::fs::remove_file(&temporary);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(&temporary)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+/// An authorized client that answers a 403 `insufficient_scope` by asking the user for
+/// the broader authorization (once per request) and retrying: the step-up of the MCP
+/// authorization specification. A 401 with a rejected token is refreshed by rmcp's
+/// `AuthClient` inside.
+#[derive(Clone)]
+pub(crate) struct StepUp {
+    inner: AuthClient<PinnedClient>,
+    base: String,
+    net: Arc<NetContext>,
+    launch: OAuthLaunch,
+}
+
+type HttpError = StreamableHttpError<NetError>;
+
+impl StepUp {
+    pub(crate) fn new(
+        inner: AuthClient<PinnedClient>,
+        base: String,
+        net: Arc<NetContext>,
+        launch: OAuthLaunch,
+    ) -> Self {
+        StepUp {
+            inner,
+            base,
+            net,
+            launch,
+        }
+    }
+
+    async fn step_up(&self, challenge: &str) -> Result<(), HttpError> {
+        let manager = authorize(&self.base, challenge, &self.net, &self.launch)
+            .await
+            .map_err(|e| StreamableHttpError::UnexpectedServerResponse(e.0.into()))?;
+        *self.inner.auth_manager.lock().await = manager;
+        Ok(())
+    }
+}
+
+impl StreamableHttpClient for StepUp {
+    type Error = NetError;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        self.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default(),
+        )
+        .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let send = || {
+            self.inner.post_message_with_response_limits(
+                Arc::clone(&uri),
+                message.clone(),
+                session_id.clone(),
+                auth_header.clone(),
+                custom_headers.clone(),
+                limits,
+            )
+        };
+        match send().await {
+            Err(StreamableHttpError::InsufficientScope(challenge)) => {
+                self.step_up(&challenge.www_authenticate_header).await?;
+                send().await
+            }
+            answered => answered,
+        }
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), HttpError> {
+        self.inner
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        self.inner
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        self.inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
+}
