@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod oauth;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,309 @@
+//! OAuth against a local authorization server on loopback (`tests/common/oauth.rs`):
+//! the flow, tokens that never leak, persistence across restarts, refresh, the client
+//! credentials grant, and an authorization server the URL policy blocks.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::oauth::{AuthOptions, CANARY, Follow, serve};
+use common::{Core, Harness, Recorder, harness_with};
+use demiurge_mcp::net::{StaticResolver, UrlPolicy};
+use serde_json::json;
+
+fn protected(url: &str, extra: &str) -> String {
+    format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\n{extra}")
+}
+
+async fn runtime_at(home: &std::path::Path, follow: &Follow) -> Harness {
+    let follow = follow.clone();
+    let home = home.to_path_buf();
+    harness_with(Recorder::allow(), move |mut c| {
+        c.home = home;
+        c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
+        c.resolver = Arc::new(StaticResolver::new());
+        c.authorizer = Arc::new(follow);
+        c
+    })
+    .await
+}
+
+/// Everything a host or operator could see: events, event logs, stderr log,
+/// diagnostics, results. No token, code or refresh token may appear in any.
+fn assert_no_canary(h: &Harness, extra: &[String]) {
+    for event in h.sink.events() {
+        let text = serde_json::to_string(&event).unwrap();
+        assert!(!text.contains(CANARY), "an event carries a token: {text}");
+    }
+    for entry in walk(h.runtime.home()) {
+        if entry.components().any(|c| c.as_os_str() == "oauth") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&entry).unwrap_or_default();
+        assert!(
+            !text.contains(CANARY),
+            "{} carries a token",
+            entry.display()
+        );
+    }
+    for text in extra {
+        assert!(!text.contains(CANARY), "an output carries a token: {text}");
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn the_flow_runs_once_tokens_never_leak_and_persist_across_restarts() {
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &protected(&server.url(), ""));
+    let home = tempfile::tempdir().unwrap();
+    let follow = Follow::new();
+    let h = runtime_at(home.path(), &follow).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    assert_eq!(follow.asked.load(Ordering::SeqCst), 1);
+    // The server echoes what it is sent: a token in the arguments is hidden too.
+    let echoed = catalog
+        .call("docs__echo", json!({"message": format!("at-0-{CANARY}")}))
+        .await
+        .unwrap();
+    let mut outputs = vec![serde_json::to_string(&echoed).unwrap()];
+    outputs.extend(catalog.diagnostics().iter().map(|d| d.message.clone()));
+    // Every OAuth request was decided by the URL policy, with its step named.
+    let phases: Vec<String> = h
+        .sink
+        .of_type("mcp.url_decision")
+        .iter()
+        .map(|e| {
+            serde_json::to_value(e).unwrap()["phase"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for phase in [
+        "oauth_resource_metadata",
+        "oauth_server_metadata",
+        "oauth_registration",
+        "oauth_token",
+    ] {
+        assert!(
+            phases.iter().any(|p| p == phase),
+            "no {phase} decision: {phases:?}"
+        );
+    }
+    h.runtime.flush_events().await;
+    assert_no_canary(&h, &outputs);
+    // Stored 0600 in the runtime home.
+    let stored: Vec<_> = walk(&home.path().join("oauth"));
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&stored[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    h.runtime.shutdown().await;
+
+    // A new runtime on the same home connects with the stored token: nobody is asked.
+    let follow_again = Follow::new();
+    let h2 = runtime_at(home.path(), &follow_again).await;
+    let (session, _) = h2.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    assert_eq!(
+        follow_again.asked.load(Ordering::SeqCst),
+        0,
+        "a restart asked again"
+    );
+    let authorizations = server
+        .seen
+        .requests()
+        .iter()
+        .filter(|r| r.starts_with("GET /authorize"))
+        .count();
+    assert_eq!(authorizations, 1);
+    h2.finish().await;
+}
+
+#[tokio::test]
+async fn a_refused_token_is_refreshed_without_asking() {
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &protected(&server.url(), ""));
+    let home = tempfile::tempdir().unwrap();
+    let follow = Follow::new();
+    let h = runtime_at(home.path(), &follow).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    server.seen.revoke_all();
+    let echoed = catalog
+        .call("docs__echo", json!({"message": "after revocation"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        echoed.views.operator.content, "after revocation",
+        "{:?}",
+        echoed.views.operator
+    );
+    assert!(
+        server.seen.grants().iter().any(|g| g == "refresh_token"),
+        "{:?}",
+        server.seen.grants()
+    );
+    assert_eq!(
+        follow.asked.load(Ordering::SeqCst),
+        1,
+        "a refresh asks nobody"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn the_client_credentials_grant_needs_no_user() {
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new().grant_servers(&["svc"]).server(
+        "svc",
+        &protected(
+            &server.url(),
+            "oauth:\n  client_id: service-7\n  client_secret: \"${SVC_SECRET}\"\n  grant: client_credentials\n",
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let follow = Follow::new();
+    let follow_c = follow.clone();
+    let home_path = home.path().to_path_buf();
+    let h = harness_with(Recorder::allow(), move |mut c| {
+        c.home = home_path;
+        c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
+        c.resolver = Arc::new(StaticResolver::new());
+        c.authorizer = Arc::new(follow_c);
+        c.with_host_env(common::host_env(&[(
+            "SVC_SECRET",
+            "cs-canary7f3e91ab-secret",
+        )]))
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    assert_eq!(server.seen.grants(), ["client_credentials"]);
+    assert_eq!(follow.asked.load(Ordering::SeqCst), 0);
+    let echoed = catalog
+        .call("svc__echo", json!({"message": "cs-canary7f3e91ab-secret"}))
+        .await
+        .unwrap();
+    h.runtime.flush_events().await;
+    assert_no_canary(&h, &[serde_json::to_string(&echoed).unwrap()]);
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn an_authorization_server_the_policy_blocks_is_never_contacted() {
+    // The resource metadata names authorization servers on blocked addresses: cloud
+    // metadata, a private network, a loopback port that is not trusted by name.
+    for blocked in [
+        "http://169.254.169.254",
+        "http://10.1.2.3",
+        "http://metadata.google.internal",
+    ] {
+        let server = serve(AuthOptions {
+            authorization_server: Some(blocked.into()),
+            ..AuthOptions::default()
+        })
+        .await;
+        let core = Core::new().grant_servers(&["docs"]).server(
+            "docs",
+            &protected(&server.url(), "connect_timeout_seconds: 10\n"),
+        );
+        let home = tempfile::tempdir().unwrap();
+        let follow = Follow::new();
+        let h = runtime_at(home.path(), &follow).await;
+        let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+        let catalog = session.prepare_turn().await.unwrap();
+        assert_eq!(
+            catalog.diagnostics().len(),
+            1,
+            "{blocked}: connected anyway"
+        );
+        assert_eq!(
+            follow.asked.load(Ordering::SeqCst),
+            0,
+            "{blocked}: a user was asked"
+        );
+        // Refused before any request: by the URL policy (a blocked decision), or by
+        // rmcp's own metadata host check first; never an allowed decision for it.
+        let decisions: Vec<serde_json::Value> = h
+            .sink
+            .of_type("mcp.url_decision")
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap()["decision"].clone())
+            .collect();
+        let host = blocked.trim_start_matches("http://");
+        let allowed_there = decisions.iter().any(|d| {
+            d["decision"] == "allowed" && d["target"].as_str().unwrap_or("").contains(host)
+        });
+        assert!(!allowed_there, "{blocked}: {decisions:?}");
+        eprintln!("{blocked}: {}", catalog.diagnostics()[0].message);
+        assert!(
+            !server
+                .seen
+                .requests()
+                .iter()
+                .any(|r| r.contains("authorize")),
+            "{blocked}: {:?}",
+            server.seen.requests()
+        );
+        h.finish().await;
+    }
+    // And a server whose challenge cannot be answered fails with a message naming the
+    // command that authorizes, once nobody can be asked.
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &protected(&server.url(), ""));
+    let h = harness_with(Recorder::allow(), |mut c| {
+        c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
+        c.resolver = Arc::new(StaticResolver::new());
+        c
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let message = &catalog.diagnostics()[0].message;
+    assert!(message.contains("demiurge auth login docs"), "{message}");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    h.finish().await;
+}
