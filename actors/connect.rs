@@ -33,7 +33,7 @@ use crate::redact::{Redactor, View};
 use crate::transport::ElicitRoute;
 use crate::transport::{
     self, ConnectErrorKind, HttpLaunch, Launch, ListedTools, McpClient, OAuthLaunch, ServerSignals,
-    StdioLaunch, oauth_store_path,
+    StdioLaunch,
 };
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 
@@ -343,7 +343,7 @@ impl Pipeline {
                 }))
             }
             (Endpoint::StreamableHttp { url, oauth, .. }, _) => {
-                let oauth = self.oauth(declaration, oauth.as_ref(), url);
+                let oauth = self.oauth(declaration, oauth.as_ref());
                 let (hub, session, server) = (
                     Arc::clone(&self.shared.hub),
                     self.session.clone(),
@@ -472,7 +472,6 @@ impl Pipeline {
         &self,
         declaration: &Declaration,
         declared: Option<&crate::core::OAuthDeclared>,
-        url: &DeclaredUrl,
     ) -> OAuthLaunch {
         let host = &self.shared.config.host_env;
         let declared = declared.map(|d| {
@@ -486,10 +485,6 @@ impl Pipeline {
                 .and_then(|m| m.into_values().next());
             d
         });
-        let identity = format!(
-            "{}\n{}\n{}",
-            self.principal, declaration.server_id, declaration.fingerprint
-        );
         let (hub, session, server) = (
             Arc::clone(&self.shared.hub),
             self.session.clone(),
@@ -498,11 +493,11 @@ impl Pipeline {
         OAuthLaunch {
             declared,
             authorizer: Arc::clone(&self.shared.config.authorizer),
-            store: Some(oauth_store_path(
+            store: crate::transport::token_file(
                 &self.shared.config.home,
-                &identity,
-                url.url().as_str(),
-            )),
+                &self.principal,
+                declaration,
+            ),
             on_decision: Arc::new(move |step, audit| {
                 hub.emit(
                     &session,

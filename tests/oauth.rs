@@ -307,3 +307,85 @@ async fn an_authorization_server_the_policy_blocks_is_never_contacted() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     h.finish().await;
 }
+
+/// The CLI end to end: `auth login` prints the URL and waits on its loopback redirect
+/// (this test plays the browser), `auth status` shows the stored tokens without them,
+/// `tools` then connects with no terminal and nobody asked, `auth logout` forgets them.
+#[tokio::test]
+async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
+    use tokio::io::AsyncBufReadExt;
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &protected(&server.url(), ""));
+    let home = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| {
+        let mut c = tokio::process::Command::new(common::exe());
+        c.args(args)
+            .arg("--core")
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path())
+            .args(["--trust-network", "127.0.0.0/8", "--yes"])
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        c
+    };
+    let mut login = cli(&["auth", "login", "docs"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(login.stderr.take().unwrap()).lines();
+    let mut url = None;
+    let mut seen = Vec::new();
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await
+    {
+        seen.push(line.clone());
+        if line.trim_start().starts_with("http://127.0.0.1") && line.contains("/authorize") {
+            url = Some(line.trim().to_string());
+            break;
+        }
+    }
+    let url = url.unwrap_or_else(|| panic!("no authorization URL printed: {seen:?}"));
+    // The browser: the authorization server redirects to the CLI's loopback listener.
+    let (_, redirect) = common::oauth::browse(&url).await.expect("no redirect");
+    assert!(redirect.starts_with("http://127.0.0.1:"), "{redirect}");
+    let (status, _) = common::oauth::browse(&redirect)
+        .await
+        .expect("the CLI did not answer");
+    assert_eq!(status, 200);
+    let out = tokio::time::timeout(Duration::from_secs(30), login.wait_with_output())
+        .await
+        .expect("auth login did not finish")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout} {seen:?}");
+    assert!(stdout.contains("authorized: docs"), "{stdout}");
+    assert!(!stdout.contains(CANARY) && !seen.iter().any(|l| l.contains(CANARY)));
+
+    let status = cli(&["auth", "status"]).output().await.unwrap();
+    let status = String::from_utf8_lossy(&status.stdout).to_string();
+    assert!(
+        status.contains("docs") && status.contains("tokens stored"),
+        "{status}"
+    );
+    assert!(!status.contains(CANARY));
+    // No terminal, no authorizer prompt: the stored tokens are enough.
+    let tools = cli(&["tools"]).output().await.unwrap();
+    let listed = String::from_utf8_lossy(&tools.stdout).to_string();
+    assert!(
+        listed.contains("docs__echo"),
+        "{listed} {}",
+        String::from_utf8_lossy(&tools.stderr)
+    );
+    let logout = cli(&["auth", "logout", "docs"]).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&logout.stdout).contains("logged out: docs"));
+    let status = cli(&["auth", "status"]).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&status.stdout).contains("not logged in"));
+    // Logged out and no terminal: `tools` fails closed and names the command.
+    let tools = cli(&["tools"]).output().await.unwrap();
+    let listed = String::from_utf8_lossy(&tools.stdout).to_string();
+    assert!(listed.contains("demiurge auth login docs"), "{listed}");
+}

@@ -1,6 +1,7 @@
 //! The `demiurge` command line: argument parsing and dispatch; one file per subcommand.
 
 mod approver;
+mod auth;
 mod call;
 mod check;
 mod conformance;
@@ -92,6 +93,11 @@ enum Command {
         #[arg(long = "review-token", value_name = "TOKEN")]
         review_token: Option<String>,
     },
+    /// Authorize streamable HTTP servers that need OAuth, or forget their tokens.
+    Auth {
+        #[command(subcommand)]
+        action: AuthAction,
+    },
     /// Run the demo: a temporary core with the built-in server, discovery, calls, events.
     Demo,
     /// The runtime as the client under test of the MCP conformance package.
@@ -129,6 +135,23 @@ enum Command {
         #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"])]
         fault: Vec<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuthAction {
+    /// Run the authorization flow for SERVER (prints the URL, opens a browser when it
+    /// can, waits for the redirect on loopback) and store its tokens.
+    Login {
+        /// The server id.
+        server: String,
+    },
+    /// Forget the stored tokens of SERVER.
+    Logout {
+        /// The server id.
+        server: String,
+    },
+    /// Which streamable HTTP servers have stored tokens.
+    Status,
 }
 
 /// Parses arguments and runs; exit codes as in the interfaces document.
@@ -299,6 +322,11 @@ async fn run(cli: Cli) -> u8 {
         Some(Command::Tools { json }) => tools::run(&cli, *json).await,
         Some(Command::Call { tool, args, json }) => call::run(&cli, tool, args, *json).await,
         Some(Command::Demo) => demo::run(&cli).await,
+        Some(Command::Auth { action }) => match action {
+            AuthAction::Login { server } => auth::login(&cli, server).await,
+            AuthAction::Logout { server } => auth::logout(&cli, server),
+            AuthAction::Status => auth::status(&cli),
+        },
         None => match cli.provider.as_deref() {
             Some("fake") => shell::run(&cli).await,
             Some(other) => {
@@ -336,6 +364,8 @@ impl Cli {
         let env = HostEnv::from_process();
         let mut config = RuntimeConfig::new(self.home_dir(&env)).with_host_env(env);
         config.approver = Arc::new(approver::TerminalApprover::new(self.yes));
+        config.authorizer = Arc::new(auth::TerminalAuthorizer::new(auth::interactive()));
+        config.elicitor = Arc::new(auth::TerminalElicitor);
         config.url_policy =
             demiurge_mcp::net::UrlPolicy::with_trusted(self.trust_network.iter().copied());
         config.events = events;
@@ -356,6 +386,19 @@ impl Cli {
 /// Starts a runtime with the CLI's approver and a progress sink.
 pub(crate) async fn start_runtime(cli: &Cli) -> anyhow::Result<Runtime> {
     let runtime = Runtime::start(cli.config(Arc::new(Progress::new()))).await?;
+    register(&runtime);
+    Ok(runtime)
+}
+
+/// [`start_runtime`] with another authorizer (`auth login` asks even without a
+/// terminal on stdin: it was asked to).
+pub(crate) async fn start_runtime_with(
+    cli: &Cli,
+    authorizer: Arc<dyn demiurge_mcp::authority::Authorizer>,
+) -> anyhow::Result<Runtime> {
+    let mut config = cli.config(Arc::new(Progress::new()));
+    config.authorizer = authorizer;
+    let runtime = Runtime::start(config).await?;
     register(&runtime);
     Ok(runtime)
 }

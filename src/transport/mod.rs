@@ -26,7 +26,8 @@ pub use guard::{
     MAX_REQUEST_ID_BYTES, TransportEnd,
 };
 pub(crate) use http::HttpLaunch;
-pub(crate) use oauth::{OAuthLaunch, store_path as oauth_store_path};
+pub(crate) use oauth::OAuthLaunch;
+pub use oauth::token_file;
 pub(crate) use stdio::StdioLaunch;
 
 /// How to reach one server, authorized and interpolated.

@@ -214,10 +214,26 @@ fn scopes_of(url: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Where one server's tokens live: `<home>/oauth/<digest of identity and resource>.json`.
-pub(crate) fn store_path(home: &Path, identity: &str, resource: &str) -> PathBuf {
-    let digest = crate::digest::sha256_hex(format!("{identity}\n{resource}").as_bytes());
-    home.join("oauth").join(format!("{}.json", &digest[..32]))
+/// Where the tokens of `declaration`'s server, obtained for `principal`, live:
+/// `<home>/oauth/<digest>.json`, the digest over the principal, the server id, the
+/// declaration's fingerprint (a changed client or scope is a new token) and the
+/// resource URL. `None` for a stdio server.
+pub fn token_file(
+    home: &Path,
+    principal: &str,
+    declaration: &crate::core::Declaration,
+) -> Option<PathBuf> {
+    let crate::core::Endpoint::StreamableHttp { url, .. } = &declaration.endpoint else {
+        return None;
+    };
+    let identity = format!(
+        "{principal}\n{}\n{}\n{}",
+        declaration.server_id,
+        declaration.fingerprint,
+        url.url().as_str()
+    );
+    let digest = crate::digest::sha256_hex(identity.as_bytes());
+    Some(home.join("oauth").join(format!("{}.json", &digest[..32])))
 }
 
 /// Credentials in one 0600 file (its directory 0700), written whole through a

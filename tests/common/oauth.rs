@@ -282,25 +282,32 @@ impl demiurge_mcp::authority::Authorizer for Follow {
         prompt: demiurge_mcp::authority::AuthorizationPrompt,
     ) -> futures::future::BoxFuture<'static, Option<String>> {
         self.asked.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            let url = url::Url::parse(&prompt.url).ok()?;
-            let stream =
-                tokio::net::TcpStream::connect((url.host_str()?, url.port_or_known_default()?))
-                    .await
-                    .ok()?;
-            let (mut sender, conn) =
-                hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                    .await
-                    .ok()?;
-            tokio::spawn(conn);
-            let path = format!("{}?{}", url.path(), url.query().unwrap_or(""));
-            let req = Request::get(path)
-                .header(http::header::HOST, url.host_str()?)
-                .body(Full::new(Bytes::new()))
-                .ok()?;
-            let resp = sender.send_request(req).await.ok()?;
-            let location = resp.headers().get(http::header::LOCATION)?.to_str().ok()?;
-            Some(location.to_string())
-        })
+        Box::pin(async move { browse(&prompt.url).await.map(|(_, location)| location) })
     }
+}
+
+/// GETs `url` as a browser would, answering its status and `Location` header.
+pub async fn browse(url: &str) -> Option<(u16, String)> {
+    let url = url::Url::parse(url).ok()?;
+    let stream = tokio::net::TcpStream::connect((url.host_str()?, url.port_or_known_default()?))
+        .await
+        .ok()?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .ok()?;
+    tokio::spawn(conn);
+    let path = format!("{}?{}", url.path(), url.query().unwrap_or(""));
+    let req = Request::get(path)
+        .header(http::header::HOST, url.host_str()?)
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let resp = sender.send_request(req).await.ok()?;
+    let location = resp
+        .headers()
+        .get(http::header::LOCATION)
+        .and_then(|l| l.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    Some((resp.status().as_u16(), location))
 }
