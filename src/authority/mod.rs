@@ -12,6 +12,7 @@ pub mod preview;
 
 pub use approval::{
     Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, FixedApprover,
+    PROMPT_ARGUMENTS, PROMPT_VALUE_CHARS,
 };
 pub use authorize::{AuthorizationPrompt, Authorizer, NoAuthorizer};
 pub use capability::CapabilitySet;
