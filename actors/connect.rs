@@ -158,9 +158,14 @@ impl Pipeline {
         let place = self.place(declaration).await?;
         self.approve(declaration, &place).await?;
         let values = self.interpolate(declaration)?;
-        let redactor = self.secrets(declaration, &values);
+        // What the connection learns later (refreshed OAuth tokens), every clone of its
+        // redactor hides too: the failure path, the elicitation route, the dispatch.
+        let learned = Arc::new(crate::redact::Learned::default());
+        let redactor = self
+            .secrets(declaration, &values)
+            .with_learned(Arc::clone(&learned));
         let _permit = self.permit(declaration).await?;
-        let launch = self.launch(declaration, place, values, &redactor)?;
+        let launch = self.launch(declaration, place, values, &redactor, learned)?;
         let route = self.elicit_route(declaration, &redactor);
         let signals = Arc::new(ServerSignals::with_elicitation(route));
         let connected = transport::connect(
@@ -318,6 +323,7 @@ impl Pipeline {
         place: Place,
         values: BTreeMap<String, String>,
         redactor: &Redactor,
+        learned: Arc<crate::redact::Learned>,
     ) -> Step<Launch> {
         let config = &self.shared.config;
         match (&declaration.endpoint, place) {
@@ -343,7 +349,7 @@ impl Pipeline {
                 }))
             }
             (Endpoint::StreamableHttp { url, oauth, .. }, _) => {
-                let oauth = self.oauth(declaration, oauth.as_ref());
+                let oauth = self.oauth(declaration, oauth.as_ref(), learned);
                 let (hub, session, server) = (
                     Arc::clone(&self.shared.hub),
                     self.session.clone(),
@@ -407,8 +413,9 @@ impl Pipeline {
                 let answer = if schema.is_null() {
                     ElicitationAnswer::Decline
                 } else {
-                    let message =
-                        redactor.text(&crate::result::cap_chars(&message, 2_000), View::Operator);
+                    // Redacted whole, then cut: a cut first could leave half a secret.
+                    let message = redactor.text(&message, View::Operator);
+                    let message = crate::result::cap_chars(&message, 2_000);
                     elicitor
                         .elicit(ElicitationRequest {
                             session: session.clone(),
@@ -472,6 +479,7 @@ impl Pipeline {
         &self,
         declaration: &Declaration,
         declared: Option<&crate::core::OAuthDeclared>,
+        learned: Arc<crate::redact::Learned>,
     ) -> OAuthLaunch {
         let host = &self.shared.config.host_env;
         let declared = declared.map(|d| {
@@ -492,6 +500,7 @@ impl Pipeline {
         );
         OAuthLaunch {
             declared,
+            learned,
             authorizer: Arc::clone(&self.shared.config.authorizer),
             store: crate::transport::token_file(
                 &self.shared.config.home,

@@ -58,7 +58,9 @@ pub mod text;
 pub(crate) mod transport;
 
 pub use process::HostEnv;
-pub use transport::{ConnectErrorKind, token_file as oauth_token_file};
+pub use transport::{
+    ConnectErrorKind, token_file as oauth_token_file, token_files_of as oauth_token_files_of,
+};
 
 /// The bounds the runtime holds every server to, for hosts that document or test them.
 /// Each is enforced where its input arrives; `docs/threats.md` names the adversary.

@@ -184,6 +184,21 @@ async fn a_refused_token_is_refreshed_without_asking() {
         1,
         "a refresh asks nobody"
     );
+    // The refreshed token is a secret of the connection too: echoed, it is hidden.
+    let issued: Vec<String> = server.seen.valid.lock().unwrap().iter().cloned().collect();
+    assert_eq!(issued.len(), 1, "{issued:?}");
+    let echoed = catalog
+        .call(
+            "docs__echo",
+            json!({"message": format!("new token {}", issued[0])}),
+        )
+        .await
+        .unwrap();
+    let shown = serde_json::to_string(&echoed).unwrap();
+    assert!(
+        !shown.contains(CANARY),
+        "a refreshed token was shown: {shown}"
+    );
     h.finish().await;
 }
 
@@ -388,4 +403,47 @@ async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
     let tools = cli(&["tools"]).output().await.unwrap();
     let listed = String::from_utf8_lossy(&tools.stdout).to_string();
     assert!(listed.contains("demiurge auth login docs"), "{listed}");
+}
+
+#[tokio::test]
+async fn a_pinned_issuer_refuses_any_other_authorization_server() {
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new().grant_servers(&["docs"]).server(
+        "docs",
+        &protected(
+            &server.url(),
+            "oauth:\n  client_id: c-1\n  client_secret: \"${DOCS_SECRET}\"\n  issuer: https://login.example.test\n",
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let follow = Follow::new();
+    let follow_c = follow.clone();
+    let home_path = home.path().to_path_buf();
+    let h = harness_with(Recorder::allow(), move |mut c| {
+        c.home = home_path;
+        c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
+        c.resolver = Arc::new(StaticResolver::new());
+        c.authorizer = Arc::new(follow_c);
+        c.with_host_env(common::host_env(&[(
+            "DOCS_SECRET",
+            "pinned-secret-value-1",
+        )]))
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let message = &catalog.diagnostics()[0].message;
+    assert!(
+        message.contains("other than the declared oauth.issuer"),
+        "{message}"
+    );
+    assert_eq!(follow.asked.load(Ordering::SeqCst), 0);
+    let requests = server.seen.requests();
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.contains("/token") || r.contains("/register")),
+        "{requests:?}"
+    );
+    h.finish().await;
 }

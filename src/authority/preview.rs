@@ -74,6 +74,9 @@ pub struct OAuthPreview {
     /// Scopes asked for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+    /// The only authorization server allowed, when declared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
 }
 
 impl OAuthPreview {
@@ -87,6 +90,7 @@ impl OAuthPreview {
                 .map(|s| s.trim_start_matches("${").trim_end_matches('}').to_string()),
             client_metadata_url: oauth.client_metadata_url.clone(),
             scopes: oauth.scopes.clone(),
+            issuer: oauth.issuer.clone(),
         }
     }
 }
@@ -199,6 +203,15 @@ impl ConnectPreview {
             }
             if let Some(from) = &oauth.client_secret_from {
                 out.push_str(&format!("    client secret from: ${{{}}}\n", e(from)));
+            }
+            match (&oauth.issuer, &oauth.client_secret_from) {
+                (Some(issuer), _) => {
+                    out.push_str(&format!("    authorization server: {} only\n", e(issuer)));
+                }
+                (None, Some(_)) => out.push_str(
+                    "    the secret goes to whichever authorization server the server names (pin one with oauth.issuer)\n",
+                ),
+                (None, None) => {}
             }
             if let Some(url) = &oauth.client_metadata_url {
                 out.push_str(&format!("    client metadata: {}\n", e(url)));

@@ -22,20 +22,15 @@ const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
 
 type Lines = Arc<Mutex<mpsc::Receiver<(std::time::Instant, String)>>>;
 
-pub(crate) struct TerminalApprover {
-    yes: bool,
-    /// Lines read from the terminal, started at the first prompt.
+/// The terminal's input, shared by every prompt of the CLI (approvals, elicitations):
+/// one reader thread, one prompt at a time, answers typed before a prompt settled
+/// discarded.
+#[derive(Default)]
+pub(crate) struct Terminal {
     lines: OnceLock<Lines>,
 }
 
-impl TerminalApprover {
-    pub(crate) fn new(yes: bool) -> Self {
-        TerminalApprover {
-            yes,
-            lines: OnceLock::new(),
-        }
-    }
-
+impl Terminal {
     fn lines(&self) -> Lines {
         Arc::clone(self.lines.get_or_init(|| {
             let (tx, rx) = mpsc::channel(2);
@@ -60,6 +55,47 @@ impl TerminalApprover {
             });
             Arc::new(Mutex::new(rx))
         }))
+    }
+
+    /// Shows `prompt` (after `text`) once no other prompt is on the terminal, and
+    /// answers the first line typed after it settled; `None` when stdin ends. Says so
+    /// when the future is dropped first (`what` was withdrawn).
+    pub(crate) fn ask(
+        &self,
+        text: String,
+        prompt: String,
+        what: String,
+    ) -> BoxFuture<'static, Option<String>> {
+        let lines = self.lines();
+        Box::pin(async move {
+            let mut lines = lines.lock().await;
+            while lines.try_recv().is_ok() {}
+            eprint!("{text}");
+            eprint!("{prompt}");
+            let _ = std::io::stderr().flush();
+            let shown = std::time::Instant::now();
+            let mut withdrawn = Withdrawn { what: Some(what) };
+            let line = loop {
+                match lines.recv().await {
+                    Some((at, line)) if at >= shown + SETTLE => break Some(line),
+                    Some(_) => continue,
+                    None => break None,
+                }
+            };
+            withdrawn.what = None;
+            line
+        })
+    }
+}
+
+pub(crate) struct TerminalApprover {
+    yes: bool,
+    terminal: Arc<Terminal>,
+}
+
+impl TerminalApprover {
+    pub(crate) fn new(yes: bool, terminal: Arc<Terminal>) -> Self {
+        TerminalApprover { yes, terminal }
     }
 }
 
@@ -87,7 +123,17 @@ impl Approver for TerminalApprover {
             demiurge_mcp::text::escape(request.tool.as_deref().unwrap_or(&request.server))
         );
         let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
-        let lines = (!yes && interactive).then(|| self.lines());
+        let session = match request.action {
+            demiurge_mcp::actors::Action::Call => "[s]ession (any arguments)",
+            _ => "[s]ession",
+        };
+        let asked = (!yes && interactive && request.arguments_fit()).then(|| {
+            self.terminal.ask(
+                request.render(),
+                format!("  allow? [o]nce / {session} / [N]o: "),
+                what.clone(),
+            )
+        });
         Box::pin(async move {
             if !request.arguments_fit() {
                 eprint!("{}", request.render());
@@ -96,7 +142,7 @@ impl Approver for TerminalApprover {
                 );
                 return ApprovalAnswer::Deny;
             }
-            let Some(lines) = lines else {
+            let Some(asked) = asked else {
                 eprint!("{}", request.render());
                 if yes {
                     eprintln!("  approved by --yes for this run");
@@ -105,26 +151,7 @@ impl Approver for TerminalApprover {
                 eprintln!("  denied: no terminal to ask for {what}; re-run with --yes to approve");
                 return ApprovalAnswer::Deny;
             };
-            // One prompt on the terminal at a time, whichever session asks.
-            let mut lines = lines.lock().await;
-            while lines.try_recv().is_ok() {}
-            eprint!("{}", request.render());
-            let session = match request.action {
-                demiurge_mcp::actors::Action::Call => "[s]ession (any arguments)",
-                _ => "[s]ession",
-            };
-            eprint!("  allow? [o]nce / {session} / [N]o: ");
-            let _ = std::io::stderr().flush();
-            let shown = std::time::Instant::now();
-            let mut withdrawn = Withdrawn { what: Some(what) };
-            let line = loop {
-                match lines.recv().await {
-                    Some((at, line)) if at >= shown + SETTLE => break line,
-                    Some(_) => continue,
-                    None => break String::new(),
-                }
-            };
-            withdrawn.what = None;
+            let line = asked.await.unwrap_or_default();
             match line.to_lowercase().as_str() {
                 "o" | "once" | "y" | "yes" => ApprovalAnswer::AllowOnce,
                 "s" | "session" => ApprovalAnswer::AllowSession,

@@ -5,8 +5,8 @@
 //! for the one redirect that completes the flow. Other commands run it inline on a
 //! terminal; without one they fail closed, and the diagnostic names `auth login`.
 
-use std::io::{IsTerminal, Write};
-use std::sync::{Arc, OnceLock};
+use std::io::IsTerminal;
+use std::sync::Arc;
 
 use demiurge_mcp::authority::{
     AuthorizationPrompt, Authorizer, ElicitationAnswer, ElicitationRequest, Elicitor,
@@ -27,56 +27,72 @@ pub(crate) fn interactive() -> bool {
 
 pub(crate) struct TerminalAuthorizer {
     ask: bool,
-    listener: OnceLock<Option<std::net::TcpListener>>,
+    /// One loopback listener per flow, by port: bound when the flow learns its
+    /// redirect URI, taken (and closed afterwards) by that flow's `authorize`.
+    listeners: std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>>,
 }
+
+/// How long one connection to the redirect listener may take to send its request.
+const CALLBACK_READ: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl TerminalAuthorizer {
     /// An authorizer that asks when `ask` (a terminal, or `auth login`), else declines.
     pub(crate) fn new(ask: bool) -> Self {
         TerminalAuthorizer {
             ask,
-            listener: OnceLock::new(),
+            listeners: std::sync::Mutex::default(),
         }
     }
+}
 
-    fn listener(&self) -> Option<&std::net::TcpListener> {
-        self.listener
-            .get_or_init(|| {
-                let listener = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
-                listener.set_nonblocking(true).ok()?;
-                Some(listener)
-            })
-            .as_ref()
-    }
+/// The `state` parameter of a URL's query.
+fn state_of(url: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()?
+        .query_pairs()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v.into_owned())
 }
 
 impl Authorizer for TerminalAuthorizer {
     fn redirect_uri(&self) -> String {
-        let port = self
-            .listener()
-            .and_then(|l| l.local_addr().ok())
-            .map_or(0, |a| a.port());
+        let bound = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        });
+        let port = match bound {
+            Ok(listener) => {
+                let port = listener.local_addr().map_or(0, |a| a.port());
+                if let Ok(mut all) = self.listeners.lock() {
+                    all.insert(port, listener);
+                }
+                port
+            }
+            Err(_) => 0,
+        };
         format!("http://127.0.0.1:{port}/callback")
     }
 
     fn authorize(&self, prompt: AuthorizationPrompt) -> BoxFuture<'static, Option<String>> {
-        let listener = self
-            .ask
-            .then(|| self.listener().and_then(|l| l.try_clone().ok()))
-            .flatten();
+        let port = url::Url::parse(&prompt.redirect_uri)
+            .ok()
+            .and_then(|u| u.port());
+        let listener = port.and_then(|p| self.listeners.lock().ok()?.remove(&p));
+        let listener = listener.filter(|_| self.ask);
         Box::pin(async move {
-            let listener = listener?;
+            let listener = tokio::net::TcpListener::from_std(listener?).ok()?;
+            let expected = state_of(&prompt.url)?;
             eprint!("{}", prompt.render());
             open_browser(&prompt.url);
             eprintln!(
                 "  waiting for the browser to come back to {} ...",
                 t(&prompt.redirect_uri)
             );
-            let listener = tokio::net::TcpListener::from_std(listener).ok()?;
             loop {
                 let (mut stream, _) = listener.accept().await.ok()?;
                 let mut request = vec![0u8; MAX_REDIRECT_REQUEST];
-                let n = stream.read(&mut request).await.ok()?;
+                let read = tokio::time::timeout(CALLBACK_READ, stream.read(&mut request)).await;
+                let Ok(Ok(n)) = read else { continue };
                 let line = String::from_utf8_lossy(&request[..n]);
                 let target = line
                     .lines()
@@ -85,9 +101,14 @@ impl Authorizer for TerminalAuthorizer {
                     .and_then(|l| l.split(' ').next())
                     .unwrap_or_default()
                     .to_string();
-                if !target.starts_with("/callback") {
+                let base = prompt.redirect_uri.trim_end_matches("/callback");
+                let url = format!("{base}{target}");
+                // Only the redirect of this flow completes it: another local process or
+                // a web page knocking on the port is answered and ignored.
+                if !target.starts_with("/callback?") || state_of(&url).as_deref() != Some(&expected)
+                {
                     let _ = stream
-                        .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                         .await;
                     continue;
                 }
@@ -97,21 +118,26 @@ impl Authorizer for TerminalAuthorizer {
                     body.len()
                 );
                 let _ = stream.write_all(answer.as_bytes()).await;
-                let base = prompt.redirect_uri.trim_end_matches("/callback");
-                return Some(format!("{base}{target}"));
+                return Some(url);
             }
         })
     }
 }
 
-/// Opens `url` in a browser when a desktop session is there to show it; quietly does
-/// nothing otherwise (the URL is printed either way).
+/// Opens `url` in a browser when a desktop session is there to show it and the URL is
+/// an https one (or http on loopback); otherwise it is only printed. The authorization
+/// endpoint comes from the server's metadata: no other scheme is handed to `xdg-open`.
 fn open_browser(url: &str) {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return;
+    };
+    let loopback = matches!(parsed.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+    let safe = parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback);
     let desktop =
         std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some();
-    if desktop && std::io::stderr().is_terminal() {
+    if safe && desktop && std::io::stderr().is_terminal() {
         let _ = std::process::Command::new("xdg-open")
-            .arg(url)
+            .arg(parsed.as_str())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -119,40 +145,47 @@ fn open_browser(url: &str) {
     }
 }
 
-/// On a terminal: shows the server's request and its defaults, and accepts them or
-/// declines; without a terminal every request is declined.
-pub(crate) struct TerminalElicitor;
+/// On a terminal (the same input as the approval prompts, one prompt at a time): shows
+/// the server's request and its defaults, and sends them on `y`; without a terminal
+/// every request is declined.
+pub(crate) struct TerminalElicitor {
+    terminal: Arc<super::approver::Terminal>,
+}
+
+impl TerminalElicitor {
+    pub(crate) fn new(terminal: Arc<super::approver::Terminal>) -> Self {
+        TerminalElicitor { terminal }
+    }
+}
 
 impl Elicitor for TerminalElicitor {
     fn elicit(&self, request: ElicitationRequest) -> BoxFuture<'static, ElicitationAnswer> {
+        if !interactive() {
+            let server = t(&request.server).into_owned();
+            return Box::pin(async move {
+                eprintln!("  declined: server `{server}` asked for input and there is no terminal");
+                ElicitationAnswer::Decline
+            });
+        }
+        let mut text = format!(
+            "MCP server `{}` asks: {}\n",
+            t(&request.server),
+            t(&request.message)
+        );
+        for (name, value) in request.defaults.iter().take(32) {
+            let value = demiurge_mcp::result::cap_chars(&value.to_string(), 200);
+            text.push_str(&format!("  {}: {}\n", t(name), t(&value)));
+        }
+        let asked = self.terminal.ask(
+            text,
+            "  send these values? [y/N] ".into(),
+            format!("the input request of `{}`", t(&request.server)),
+        );
         Box::pin(async move {
-            if !interactive() {
-                eprintln!(
-                    "  declined: server `{}` asked for input and there is no terminal",
-                    t(&request.server)
-                );
-                return ElicitationAnswer::Decline;
+            match asked.await.as_deref() {
+                Some("y" | "yes") => ElicitationAnswer::Accept(serde_json::Map::new()),
+                _ => ElicitationAnswer::Decline,
             }
-            eprintln!(
-                "MCP server `{}` asks: {}",
-                t(&request.server),
-                t(&request.message)
-            );
-            for (name, value) in &request.defaults {
-                eprintln!("  {}: {}", t(name), t(&value.to_string()));
-            }
-            tokio::task::spawn_blocking(|| {
-                eprint!("  send these values? [y/N] ");
-                let _ = std::io::stderr().flush();
-                let mut line = String::new();
-                let _ = std::io::stdin().read_line(&mut line);
-                match line.trim() {
-                    "y" | "yes" => ElicitationAnswer::Accept(serde_json::Map::new()),
-                    _ => ElicitationAnswer::Decline,
-                }
-            })
-            .await
-            .unwrap_or(ElicitationAnswer::Decline)
         })
     }
 }
@@ -189,17 +222,22 @@ pub(crate) async fn login(cli: &Cli, server: &str) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// `auth logout SERVER`: forgets the stored tokens of SERVER.
+/// `auth logout SERVER`: forgets every stored token of SERVER (whichever revision of
+/// its declaration obtained it).
 pub(crate) fn logout(cli: &Cli, server: &str) -> anyhow::Result<u8> {
-    let Some(file) = http_declaration(cli, server)? else {
+    if http_declaration(cli, server)?.is_none() {
         return Ok(1);
-    };
-    match std::fs::remove_file(&file) {
-        Ok(()) => println!("logged out: {}", t(server)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!("not logged in: {}", t(server));
-        }
-        Err(e) => return Err(e.into()),
+    }
+    let home = cli.home_dir(&demiurge_mcp::HostEnv::from_process());
+    let files = demiurge_mcp::oauth_token_files_of(&home, PRINCIPAL, server);
+    if files.is_empty() {
+        println!("not logged in: {}", t(server));
+    }
+    for file in &files {
+        std::fs::remove_file(file)?;
+    }
+    if !files.is_empty() {
+        println!("logged out: {}", t(server));
     }
     Ok(0)
 }
@@ -210,15 +248,17 @@ pub(crate) fn status(cli: &Cli) -> anyhow::Result<u8> {
     let home = cli.home_dir(&demiurge_mcp::HostEnv::from_process());
     let mut any = false;
     for d in &core.declarations {
-        if let Some(file) = demiurge_mcp::oauth_token_file(&home, PRINCIPAL, d) {
-            any = true;
-            let state = if file.exists() {
-                "tokens stored"
-            } else {
-                "not logged in"
-            };
-            println!("{:<24} {state}", t(&d.server_id));
-        }
+        let Some(current) = demiurge_mcp::oauth_token_file(&home, PRINCIPAL, d) else {
+            continue;
+        };
+        any = true;
+        let all = demiurge_mcp::oauth_token_files_of(&home, PRINCIPAL, &d.server_id);
+        let state = match (current.exists(), all.len()) {
+            (true, _) => "tokens stored",
+            (false, 0) => "not logged in",
+            (false, _) => "tokens stored for an earlier declaration (logged in again on use)",
+        };
+        println!("{:<24} {state}", t(&d.server_id));
     }
     if !any {
         println!("no streamable HTTP servers");

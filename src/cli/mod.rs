@@ -235,6 +235,12 @@ async fn terminated() -> (u8, &'static str) {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("DEMIURGE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("demiurge_mcp=warn,rmcp=off"));
+    // Whatever was asked for: rmcp's OAuth code logs authorization codes, and its
+    // service logs every message (elicitation answers, tool arguments) at debug.
+    let filter = ["rmcp::transport::auth=off", "rmcp::service=off"]
+        .into_iter()
+        .filter_map(|d| d.parse().ok())
+        .fold(filter, tracing_subscriber::EnvFilter::add_directive);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -363,9 +369,13 @@ impl Cli {
     pub(crate) fn config(&self, events: Arc<dyn EventSink>) -> RuntimeConfig {
         let env = HostEnv::from_process();
         let mut config = RuntimeConfig::new(self.home_dir(&env)).with_host_env(env);
-        config.approver = Arc::new(approver::TerminalApprover::new(self.yes));
+        let terminal = Arc::new(approver::Terminal::default());
+        config.approver = Arc::new(approver::TerminalApprover::new(
+            self.yes,
+            Arc::clone(&terminal),
+        ));
         config.authorizer = Arc::new(auth::TerminalAuthorizer::new(auth::interactive()));
-        config.elicitor = Arc::new(auth::TerminalElicitor);
+        config.elicitor = Arc::new(auth::TerminalElicitor::new(terminal));
         config.url_policy =
             demiurge_mcp::net::UrlPolicy::with_trusted(self.trust_network.iter().copied());
         config.events = events;

@@ -102,6 +102,7 @@ pub(crate) struct RawOAuth {
     client_metadata_url: Option<String>,
     scopes: Option<Vec<String>>,
     grant: Option<OAuthGrant>,
+    issuer: Option<String>,
 }
 
 /// How an OAuth token is obtained.
@@ -131,6 +132,10 @@ pub struct OAuthDeclared {
     pub scopes: Vec<String>,
     /// How the token is obtained.
     pub grant: OAuthGrant,
+    /// The only authorization server (its `issuer`) this server may be authorized by;
+    /// any other is refused. Without it, the one the server's metadata names is used,
+    /// and a declared client secret goes to it.
+    pub issuer: Option<String>,
 }
 
 impl OAuthDeclared {
@@ -141,6 +146,7 @@ impl OAuthDeclared {
             client_metadata_url,
             scopes,
             grant,
+            issuer,
         } = raw;
         let mut problem = |field: &str, message: &str| {
             errors.push((format!("oauth.{field}"), message.to_string()));
@@ -186,12 +192,21 @@ impl OAuthDeclared {
                 "a scope is one word; list each scope as its own item",
             );
         }
+        if let Some(issuer) = &issuer
+            && !(issuer.starts_with("https://") || issuer.starts_with("http://"))
+        {
+            problem(
+                "issuer",
+                "must be the http(s) URL of the authorization server",
+            );
+        }
         OAuthDeclared {
             client_id,
             client_secret,
             client_metadata_url,
             scopes,
             grant,
+            issuer,
         }
     }
 }

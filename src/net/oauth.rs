@@ -103,21 +103,26 @@ impl PinnedOAuth {
             Vec::new(),
             Arc::new(move |audit| hook(step, audit)),
         );
-        let sent = client.send_with(parts.method, &uri, parts.headers, Bytes::from(body), follow);
-        let response =
-            tokio::time::timeout(timeout, sent)
+        // One bound for the whole exchange, the body included: a server that trickles
+        // its answer a byte at a time does not hold the connect step.
+        let exchange = async move {
+            let response = client
+                .send_with(parts.method, &uri, parts.headers, Bytes::from(body), follow)
+                .await?;
+            let (parts, body) = response.into_parts();
+            let body = http_body_util::Limited::new(body, MAX_OAUTH_RESPONSE)
+                .collect()
                 .await
-                .map_err(|_| NetError::Connect {
-                    target: String::new(),
-                    message: format!("no answer within {}s", timeout.as_secs()),
-                })??;
-        let (parts, body) = response.into_parts();
-        let body = http_body_util::Limited::new(body, MAX_OAUTH_RESPONSE)
-            .collect()
+                .map_err(|_| NetError::TooLarge(MAX_OAUTH_RESPONSE))?
+                .to_bytes();
+            Ok(http::Response::from_parts(parts, body.to_vec()))
+        };
+        tokio::time::timeout(timeout, exchange)
             .await
-            .map_err(|_| NetError::TooLarge(MAX_OAUTH_RESPONSE))?
-            .to_bytes();
-        Ok(http::Response::from_parts(parts, body.to_vec()))
+            .map_err(|_| NetError::Connect {
+                target: String::new(),
+                message: format!("no whole answer within {}s", timeout.as_secs()),
+            })?
     }
 }
 

@@ -118,8 +118,33 @@ pub struct RedactionFailed;
 pub struct Redactor {
     /// Longest first, so a secret containing another is replaced whole.
     secrets: Arc<Vec<Secret>>,
+    /// Secrets the connection learns after it started, shared by every clone.
+    learned: Option<Arc<Learned>>,
     /// A redactor that always fails: exercises the fail-closed paths in tests.
     poisoned: bool,
+}
+
+/// Secrets a connection learns once it runs (OAuth tokens from a refresh or a step-up),
+/// shared by every redactor of that connection: what one learns, all hide at once.
+#[derive(Debug, Default)]
+pub struct Learned(std::sync::RwLock<Vec<Secret>>);
+
+impl Learned {
+    /// Adds a secret (ignored when shorter than [`MIN_SECRET_LEN`] or already known).
+    pub fn learn(&self, name: &str, value: &str) {
+        if value.chars().count() < MIN_SECRET_LEN {
+            return;
+        }
+        if let Ok(mut known) = self.0.write()
+            && !known.iter().any(|s| s.value == value)
+        {
+            known.push(Secret {
+                name: name.to_string(),
+                value: value.to_string(),
+            });
+            known.sort_by_key(|s| std::cmp::Reverse(s.value.len()));
+        }
+    }
 }
 
 static URL_CREDENTIALS: LazyLock<Regex> =
@@ -218,13 +243,35 @@ impl Redactor {
         all.sort_by(|a, b| b.value.len().cmp(&a.value.len()).then(a.name.cmp(&b.name)));
         Redactor {
             secrets: Arc::new(all),
+            learned: self.learned.clone(),
             poisoned: self.poisoned,
+        }
+    }
+
+    /// This redactor, also hiding whatever `learned` learns from now on.
+    pub fn with_learned(&self, learned: Arc<Learned>) -> Redactor {
+        Redactor {
+            learned: Some(learned),
+            ..self.clone()
+        }
+    }
+
+    /// Every secret this redactor knows now: the declared ones, then those learned.
+    fn known(&self) -> std::borrow::Cow<'_, [Secret]> {
+        match self.learned.as_ref().and_then(|l| l.0.read().ok()) {
+            Some(learned) if !learned.is_empty() => {
+                let mut all = self.secrets.as_ref().clone();
+                all.extend(learned.iter().cloned());
+                all.sort_by_key(|s| std::cmp::Reverse(s.value.len()));
+                std::borrow::Cow::Owned(all)
+            }
+            _ => std::borrow::Cow::Borrowed(self.secrets.as_slice()),
         }
     }
 
     /// Characters of the longest known secret (0 when there is none).
     pub fn longest_secret_chars(&self) -> usize {
-        self.secrets
+        self.known()
             .iter()
             .map(|s| s.value.chars().count())
             .max()
@@ -236,6 +283,7 @@ impl Redactor {
     pub fn poisoned() -> Self {
         Redactor {
             secrets: Arc::default(),
+            learned: None,
             poisoned: true,
         }
     }
@@ -327,7 +375,7 @@ impl Redactor {
     /// view, so the five views cost one scan.
     fn hits(&self, text: &str) -> Vec<Hit> {
         let mut hits: Vec<Hit> = Vec::new();
-        for secret in self.secrets.iter() {
+        for secret in self.known().iter() {
             for (start, m) in text.match_indices(secret.value.as_str()) {
                 let end = start + m.len();
                 if !hits.iter().any(|h| h.start < end && start < h.end) {

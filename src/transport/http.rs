@@ -75,7 +75,13 @@ pub(super) async fn connect(
     let _ = uri.set_username("");
     let _ = uri.set_password(None);
     let config = StreamableHttpClientTransportConfig::with_uri(uri.as_str()).custom_headers(custom);
-    let base = uri.as_str().to_string();
+    // The resource OAuth names: no query or fragment (a query value may be a secret of
+    // the declaration, and would otherwise travel in `resource=` to the authorization
+    // server and into the URL a browser opens).
+    let mut resource = uri.clone();
+    resource.set_query(None);
+    resource.set_fragment(None);
+    let base = resource.as_str().to_string();
     let start = |manager: Option<AuthorizationManager>| {
         let (client, config, signals) = (client.clone(), config.clone(), Arc::clone(&signals));
         let (base, launch) = (base.clone(), &launch);
@@ -99,7 +105,8 @@ pub(super) async fn connect(
             }
         }
     };
-    let mut stored = super::oauth::stored(&base, &launch.net, &launch.oauth).await;
+    let stored = super::oauth::stored(&base, &launch.net, &launch.oauth);
+    let mut stored = tokio::time::timeout(timeout, stored).await.ok().flatten();
     let first = start(stored.take()).await;
     let challenge = match (first, client.take_challenge()) {
         (Ok(connected), _) => return Ok(connected),

@@ -27,7 +27,7 @@ pub use guard::{
 };
 pub(crate) use http::HttpLaunch;
 pub(crate) use oauth::OAuthLaunch;
-pub use oauth::token_file;
+pub use oauth::{token_file, token_files_of};
 pub(crate) use stdio::StdioLaunch;
 
 /// How to reach one server, authorized and interpolated.

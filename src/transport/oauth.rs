@@ -37,6 +37,24 @@ use crate::net::{NetContext, NetError, PinnedClient};
 
 /// The longest a user may take to authorize in a browser.
 pub const AUTHORIZATION_TIMEOUT: Duration = Duration::from_secs(300);
+/// The longest the network part of one OAuth phase may take (discovery with
+/// registration, or the token exchange): every request has its own bound, and this one
+/// bounds how many a server can chain.
+pub const OAUTH_PHASE_TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn within<T>(
+    phase: &str,
+    work: impl std::future::Future<Output = Result<T, OAuthFailure>>,
+) -> Result<T, OAuthFailure> {
+    tokio::time::timeout(OAUTH_PHASE_TIMEOUT, work)
+        .await
+        .unwrap_or_else(|_| {
+            Err(OAuthFailure(format!(
+                "OAuth {phase} did not finish within {}s",
+                OAUTH_PHASE_TIMEOUT.as_secs()
+            )))
+        })
+}
 
 /// What one connection needs to authorize.
 #[derive(Clone)]
@@ -47,6 +65,9 @@ pub(crate) struct OAuthLaunch {
     pub authorizer: Arc<dyn Authorizer>,
     /// Where this server's tokens persist; `None` keeps them in memory.
     pub store: Option<PathBuf>,
+    /// The connection's learned secrets: every token stored or loaded is added, so
+    /// a refreshed or stepped-up token is hidden like the first.
+    pub learned: Arc<crate::redact::Learned>,
     /// Called with each OAuth request's step and URL decision.
     pub on_decision: OAuthDecisionHook,
     /// For the prompt.
@@ -86,9 +107,11 @@ async fn manager(
     let mut manager = AuthorizationManager::new_with_oauth_http_client(base_url, client)
         .await
         .map_err(|e| failed("setup", &e))?;
-    if let Some(path) = &launch.store {
-        manager.set_credential_store(FileStore(path.clone()));
-    }
+    manager.set_credential_store(FileStore {
+        path: launch.store.clone(),
+        learned: Arc::clone(&launch.learned),
+        memory: std::sync::Mutex::new(None),
+    });
     Ok(manager)
 }
 
@@ -114,13 +137,72 @@ pub(crate) async fn authorize(
     net: &Arc<NetContext>,
     launch: &OAuthLaunch,
 ) -> Result<AuthorizationManager, OAuthFailure> {
+    let prepared = within("discovery", prepare(base_url, challenge, net, launch)).await?;
+    let (session, metadata) = match prepared {
+        Prepared::Granted(manager) => return Ok(*manager),
+        Prepared::Session(waiting) => *waiting,
+    };
+    let prompt = AuthorizationPrompt {
+        session: launch.session.clone(),
+        server: launch.server.clone(),
+        authorization_server: origin_of(&metadata.authorization_endpoint),
+        url: session.auth_url.clone(),
+        redirect_uri: session.redirect_uri.clone(),
+        scopes: scopes_of(&session.auth_url),
+    };
+    let answered =
+        tokio::time::timeout(AUTHORIZATION_TIMEOUT, launch.authorizer.authorize(prompt)).await;
+    let Ok(Some(redirected)) = answered else {
+        return Err(OAuthFailure(format!(
+            "the server needs authorization and none was given; run `demiurge auth login {}` on a terminal",
+            crate::text::escape(&launch.server)
+        )));
+    };
+    within("token exchange", async {
+        session
+            .handle_callback_url(&redirected)
+            .await
+            .map_err(|e| failed("token exchange", &e))
+    })
+    .await?;
+    Ok(session.auth_manager)
+}
+
+/// What discovery led to: a token already (client credentials), or a session waiting
+/// for the user.
+enum Prepared {
+    Granted(Box<AuthorizationManager>),
+    Session(
+        Box<(
+            AuthorizationSession,
+            rmcp::transport::auth::AuthorizationMetadata,
+        )>,
+    ),
+}
+
+/// Discovery from the challenge, then the client credentials grant or the
+/// authorization session (registration included).
+async fn prepare(
+    base_url: &str,
+    challenge: &str,
+    net: &Arc<NetContext>,
+    launch: &OAuthLaunch,
+) -> Result<Prepared, OAuthFailure> {
     let mut manager = manager(base_url, net, launch).await?;
     let resolution = manager
         .resolve_metadata_from_challenge(Some(challenge))
         .await
         .map_err(|e| failed("discovery", &e))?;
-    manager.set_metadata(resolution.metadata.clone());
     let declared = launch.declared.clone().unwrap_or_default();
+    if let Some(pinned) = &declared.issuer {
+        let named = resolution.metadata.issuer.as_deref().unwrap_or_default();
+        if named.trim_end_matches('/') != pinned.trim_end_matches('/') {
+            return Err(OAuthFailure(
+                "the server names an authorization server other than the declared oauth.issuer; no client secret or token request was sent to it".into(),
+            ));
+        }
+    }
+    manager.set_metadata(resolution.metadata.clone());
     if declared.grant == OAuthGrant::ClientCredentials {
         let config = ClientCredentialsConfig::ClientSecret {
             client_id: declared.client_id.clone().unwrap_or_default(),
@@ -135,7 +217,7 @@ pub(crate) async fn authorize(
             .exchange_client_credentials(&config)
             .await
             .map_err(|e| failed("client credentials grant", &e))?;
-        return Ok(manager);
+        return Ok(Prepared::Granted(Box::new(manager)));
     }
     let redirect_uri = launch.authorizer.redirect_uri();
     let mut request = AuthorizationRequest::new(redirect_uri.clone())
@@ -156,27 +238,7 @@ pub(crate) async fn authorize(
     let session = AuthorizationSession::new(manager, request)
         .await
         .map_err(|(_, e)| failed("registration", &e))?;
-    let prompt = AuthorizationPrompt {
-        session: launch.session.clone(),
-        server: launch.server.clone(),
-        authorization_server: origin_of(&resolution.metadata.authorization_endpoint),
-        url: session.auth_url.clone(),
-        redirect_uri,
-        scopes: scopes_of(&session.auth_url),
-    };
-    let answered =
-        tokio::time::timeout(AUTHORIZATION_TIMEOUT, launch.authorizer.authorize(prompt)).await;
-    let Ok(Some(redirected)) = answered else {
-        return Err(OAuthFailure(format!(
-            "the server needs authorization and none was given; run `demiurge auth login {}` on a terminal",
-            crate::text::escape(&launch.server)
-        )));
-    };
-    session
-        .handle_callback_url(&redirected)
-        .await
-        .map_err(|e| failed("token exchange", &e))?;
-    Ok(session.auth_manager)
+    Ok(Prepared::Session(Box::new((session, resolution.metadata))))
 }
 
 /// Every value of the manager's current credentials: the connection's redactor hides
@@ -215,9 +277,9 @@ fn scopes_of(url: &str) -> Vec<String> {
 }
 
 /// Where the tokens of `declaration`'s server, obtained for `principal`, live:
-/// `<home>/oauth/<digest>.json`, the digest over the principal, the server id, the
-/// declaration's fingerprint (a changed client or scope is a new token) and the
-/// resource URL. `None` for a stdio server.
+/// `<home>/oauth/<A>-<B>.json`, `A` a digest of the principal and the server id (what
+/// `auth logout` removes), `B` of the declaration's fingerprint (a changed client or
+/// scope is a new token) and the resource URL. `None` for a stdio server.
 pub fn token_file(
     home: &Path,
     principal: &str,
@@ -226,49 +288,78 @@ pub fn token_file(
     let crate::core::Endpoint::StreamableHttp { url, .. } = &declaration.endpoint else {
         return None;
     };
-    let identity = format!(
-        "{principal}\n{}\n{}\n{}",
-        declaration.server_id,
-        declaration.fingerprint,
-        url.url().as_str()
-    );
-    let digest = crate::digest::sha256_hex(identity.as_bytes());
-    Some(home.join("oauth").join(format!("{}.json", &digest[..32])))
+    let rest = format!("{}\n{}", declaration.fingerprint, url.url().as_str());
+    let rest = crate::digest::sha256_hex(rest.as_bytes());
+    Some(home.join("oauth").join(format!(
+        "{}-{}.json",
+        server_prefix(principal, &declaration.server_id),
+        &rest[..16]
+    )))
+}
+
+/// Every token file of `server` for `principal`, whatever declaration obtained it.
+pub fn token_files_of(home: &Path, principal: &str, server: &str) -> Vec<PathBuf> {
+    let prefix = format!("{}-", server_prefix(principal, server));
+    std::fs::read_dir(home.join("oauth"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+fn server_prefix(principal: &str, server: &str) -> String {
+    crate::digest::sha256_hex(format!("{principal}\n{server}").as_bytes())[..16].to_string()
 }
 
 /// Credentials in one 0600 file (its directory 0700), written whole through a
-/// temporary file and a rename, never followed through a symlink.
-struct FileStore(PathBuf);
+/// temporary file and a rename, never followed through a symlink; or in memory when no
+/// file is given. Every token that passes through is learned by the connection's
+/// redactor.
+struct FileStore {
+    path: Option<PathBuf>,
+    learned: Arc<crate::redact::Learned>,
+    memory: std::sync::Mutex<Option<StoredCredentials>>,
+}
+
+impl FileStore {
+    fn learn(&self, credentials: &StoredCredentials) {
+        if let Some(tokens) = &credentials.token_response {
+            self.learned
+                .learn("oauth_access_token", tokens.access_token().secret());
+            if let Some(refresh) = tokens.refresh_token() {
+                self.learned.learn("oauth_refresh_token", refresh.secret());
+            }
+        }
+    }
+}
 
 #[async_trait::async_trait]
 impl CredentialStore for FileStore {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        let path = self.0.clone();
-        tokio::task::spawn_blocking(move || {
-            use std::io::Read;
-            use std::os::unix::fs::OpenOptionsExt;
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&path);
-            let file = match file {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(AuthError::CredentialStoreError(e.to_string())),
-            };
-            let mut text = String::new();
-            file.take(1024 * 1024)
-                .read_to_string(&mut text)
-                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
-            // A file that does not parse is as good as none: authorize again.
-            Ok(serde_json::from_str(&text).ok())
-        })
-        .await
-        .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
+        let Some(path) = self.path.clone() else {
+            return Ok(self.memory.lock().ok().and_then(|m| m.clone()));
+        };
+        let loaded = read_store(path).await?;
+        if let Some(credentials) = &loaded {
+            self.learn(credentials);
+        }
+        Ok(loaded)
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
-        let path = self.0.clone();
+        self.learn(&credentials);
+        let Some(path) = self.path.clone() else {
+            if let Ok(mut memory) = self.memory.lock() {
+                *memory = Some(credentials);
+            }
+            return Ok(());
+        };
         let text = serde_json::to_vec(&credentials)
             .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
         tokio::task::spawn_blocking(move || write_private(&path, &text))
@@ -278,7 +369,13 @@ impl CredentialStore for FileStore {
     }
 
     async fn clear(&self) -> Result<(), AuthError> {
-        match std::fs::remove_file(&self.0) {
+        if let Ok(mut memory) = self.memory.lock() {
+            *memory = None;
+        }
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(AuthError::CredentialStoreError(e.to_string()))
             }
@@ -287,14 +384,60 @@ impl CredentialStore for FileStore {
     }
 }
 
+/// Reads a token file: a regular file owned by this user and 0600, at most 1 MiB; a file
+/// that does not parse is as good as none (authorize again).
+async fn read_store(path: PathBuf) -> Result<Option<StoredCredentials>, AuthError> {
+    {
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
+            use std::os::unix::fs::MetadataExt;
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
+                .open(&path);
+            let file = match file {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(AuthError::CredentialStoreError(e.to_string())),
+            };
+            let meta = file
+                .metadata()
+                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+            // The home's owner is this runtime's user (it made the directory 0700).
+            let owner = path
+                .parent()
+                .and_then(|dir| std::fs::metadata(dir).ok())
+                .map(|dir| dir.uid());
+            let mine = owner == Some(meta.uid());
+            if !meta.is_file() || !mine || meta.mode() & 0o077 != 0 {
+                return Err(AuthError::CredentialStoreError(
+                    "the token file is not a private regular file of this user; remove it with `demiurge auth logout`".into(),
+                ));
+            }
+            let mut text = String::new();
+            file.take(1024 * 1024)
+                .read_to_string(&mut text)
+                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
+            Ok(serde_json::from_str(&text).ok())
+        })
+        .await
+        .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
+    }
+}
+
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let dir = path.parent().unwrap_or(Path::new("."));
     crate::process::private_dir(dir)?;
+    // A name of its own per save: two saves never write the same temporary file.
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let temporary = dir.join(format!(
-        ".{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("oauth")
+        ".{}.{}.{}.tmp",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("oauth"),
+        std::process::id(),
+        SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     ));
     let _ = std::fs::remove_file(&temporary);
     let mut file = std::fs::OpenOptions::new()
@@ -319,7 +462,13 @@ pub(crate) struct StepUp {
     base: String,
     net: Arc<NetContext>,
     launch: OAuthLaunch,
+    /// Step-ups of this connection so far, one at a time: a server answering every
+    /// request with `insufficient_scope` gets [`MAX_STEP_UPS`], then plain failures.
+    ups: Arc<tokio::sync::Mutex<usize>>,
 }
+
+/// Most step-up authorizations one connection asks for.
+pub const MAX_STEP_UPS: usize = 2;
 
 type HttpError = StreamableHttpError<NetError>;
 
@@ -335,10 +484,21 @@ impl StepUp {
             base,
             net,
             launch,
+            ups: Arc::default(),
         }
     }
 
     async fn step_up(&self, challenge: &str) -> Result<(), HttpError> {
+        let mut ups = self.ups.lock().await;
+        if *ups >= MAX_STEP_UPS {
+            return Err(StreamableHttpError::UnexpectedServerResponse(
+                format!(
+                    "the server asked for a broader authorization more than {MAX_STEP_UPS} times"
+                )
+                .into(),
+            ));
+        }
+        *ups += 1;
         let manager = authorize(&self.base, challenge, &self.net, &self.launch)
             .await
             .map_err(|e| StreamableHttpError::UnexpectedServerResponse(e.0.into()))?;
