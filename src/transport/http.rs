@@ -82,7 +82,8 @@ pub(super) async fn connect(
     resource.set_query(None);
     resource.set_fragment(None);
     let base = resource.as_str().to_string();
-    let start = |manager: Option<AuthorizationManager>| {
+    // One attempt, with a token (through `StepUp`) or without.
+    let attempt = |manager: Option<AuthorizationManager>| {
         let (client, config, signals) = (client.clone(), config.clone(), Arc::clone(&signals));
         let (base, launch) = (base.clone(), &launch);
         async move {
@@ -106,8 +107,8 @@ pub(super) async fn connect(
         }
     };
     let stored = super::oauth::stored(&base, &launch.net, &launch.oauth);
-    let mut stored = tokio::time::timeout(timeout, stored).await.ok().flatten();
-    let first = start(stored.take()).await;
+    let stored = tokio::time::timeout(timeout, stored).await.ok().flatten();
+    let first = attempt(stored).await;
     let challenge = match (first, client.take_challenge()) {
         (Ok(connected), _) => return Ok(connected),
         (Err(_), Some(Challenge::Unauthorized(c) | Challenge::InsufficientScope(c))) => c,
@@ -120,7 +121,7 @@ pub(super) async fn connect(
             message: e.0,
             logged: None,
         })?;
-    start(Some(manager)).await
+    attempt(Some(manager)).await
 }
 
 /// A connected client, its tools, and the secrets its authorization revealed.
