@@ -176,11 +176,11 @@ impl Pipeline {
         )
         .await;
         match connected {
-            Ok((client, listed, learned)) => Ok(Connected {
+            Ok((client, listed)) => Ok(Connected {
                 declaration: Arc::clone(declaration),
                 client,
                 listed,
-                redactor: redactor.with_secrets(learned),
+                redactor,
                 signals,
             }),
             Err(e) => {

@@ -18,14 +18,25 @@ fn protected(url: &str, extra: &str) -> String {
 }
 
 async fn runtime_at(home: &std::path::Path, follow: &Follow) -> Harness {
+    runtime_with_env(home, follow, &[]).await
+}
+
+/// A runtime on `home` trusting loopback, authorizing through `follow`, with these host
+/// variables.
+async fn runtime_with_env(
+    home: &std::path::Path,
+    follow: &Follow,
+    env: &[(&str, &str)],
+) -> Harness {
     let follow = follow.clone();
     let home = home.to_path_buf();
+    let env = common::host_env(env);
     harness_with(Recorder::allow(), move |mut c| {
         c.home = home;
         c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
         c.resolver = Arc::new(StaticResolver::new());
         c.authorizer = Arc::new(follow);
-        c
+        c.with_host_env(env)
     })
     .await
 }
@@ -214,18 +225,11 @@ async fn the_client_credentials_grant_needs_no_user() {
     );
     let home = tempfile::tempdir().unwrap();
     let follow = Follow::new();
-    let follow_c = follow.clone();
-    let home_path = home.path().to_path_buf();
-    let h = harness_with(Recorder::allow(), move |mut c| {
-        c.home = home_path;
-        c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
-        c.resolver = Arc::new(StaticResolver::new());
-        c.authorizer = Arc::new(follow_c);
-        c.with_host_env(common::host_env(&[(
-            "SVC_SECRET",
-            "cs-canary7f3e91ab-secret",
-        )]))
-    })
+    let h = runtime_with_env(
+        home.path(),
+        &follow,
+        &[("SVC_SECRET", "cs-canary7f3e91ab-secret")],
+    )
     .await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
@@ -417,18 +421,11 @@ async fn a_pinned_issuer_refuses_any_other_authorization_server() {
     );
     let home = tempfile::tempdir().unwrap();
     let follow = Follow::new();
-    let follow_c = follow.clone();
-    let home_path = home.path().to_path_buf();
-    let h = harness_with(Recorder::allow(), move |mut c| {
-        c.home = home_path;
-        c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
-        c.resolver = Arc::new(StaticResolver::new());
-        c.authorizer = Arc::new(follow_c);
-        c.with_host_env(common::host_env(&[(
-            "DOCS_SECRET",
-            "pinned-secret-value-1",
-        )]))
-    })
+    let h = runtime_with_env(
+        home.path(),
+        &follow,
+        &[("DOCS_SECRET", "pinned-secret-value-1")],
+    )
     .await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();

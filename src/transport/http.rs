@@ -43,12 +43,13 @@ impl std::fmt::Debug for HttpLaunch {
 
 /// Connects, initializes and lists tools within `timeout` (each attempt; a user's
 /// authorization in between has its own bound). A server that answers 401 is authorized
-/// (stored tokens first, then the flow in `oauth.rs`) and reached again with the token.
+/// (stored tokens first, then the flow in `oauth.rs`) and reached again with the token;
+/// every token the flow stores is learned by the connection's redactor on the way.
 pub(super) async fn connect(
     launch: HttpLaunch,
     signals: Arc<ServerSignals>,
     timeout: Duration,
-) -> Result<Connected, ConnectError> {
+) -> Result<(McpClient, ListedTools), ConnectError> {
     let failed = |message: String| ConnectError {
         kind: ConnectErrorKind::Failed,
         message,
@@ -89,20 +90,15 @@ pub(super) async fn connect(
         async move {
             match manager {
                 Some(manager) => {
-                    let secrets = super::oauth::secrets_of(&manager).await;
                     let authorized = super::oauth::StepUp::new(
                         AuthClient::new(client, manager),
                         base.clone(),
                         Arc::clone(&launch.net),
                         launch.oauth.clone(),
                     );
-                    start(authorized, config, signals, timeout)
-                        .await
-                        .map(|(c, l)| (c, l, secrets))
+                    start(authorized, config, signals, timeout).await
                 }
-                None => start(client, config, signals, timeout)
-                    .await
-                    .map(|(c, l)| (c, l, Vec::new())),
+                None => start(client, config, signals, timeout).await,
             }
         }
     };
@@ -123,9 +119,6 @@ pub(super) async fn connect(
         })?;
     attempt(Some(manager)).await
 }
-
-/// A connected client, its tools, and the secrets its authorization revealed.
-pub(super) type Connected = (McpClient, ListedTools, Vec<(String, String)>);
 
 /// One attempt: the transport over `client`, initialize and `tools/list`.
 async fn start<C>(

@@ -67,8 +67,7 @@ pub struct ConnectError {
 }
 
 /// Starts or reaches the server, initializes MCP and lists every page of tools, all
-/// within `timeout`; notifications go to `signals`. Also answers the secrets the connect
-/// learned (OAuth tokens), for the connection's redactor. A stdio server that fails is ended
+/// within `timeout`; notifications go to `signals`. A stdio server that fails is ended
 /// (its whole tree) and its stderr logged before this returns.
 ///
 /// # Errors
@@ -78,11 +77,9 @@ pub(crate) async fn connect(
     signals: Arc<ServerSignals>,
     timeout: Duration,
     grace: Duration,
-) -> Result<(McpClient, ListedTools, Vec<(String, String)>), ConnectError> {
+) -> Result<(McpClient, ListedTools), ConnectError> {
     match launch {
-        Launch::Stdio(launch) => stdio::connect(launch, signals, timeout, grace)
-            .await
-            .map(|(client, listed)| (client, listed, Vec::new())),
+        Launch::Stdio(launch) => stdio::connect(launch, signals, timeout, grace).await,
         Launch::Http(launch) => http::connect(launch, signals, timeout).await,
     }
 }

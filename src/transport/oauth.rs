@@ -241,24 +241,6 @@ async fn prepare(
     Ok(Prepared::Session(Box::new((session, resolution.metadata))))
 }
 
-/// Every value of the manager's current credentials: the connection's redactor hides
-/// each wherever it appears.
-pub(crate) async fn secrets_of(manager: &AuthorizationManager) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    if let Ok(credentials) = manager.get_credentials().await
-        && let (_, Some(tokens)) = credentials
-    {
-        out.push((
-            "oauth_access_token".to_string(),
-            tokens.access_token().secret().clone(),
-        ));
-        if let Some(refresh) = tokens.refresh_token() {
-            out.push(("oauth_refresh_token".to_string(), refresh.secret().clone()));
-        }
-    }
-    out
-}
-
 fn origin_of(url: &str) -> String {
     url::Url::parse(url)
         .map(|u| u.origin().ascii_serialization())
