@@ -278,15 +278,17 @@ impl Pipeline {
             declaration: Arc::clone(declaration),
             message: missing.to_string(),
         };
-        // The OAuth client secret is interpolated here too (its value is used later, by
-        // the transport), so a missing variable skips the server now.
+        // The OAuth client secret and key are interpolated here too (their values are
+        // used later, by the transport), so a missing variable skips the server now.
         if let Endpoint::StreamableHttp {
             oauth: Some(oauth), ..
         } = &declaration.endpoint
-            && let Some(secret) = &oauth.client_secret
         {
-            let reference = BTreeMap::from([("oauth.client_secret".to_string(), secret.clone())]);
-            interpolate_all(&reference, &self.shared.config.host_env).map_err(skipped)?;
+            let references = oauth
+                .references()
+                .map(|(field, value)| (field.to_string(), value.to_string()))
+                .collect();
+            interpolate_all(&references, &self.shared.config.host_env).map_err(skipped)?;
         }
         interpolate_all(declared, &self.shared.config.host_env).map_err(skipped)
     }
@@ -482,15 +484,14 @@ impl Pipeline {
         learned: Arc<crate::redact::Learned>,
     ) -> OAuthLaunch {
         let host = &self.shared.config.host_env;
+        let value_of = |reference: &Option<String>| {
+            let reference = BTreeMap::from([(String::new(), reference.clone()?)]);
+            interpolate_all(&reference, host).ok()?.into_values().next()
+        };
         let declared = declared.map(|d| {
             let mut d = d.clone();
-            d.client_secret = d
-                .client_secret
-                .as_deref()
-                .and_then(|s| {
-                    interpolate_all(&BTreeMap::from([("s".to_string(), s.to_string())]), host).ok()
-                })
-                .and_then(|m| m.into_values().next());
+            d.client_secret = value_of(&d.client_secret);
+            d.private_key = value_of(&d.private_key);
             d
         });
         let (hub, session, server) = (
@@ -554,11 +555,21 @@ pub(super) fn connection_secrets(
             headers,
             oauth,
         } => {
-            let client_secret = oauth
-                .as_ref()
-                .and_then(|o| o.client_secret.as_deref())
-                .map(|s| referenced_values(s, host))
-                .unwrap_or_default();
+            let credentials = oauth
+                .iter()
+                .flat_map(|o| o.references())
+                .flat_map(|(_, reference)| referenced_values(reference, host))
+                .flat_map(|(name, value)| {
+                    // Each line of a PEM key is a secret of its own: a leaked line of a
+                    // key is a leaked key.
+                    let lines = value
+                        .lines()
+                        .map(str::trim)
+                        .filter(|l| l.len() >= 16 && !l.starts_with("-----"))
+                        .map(|l| (name.clone(), l.to_string()))
+                        .collect::<Vec<_>>();
+                    std::iter::once((name, value)).chain(lines)
+                });
             let last_words = values.iter().filter_map(|(name, value)| {
                 let last = value.split_whitespace().last()?;
                 (last != value).then(|| (name.clone(), last.to_string()))
@@ -566,7 +577,7 @@ pub(super) fn connection_secrets(
             redactor
                 .with_secrets(last_words)
                 .with_secrets(referenced(headers))
-                .with_secrets(client_secret)
+                .with_secrets(credentials)
                 .with_secrets(url_secrets(url))
         }
     }

@@ -326,14 +326,51 @@ fn oauth_sections_are_checked_and_their_secret_is_never_a_literal() {
         .server("spaced", &http("  scopes: [\"read write\"]\n"))
         .server("plain", &http("  client_metadata_url: http://x.test/c.json\n"))
         .server("unknown", &http("  audience: x\n"))
-        .server("stdio", &demo("oauth:\n  client_id: c\n"));
+        .server("stdio", &demo("oauth:\n  client_id: c\n"))
+        .server(
+            "signed",
+            &http("  client_id: svc\n  private_key: \"${SVC_KEY}\"\n  signing_algorithm: ES256\n  grant: client_credentials\n  issuer: https://login.example.test\n"),
+        )
+        .server(
+            "key_literal",
+            &http("  client_id: c\n  private_key: \"-----BEGIN PRIVATE KEY----- s3cr3t-literal\"\n  signing_algorithm: ES256\n  grant: client_credentials\n"),
+        )
+        .server(
+            "key_and_secret",
+            &http("  client_id: c\n  client_secret: \"${S}\"\n  private_key: \"${K}\"\n  signing_algorithm: ES256\n  grant: client_credentials\n"),
+        )
+        .server(
+            "key_no_algorithm",
+            &http("  client_id: c\n  private_key: \"${K}\"\n  grant: client_credentials\n"),
+        )
+        .server("algorithm_no_key", &http("  client_id: c\n  signing_algorithm: RS256\n"))
+        .server(
+            "key_user_grant",
+            &http("  client_id: c\n  private_key: \"${K}\"\n  signing_algorithm: ES256\n"),
+        )
+        .server(
+            "bad_algorithm",
+            &http("  client_id: c\n  private_key: \"${K}\"\n  signing_algorithm: HS256\n  grant: client_credentials\n"),
+        )
+        .server(
+            "method_needs_secret",
+            &http("  client_id: c\n  token_endpoint_auth_method: client_secret_basic\n"),
+        )
+        .server(
+            "method_needs_key",
+            &http("  client_id: c\n  client_secret: \"${S}\"\n  token_endpoint_auth_method: private_key_jwt\n"),
+        )
+        .server(
+            "method_none_with_secret",
+            &http("  client_id: c\n  client_secret: \"${S}\"\n  token_endpoint_auth_method: none\n"),
+        );
     let loaded = core::load(&core.root()).unwrap();
     let names: Vec<&str> = loaded
         .declarations
         .iter()
         .map(|d| d.server_id.as_str())
         .collect();
-    assert_eq!(names, ["good"]);
+    assert_eq!(names, ["good", "signed"]);
     let broken = |id: &str| {
         loaded
             .broken
@@ -357,6 +394,18 @@ fn oauth_sections_are_checked_and_their_secret_is_never_a_literal() {
             "oauth.<key>`: unknown field, expected one of `client_id`",
         ),
         ("stdio", "only for `transport: streamable_http`"),
+        ("key_literal", "oauth.private_key"),
+        ("key_and_secret", "not both"),
+        ("key_no_algorithm", "oauth.signing_algorithm"),
+        ("algorithm_no_key", "only applies with `private_key`"),
+        ("key_user_grant", "`grant: client_credentials` only"),
+        ("bad_algorithm", "oauth.signing_algorithm"),
+        ("method_needs_secret", "oauth.token_endpoint_auth_method"),
+        ("method_needs_key", "oauth.token_endpoint_auth_method"),
+        (
+            "method_none_with_secret",
+            "oauth.token_endpoint_auth_method",
+        ),
     ] {
         let errors = broken(id);
         assert!(errors.contains(says), "{id}: {errors}");
@@ -379,4 +428,19 @@ fn oauth_sections_are_checked_and_their_secret_is_never_a_literal() {
         "{rendered}"
     );
     assert!(rendered.contains("scopes: read write"), "{rendered}");
+    let signed = &loaded.declarations[1];
+    let rendered = demiurge_mcp::authority::ConnectPreview::new(
+        signed,
+        demiurge_mcp::core::ApprovalPolicy::Prompt,
+        None,
+        &[],
+    )
+    .render();
+    for says in [
+        "client assertions signed (ES256) with the key from: ${SVC_KEY}",
+        "token endpoint auth: private_key_jwt",
+        "authorization server: https://login.example.test only",
+    ] {
+        assert!(rendered.contains(says), "{says}: {rendered}");
+    }
 }

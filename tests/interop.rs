@@ -347,10 +347,12 @@ conformance_auth! {
     conformance_auth_token_endpoint_auth_post => "auth/token-endpoint-auth-post",
     conformance_auth_token_endpoint_auth_none => "auth/token-endpoint-auth-none",
     conformance_auth_pre_registration => "auth/pre-registration",
+    conformance_auth_2025_03_26_oauth_metadata_backcompat => "auth/2025-03-26-oauth-metadata-backcompat",
     conformance_auth_2025_03_26_oauth_endpoint_fallback => "auth/2025-03-26-oauth-endpoint-fallback",
     conformance_auth_resource_mismatch => "auth/resource-mismatch",
     conformance_auth_offline_access_scope => "auth/offline-access-scope",
     conformance_auth_offline_access_not_supported => "auth/offline-access-not-supported",
     conformance_auth_client_credentials_basic => "auth/client-credentials-basic",
+    conformance_auth_client_credentials_jwt => "auth/client-credentials-jwt",
     conformance_elicitation_sep1034_client_defaults => "elicitation-sep1034-client-defaults",
 }

@@ -41,6 +41,32 @@ async fn runtime_with_env(
     .await
 }
 
+/// A fresh runtime (its own home) with server `id` at `url` declared with `extra`, and
+/// its first turn.
+struct FirstTurn {
+    h: Harness,
+    follow: Follow,
+    catalog: demiurge_mcp::TurnCatalog,
+    _home: tempfile::TempDir,
+}
+
+async fn first_turn(url: &str, id: &str, extra: &str, env: &[(&str, &str)]) -> FirstTurn {
+    let core = Core::new()
+        .grant_servers(&[id])
+        .server(id, &protected(url, extra));
+    let home = tempfile::tempdir().unwrap();
+    let follow = Follow::new();
+    let h = runtime_with_env(home.path(), &follow, env).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    FirstTurn {
+        h,
+        follow,
+        catalog,
+        _home: home,
+    }
+}
+
 /// Everything a host or operator could see: events, event logs, stderr log,
 /// diagnostics, results. No token, code or refresh token may appear in any.
 fn assert_no_canary(h: &Harness, extra: &[String]) {
@@ -216,23 +242,18 @@ async fn a_refused_token_is_refreshed_without_asking() {
 #[tokio::test]
 async fn the_client_credentials_grant_needs_no_user() {
     let server = serve(AuthOptions::default()).await;
-    let core = Core::new().grant_servers(&["svc"]).server(
+    let FirstTurn {
+        h,
+        follow,
+        catalog,
+        _home,
+    } = first_turn(
+        &server.url(),
         "svc",
-        &protected(
-            &server.url(),
-            "oauth:\n  client_id: service-7\n  client_secret: \"${SVC_SECRET}\"\n  grant: client_credentials\n",
-        ),
-    );
-    let home = tempfile::tempdir().unwrap();
-    let follow = Follow::new();
-    let h = runtime_with_env(
-        home.path(),
-        &follow,
+        "oauth:\n  client_id: service-7\n  client_secret: \"${SVC_SECRET}\"\n  grant: client_credentials\n",
         &[("SVC_SECRET", "cs-canary7f3e91ab-secret")],
     )
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
     assert!(
         catalog.diagnostics().is_empty(),
         "{:?}",
@@ -412,28 +433,29 @@ async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
 #[tokio::test]
 async fn a_pinned_issuer_refuses_any_other_authorization_server() {
     let server = serve(AuthOptions::default()).await;
-    let core = Core::new().grant_servers(&["docs"]).server(
+    let FirstTurn {
+        h,
+        follow,
+        catalog,
+        _home,
+    } = first_turn(
+        &server.url(),
         "docs",
-        &protected(
-            &server.url(),
-            "oauth:\n  client_id: c-1\n  client_secret: \"${DOCS_SECRET}\"\n  issuer: https://login.example.test\n",
-        ),
-    );
-    let home = tempfile::tempdir().unwrap();
-    let follow = Follow::new();
-    let h = runtime_with_env(
-        home.path(),
-        &follow,
+        "oauth:\n  client_id: c-1\n  client_secret: \"${DOCS_SECRET}\"\n  issuer: https://login.example.test\n",
         &[("DOCS_SECRET", "pinned-secret-value-1")],
     )
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
     let message = &catalog.diagnostics()[0].message;
     assert!(
         message.contains("other than the declared oauth.issuer"),
         "{message}"
     );
+    assert_nothing_sent(&follow, &server);
+    h.finish().await;
+}
+
+/// Nobody was asked to authorize and `server` saw no registration or token request.
+fn assert_nothing_sent(follow: &Follow, server: &common::oauth::AuthServer) {
     assert_eq!(follow.asked.load(Ordering::SeqCst), 0);
     let requests = server.seen.requests();
     assert!(
@@ -442,5 +464,199 @@ async fn a_pinned_issuer_refuses_any_other_authorization_server() {
             .any(|r| r.contains("/token") || r.contains("/register")),
         "{requests:?}"
     );
+}
+
+/// A P-256 key for the signed client assertion test (made for this test only).
+const CLIENT_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgDTsqGxAjgr7EdQI7
++YlDdC19WVmpM+IE04dDKTwxIruhRANCAARBLZ+kKvkm+lILV4pcz1Tib6A2o8NA
+ehDenpvH7wY8chfBZjbH5DAZABKLPQL2xZUoPMPeOL4gUXWrS30Bz1g0
+-----END PRIVATE KEY-----
+";
+const CLIENT_PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----
+MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEQS2fpCr5JvpSC1eKXM9U4m+gNqPD
+QHoQ3p6bx+8GPHIXwWY2x+QwGQASiz0C9sWVKDzD3ji+IFF1q0t9Ac9YNA==
+-----END PUBLIC KEY-----
+";
+
+fn field<'a>(form: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    form.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+#[tokio::test]
+async fn a_signed_client_assertion_authenticates_a_headless_service() {
+    let server = serve(AuthOptions {
+        auth_methods: Some(vec!["private_key_jwt".into()]),
+        ..AuthOptions::default()
+    })
+    .await;
+    let FirstTurn {
+        h,
+        follow,
+        catalog,
+        _home,
+    } = first_turn(
+        &server.url(),
+        "svc",
+        "oauth:\n  client_id: service-jwt\n  private_key: \"${SVC_KEY}\"\n  signing_algorithm: ES256\n  grant: client_credentials\n",
+        &[("SVC_KEY", CLIENT_KEY)],
+    )
+    .await;
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    assert_eq!(follow.asked.load(Ordering::SeqCst), 0);
+    let forms = server.seen.token_forms();
+    assert_eq!(forms.len(), 1, "{forms:?}");
+    let form = &forms[0];
+    assert_eq!(field(form, "grant_type"), Some("client_credentials"));
+    assert_eq!(
+        field(form, "client_assertion_type"),
+        Some("urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+    );
+    // RFC 7523: the assertion names the client; no secret, no Basic header.
+    for absent in ["client_secret", "$authorization"] {
+        assert_eq!(field(form, absent), None, "{absent}");
+    }
+    // The assertion verifies with the client's public key, for this authorization
+    // server, from this client.
+    let origin = format!("http://127.0.0.1:{}", server.addr.port());
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_audience(&[&origin]);
+    validation.set_issuer(&["service-jwt"]);
+    let key = jsonwebtoken::DecodingKey::from_ec_pem(CLIENT_PUBLIC_KEY.as_bytes()).unwrap();
+    let claims = jsonwebtoken::decode::<serde_json::Value>(
+        field(form, "client_assertion").unwrap(),
+        &key,
+        &validation,
+    )
+    .unwrap()
+    .claims;
+    assert_eq!(claims["sub"], "service-jwt");
+    // No line of the key comes back out, whatever the server echoes.
+    let line = CLIENT_KEY.lines().nth(2).unwrap();
+    let echoed = catalog
+        .call("svc__echo", json!({"message": format!("key {line}")}))
+        .await
+        .unwrap();
+    h.runtime.flush_events().await;
+    let mut outputs = vec![serde_json::to_string(&echoed).unwrap()];
+    outputs.extend(
+        h.sink
+            .events()
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap()),
+    );
+    for text in outputs {
+        assert!(!text.contains(line), "a key line leaked: {text}");
+    }
     h.finish().await;
+}
+
+#[tokio::test]
+async fn an_issuer_on_the_servers_own_origin_is_accepted_and_any_other_refused() {
+    // 2025-03-26 servers publish their authorization server metadata at their origin;
+    // some name an issuer with a path there. That origin is the authorization server
+    // either way; an issuer on any other origin is the mix-up RFC 8414 refuses.
+    let accepted = serve(AuthOptions {
+        legacy: true,
+        issuer: Some("/oauth".into()),
+        ..AuthOptions::default()
+    })
+    .await;
+    let port = accepted.addr.port();
+    let mut servers = vec![(accepted, true)];
+    for other in [
+        format!("http://127.0.0.2:{port}"),
+        format!("http://localhost:{port}/oauth"),
+        format!("https://127.0.0.1:{port}/oauth"),
+        "http://127.0.0.1:1/oauth".to_string(),
+        "https://login.example.test/".to_string(),
+    ] {
+        let refused = serve(AuthOptions {
+            legacy: true,
+            issuer: Some(other),
+            ..AuthOptions::default()
+        })
+        .await;
+        servers.push((refused, false));
+    }
+    for (server, ok) in servers {
+        let FirstTurn {
+            h,
+            follow,
+            catalog,
+            _home,
+        } = first_turn(&server.url(), "docs", "", &[]).await;
+        if ok {
+            assert!(
+                catalog.diagnostics().is_empty(),
+                "{:?}",
+                catalog.diagnostics()
+            );
+            assert_eq!(follow.asked.load(Ordering::SeqCst), 1);
+            assert!(!catalog.tools().is_empty());
+        } else {
+            let message = &catalog.diagnostics()[0].message;
+            assert!(message.contains("issuer mismatch"), "{message}");
+            assert_nothing_sent(&follow, &server);
+        }
+        h.finish().await;
+    }
+}
+
+#[tokio::test]
+async fn a_declared_token_endpoint_auth_method_is_used_or_nothing_is_sent() {
+    let cases = [
+        // (offered, declared, expected Authorization scheme, secret in the form)
+        (None, "client_secret_basic", Some("Basic"), false),
+        (None, "client_secret_post", None, true),
+        (
+            Some(vec!["client_secret_basic"]),
+            "client_secret_post",
+            None,
+            false,
+        ),
+    ];
+    for (offered, declared, scheme, in_form) in cases {
+        let refused = offered.is_some();
+        let server = serve(AuthOptions {
+            auth_methods: offered.map(|m| m.into_iter().map(String::from).collect()),
+            ..AuthOptions::default()
+        })
+        .await;
+        let FirstTurn {
+            h, catalog, _home, ..
+        } = first_turn(
+            &server.url(),
+            "svc",
+            &format!("oauth:\n  client_id: service-7\n  client_secret: \"${{SVC_SECRET}}\"\n  grant: client_credentials\n  token_endpoint_auth_method: {declared}\n"),
+            &[("SVC_SECRET", "method-secret-1")],
+        )
+        .await;
+        let forms = server.seen.token_forms();
+        if refused {
+            let message = &catalog.diagnostics()[0].message;
+            assert!(message.contains("token_endpoint_auth_method"), "{message}");
+            assert!(forms.is_empty(), "{forms:?}");
+        } else {
+            assert!(
+                catalog.diagnostics().is_empty(),
+                "{declared}: {:?}",
+                catalog.diagnostics()
+            );
+            assert_eq!(forms.len(), 1);
+            assert_eq!(field(&forms[0], "$authorization"), scheme, "{declared}");
+            assert_eq!(
+                field(&forms[0], "client_secret").is_some(),
+                in_form,
+                "{declared}"
+            );
+        }
+        h.finish().await;
+    }
 }

@@ -77,20 +77,34 @@ pub struct OAuthPreview {
     /// The only authorization server allowed, when declared.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub issuer: Option<String>,
+    /// The host variable the client assertion's signing key comes from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_key_from: Option<String>,
+    /// How client assertions are signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_algorithm: Option<crate::core::SigningAlgorithm>,
+    /// The declared token endpoint authentication method.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_endpoint_auth_method: Option<crate::core::TokenAuthMethod>,
 }
 
 impl OAuthPreview {
     fn of(oauth: &crate::core::OAuthDeclared) -> Self {
+        let variable = |reference: &Option<String>| {
+            reference
+                .as_deref()
+                .map(|s| s.trim_start_matches("${").trim_end_matches('}').to_string())
+        };
         OAuthPreview {
             grant: oauth.grant,
             client_id: oauth.client_id.clone(),
-            client_secret_from: oauth
-                .client_secret
-                .as_deref()
-                .map(|s| s.trim_start_matches("${").trim_end_matches('}').to_string()),
+            client_secret_from: variable(&oauth.client_secret),
             client_metadata_url: oauth.client_metadata_url.clone(),
             scopes: oauth.scopes.clone(),
             issuer: oauth.issuer.clone(),
+            private_key_from: variable(&oauth.private_key),
+            signing_algorithm: oauth.signing_algorithm,
+            token_endpoint_auth_method: oauth.token_endpoint_auth_method,
         }
     }
 }
@@ -203,6 +217,17 @@ impl ConnectPreview {
             }
             if let Some(from) = &oauth.client_secret_from {
                 out.push_str(&format!("    client secret from: ${{{}}}\n", e(from)));
+            }
+            if let (Some(from), Some(algorithm)) =
+                (&oauth.private_key_from, oauth.signing_algorithm)
+            {
+                out.push_str(&format!(
+                    "    client assertions signed ({algorithm:?}) with the key from: ${{{}}}\n",
+                    e(from)
+                ));
+            }
+            if let Some(method) = oauth.token_endpoint_auth_method {
+                out.push_str(&format!("    token endpoint auth: {}\n", method.as_str()));
             }
             match (&oauth.issuer, &oauth.client_secret_from) {
                 (Some(issuer), _) => {

@@ -29,7 +29,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
         .ok()
         .and_then(|c| serde_json::from_str(&c).ok())
         .unwrap_or_default();
-    let (oauth, secret) = oauth_section(&scenario, &context);
+    let (oauth, secrets) = oauth_section(&scenario, &context);
     std::fs::write(
         core.join("agent/mcp/server.yaml"),
         format!(
@@ -41,9 +41,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
     let mut config = cli.config(Arc::new(events.clone()));
     config.home = scratch.path().join("home");
     config.approver = Arc::new(FixedApprover(ApprovalAnswer::AllowSession));
-    if let Some(secret) = secret {
-        config.host_env.0.insert(SECRET_VARIABLE.into(), secret);
-    }
+    config.host_env.0.extend(secrets);
     let mut trusted: Vec<ipnet::IpNet> = vec!["127.0.0.0/8".parse()?, "::1/128".parse()?];
     trusted.extend(cli.trust_network.iter().copied());
     config.url_policy = UrlPolicy::with_trusted(trusted);
@@ -139,19 +137,28 @@ async fn act(
 
 /// The host variable the conformance client secret is passed in.
 const SECRET_VARIABLE: &str = "CONFORMANCE_CLIENT_SECRET";
+/// The host variable the conformance client's signing key is passed in.
+const KEY_VARIABLE: &str = "CONFORMANCE_PRIVATE_KEY";
 
 /// The `oauth:` section a scenario's context asks for (a pre-registered client, client
-/// credentials, a client ID metadata document), and the client secret to put in the
-/// host environment.
-fn oauth_section(scenario: &str, context: &Value) -> (String, Option<String>) {
+/// credentials with a secret or a signing key, a client ID metadata document), and the
+/// host variables its references name.
+fn oauth_section(scenario: &str, context: &Value) -> (String, Vec<(String, String)>) {
     let text = |k: &str| context.get(k).and_then(Value::as_str).map(str::to_string);
     let mut lines = Vec::new();
+    let mut secrets = Vec::new();
     if let Some(id) = text("client_id") {
         lines.push(format!("  client_id: {}", json!(id)));
     }
-    let secret = text("client_secret");
-    if secret.is_some() {
+    if let Some(secret) = text("client_secret") {
         lines.push(format!("  client_secret: \"${{{SECRET_VARIABLE}}}\""));
+        secrets.push((SECRET_VARIABLE.to_string(), secret));
+    }
+    if let Some(key) = text("private_key_pem") {
+        lines.push(format!("  private_key: \"${{{KEY_VARIABLE}}}\""));
+        let algorithm = text("signing_algorithm").unwrap_or_else(|| "ES256".into());
+        lines.push(format!("  signing_algorithm: {}", json!(algorithm)));
+        secrets.push((KEY_VARIABLE.to_string(), key));
     }
     if scenario.contains("client-credentials") {
         lines.push("  grant: client_credentials".into());
@@ -163,9 +170,9 @@ fn oauth_section(scenario: &str, context: &Value) -> (String, Option<String>) {
         ));
     }
     if lines.is_empty() {
-        return (String::new(), None);
+        return (String::new(), secrets);
     }
-    (format!("oauth:\n{}\n", lines.join("\n")), secret)
+    (format!("oauth:\n{}\n", lines.join("\n")), secrets)
 }
 
 /// Accepts every elicitation with no input of its own, so the runtime's defaults are

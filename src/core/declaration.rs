@@ -103,6 +103,9 @@ pub(crate) struct RawOAuth {
     scopes: Option<Vec<String>>,
     grant: Option<OAuthGrant>,
     issuer: Option<String>,
+    private_key: Option<String>,
+    signing_algorithm: Option<SigningAlgorithm>,
+    token_endpoint_auth_method: Option<TokenAuthMethod>,
 }
 
 /// How an OAuth token is obtained.
@@ -114,6 +117,47 @@ pub enum OAuthGrant {
     AuthorizationCode,
     /// A headless service authenticates as itself with its client id and secret.
     ClientCredentials,
+}
+
+/// How a client assertion (`private_key_jwt`, RFC 7523) is signed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub enum SigningAlgorithm {
+    /// RSASSA-PKCS1-v1_5 with SHA-256.
+    RS256,
+    /// RSASSA-PKCS1-v1_5 with SHA-384.
+    RS384,
+    /// RSASSA-PKCS1-v1_5 with SHA-512.
+    RS512,
+    /// ECDSA on P-256 with SHA-256.
+    ES256,
+    /// ECDSA on P-384 with SHA-384.
+    ES384,
+}
+
+/// How the client authenticates at the token endpoint (RFC 7591's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenAuthMethod {
+    /// The client secret in an HTTP Basic header.
+    ClientSecretBasic,
+    /// The client secret in the request body.
+    ClientSecretPost,
+    /// A client assertion signed with the declared private key.
+    PrivateKeyJwt,
+    /// A public client: no secret.
+    None,
+}
+
+impl TokenAuthMethod {
+    /// The name authorization server metadata uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenAuthMethod::ClientSecretBasic => "client_secret_basic",
+            TokenAuthMethod::ClientSecretPost => "client_secret_post",
+            TokenAuthMethod::PrivateKeyJwt => "private_key_jwt",
+            TokenAuthMethod::None => "none",
+        }
+    }
 }
 
 /// How a streamable HTTP server is authorized (the `oauth:` section). Without one, a
@@ -136,6 +180,14 @@ pub struct OAuthDeclared {
     /// any other is refused. Without it, the one the server's metadata names is used,
     /// and a declared client secret goes to it.
     pub issuer: Option<String>,
+    /// The PEM private key that signs client assertions, as declared: a `${NAME}`
+    /// reference, interpolated only after approval.
+    pub private_key: Option<String>,
+    /// How the client assertion is signed (with `private_key`).
+    pub signing_algorithm: Option<SigningAlgorithm>,
+    /// The token endpoint authentication method; by default the one the authorization
+    /// server's metadata and the declared credentials select.
+    pub token_endpoint_auth_method: Option<TokenAuthMethod>,
 }
 
 impl OAuthDeclared {
@@ -147,23 +199,46 @@ impl OAuthDeclared {
             scopes,
             grant,
             issuer,
+            private_key,
+            signing_algorithm,
+            token_endpoint_auth_method,
         } = raw;
         let mut problem = |field: &str, message: &str| {
             errors.push((format!("oauth.{field}"), message.to_string()));
         };
-        if let Some(secret) = &client_secret
-            && !is_reference(secret)
-        {
+        for (field, value) in [
+            ("client_secret", &client_secret),
+            ("private_key", &private_key),
+        ] {
+            if value.as_deref().is_some_and(|v| !is_reference(v)) {
+                problem(
+                    field,
+                    "must be a `${NAME}` reference to a host variable: a literal secret would be committed with the core",
+                );
+            }
+            if value.is_some() && client_id.is_none() {
+                problem(
+                    field,
+                    "needs `client_id`: a credential belongs to a client registered ahead",
+                );
+            }
+        }
+        if client_secret.is_some() && private_key.is_some() {
             problem(
-                "client_secret",
-                "must be a `${NAME}` reference to a host variable: a literal secret would be committed with the core",
+                "private_key",
+                "declare either `client_secret` or `private_key`, not both",
             );
         }
-        if client_secret.is_some() && client_id.is_none() {
-            problem(
-                "client_secret",
-                "needs `client_id`: a secret belongs to a client registered ahead",
-            );
+        match (&private_key, signing_algorithm) {
+            (Some(_), None) => problem(
+                "signing_algorithm",
+                "`private_key` needs `signing_algorithm`: one of RS256, RS384, RS512, ES256, ES384",
+            ),
+            (None, Some(_)) => problem(
+                "signing_algorithm",
+                "only applies with `private_key`; remove it or declare the key",
+            ),
+            _ => {}
         }
         if let Some(url) = &client_metadata_url
             && !url.starts_with("https://")
@@ -175,11 +250,33 @@ impl OAuthDeclared {
         }
         let grant = grant.unwrap_or_default();
         if grant == OAuthGrant::ClientCredentials
-            && (client_id.is_none() || client_secret.is_none())
+            && (client_id.is_none() || (client_secret.is_none() && private_key.is_none()))
         {
             problem(
                 "grant",
-                "`client_credentials` needs `client_id` and `client_secret`",
+                "`client_credentials` needs `client_id` and `client_secret` or `private_key`",
+            );
+        }
+        if private_key.is_some() && grant != OAuthGrant::ClientCredentials {
+            problem(
+                "private_key",
+                "signs client assertions for `grant: client_credentials` only; set the grant or use `client_secret`",
+            );
+        }
+        let token_endpoint_auth_method = token_endpoint_auth_method
+            .or(private_key.as_ref().map(|_| TokenAuthMethod::PrivateKeyJwt));
+        let fits = match token_endpoint_auth_method {
+            Some(TokenAuthMethod::ClientSecretBasic | TokenAuthMethod::ClientSecretPost) => {
+                client_secret.is_some()
+            }
+            Some(TokenAuthMethod::PrivateKeyJwt) => private_key.is_some(),
+            Some(TokenAuthMethod::None) => client_secret.is_none() && private_key.is_none(),
+            None => true,
+        };
+        if !fits {
+            problem(
+                "token_endpoint_auth_method",
+                "does not match the declared credentials: client_secret_basic and client_secret_post need `client_secret`, private_key_jwt needs `private_key`, none needs neither",
             );
         }
         let scopes = scopes.unwrap_or_default();
@@ -207,7 +304,20 @@ impl OAuthDeclared {
             scopes,
             grant,
             issuer,
+            private_key,
+            signing_algorithm,
+            token_endpoint_auth_method,
         }
+    }
+
+    /// The `${NAME}` references of this section, with their field names.
+    pub fn references(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        [
+            ("oauth.client_secret", self.client_secret.as_deref()),
+            ("oauth.private_key", self.private_key.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(field, value)| Some((field, value?)))
     }
 }
 

@@ -756,7 +756,7 @@ fn details(before: &Found, after: &Found) -> Vec<String> {
                 if bo != ao {
                     // A changed client or scope changes the token the runtime obtains.
                     out.push(
-                        "oauth: the client, grant or scopes changed (see the previews)".into(),
+                        "oauth: the client, its credentials, grant, method, issuer or scopes changed (see the previews)".into(),
                     );
                 }
                 if bu != au && bu.origin() == au.origin() {

@@ -87,13 +87,45 @@ impl PinnedOAuth {
         PinnedOAuth { net, on_decision }
     }
 
+    /// The body of a `GET` of `url` that answered 200 (no redirect followed).
+    pub async fn get(&self, url: &str) -> Result<Vec<u8>, NetError> {
+        let invalid = || NetError::Blocked {
+            block: super::policy::Block::InvalidUrl,
+            target: String::new(),
+        };
+        let target = url::Url::parse(url)
+            .map_err(|_| invalid())?
+            .origin()
+            .ascii_serialization();
+        let request = http::Request::get(url)
+            .body(Vec::new())
+            .map_err(|_| invalid())?;
+        let response = self.fetch(request, false, OAUTH_TIMEOUT).await?;
+        if response.status() != http::StatusCode::OK {
+            return Err(NetError::Http {
+                target,
+                message: format!("answered HTTP {}", response.status().as_u16()),
+            });
+        }
+        Ok(response.into_body())
+    }
+
     async fn execute_request(
         &self,
         request: OAuthHttpRequest,
     ) -> Result<http::Response<Vec<u8>>, NetError> {
         let follow = matches!(request.redirect_policy, OAuthHttpRedirectPolicy::Follow);
         let timeout = request.timeout.unwrap_or(OAUTH_TIMEOUT).min(OAUTH_TIMEOUT);
-        let (parts, body) = request.request.into_parts();
+        self.fetch(request.request, follow, timeout).await
+    }
+
+    async fn fetch(
+        &self,
+        request: http::Request<Vec<u8>>,
+        follow: bool,
+        timeout: Duration,
+    ) -> Result<http::Response<Vec<u8>>, NetError> {
+        let (parts, body) = request.into_parts();
         let uri = parts.uri.to_string();
         let step = OAuthStep::of(&parts.method, &uri, &body);
         let hook = Arc::clone(&self.on_decision);

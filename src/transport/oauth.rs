@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use oauth2::TokenResponse;
 use rmcp::transport::auth::{
-    AuthError, AuthorizationManager, AuthorizationRequest, AuthorizationSession,
-    ClientCredentialsConfig, CredentialStore, OAuthHttpClient, StoredCredentials,
+    AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
+    AuthorizationSession, ClientCredentialsConfig, CredentialStore, JwtSigningAlgorithm,
+    OAuthHttpClient, StoredCredentials,
 };
 
 use futures::stream::BoxStream;
@@ -31,7 +32,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::{Error as SseError, Sse};
 
 use crate::authority::{AuthorizationPrompt, Authorizer};
-use crate::core::{OAuthDeclared, OAuthGrant};
+use crate::core::{OAuthDeclared, OAuthGrant, SigningAlgorithm, TokenAuthMethod};
 use crate::net::oauth::{OAuthDecisionHook, PinnedOAuth};
 use crate::net::{NetContext, NetError, PinnedClient};
 
@@ -172,12 +173,7 @@ pub(crate) async fn authorize(
 /// for the user.
 enum Prepared {
     Granted(Box<AuthorizationManager>),
-    Session(
-        Box<(
-            AuthorizationSession,
-            rmcp::transport::auth::AuthorizationMetadata,
-        )>,
-    ),
+    Session(Box<(AuthorizationSession, AuthorizationMetadata)>),
 }
 
 /// Discovery from the challenge, then the client credentials grant or the
@@ -189,34 +185,38 @@ async fn prepare(
     launch: &OAuthLaunch,
 ) -> Result<Prepared, OAuthFailure> {
     let mut manager = manager(base_url, net, launch).await?;
-    let resolution = manager
+    let mut metadata = match manager
         .resolve_metadata_from_challenge(Some(challenge))
         .await
-        .map_err(|e| failed("discovery", &e))?;
+    {
+        Ok(resolution) => resolution.metadata,
+        Err(AuthError::AuthorizationServerMismatch {
+            expected_issuer,
+            received_issuer,
+        }) if same_origin_legacy(base_url, &expected_issuer, &received_issuer) => {
+            legacy_metadata(base_url, &received_issuer, net, launch).await?
+        }
+        Err(e) => return Err(failed("discovery", &e)),
+    };
     let declared = launch.declared.clone().unwrap_or_default();
     if let Some(pinned) = &declared.issuer {
-        let named = resolution.metadata.issuer.as_deref().unwrap_or_default();
+        let named = metadata.issuer.as_deref().unwrap_or_default();
         if named.trim_end_matches('/') != pinned.trim_end_matches('/') {
             return Err(OAuthFailure(
                 "the server names an authorization server other than the declared oauth.issuer; no client secret or token request was sent to it".into(),
             ));
         }
     }
-    manager.set_metadata(resolution.metadata.clone());
+    if let Some(method) = declared.token_endpoint_auth_method {
+        only_method(&mut metadata, method)?;
+    }
+    manager.set_metadata(metadata.clone());
     if declared.grant == OAuthGrant::ClientCredentials {
-        let config = ClientCredentialsConfig::ClientSecret {
-            client_id: declared.client_id.clone().unwrap_or_default(),
-            client_secret: declared.client_secret.clone().unwrap_or_default(),
-            scopes: declared.scopes.clone(),
-            resource: Some(base_url.to_string()),
-        };
+        let config = client_credentials(&declared, base_url);
         manager
             .configure_client_credentials(&config)
             .map_err(|e| failed("client configuration", &e))?;
-        manager
-            .exchange_client_credentials(&config)
-            .await
-            .map_err(|e| failed("client credentials grant", &e))?;
+        let manager = exchange_client_credentials(manager, config).await?;
         return Ok(Prepared::Granted(Box::new(manager)));
     }
     let redirect_uri = launch.authorizer.redirect_uri();
@@ -238,7 +238,136 @@ async fn prepare(
     let session = AuthorizationSession::new(manager, request)
         .await
         .map_err(|(_, e)| failed("registration", &e))?;
-    Ok(Prepared::Session(Box::new((session, resolution.metadata))))
+    Ok(Prepared::Session(Box::new((session, metadata))))
+}
+
+/// rmcp's client credentials exchange, whose future is not `Send` (rmcp 3.11 keeps a
+/// form serializer across an await when it signs assertions): driven on a blocking
+/// thread through the runtime's handle, so its requests still use this runtime's
+/// pinned client, and bounded by the phase deadline of the caller.
+async fn exchange_client_credentials(
+    manager: AuthorizationManager,
+    config: ClientCredentialsConfig,
+) -> Result<AuthorizationManager, OAuthFailure> {
+    let handle = tokio::runtime::Handle::current();
+    let exchanged = tokio::task::spawn_blocking(move || {
+        let result = handle.block_on(manager.exchange_client_credentials(&config));
+        (manager, result)
+    })
+    .await;
+    match exchanged {
+        Ok((manager, Ok(_))) => Ok(manager),
+        Ok((_, Err(e))) => Err(failed("client credentials grant", &e)),
+        Err(_) => Err(OAuthFailure(
+            "OAuth client credentials grant stopped".into(),
+        )),
+    }
+}
+
+/// The client credentials grant as declared: a signed client assertion when a private
+/// key is declared, else the client secret.
+fn client_credentials(declared: &OAuthDeclared, resource: &str) -> ClientCredentialsConfig {
+    let client_id = declared.client_id.clone().unwrap_or_default();
+    let scopes = declared.scopes.clone();
+    let resource = Some(resource.to_string());
+    match (&declared.private_key, declared.signing_algorithm) {
+        (Some(key), Some(algorithm)) => ClientCredentialsConfig::PrivateKeyJwt {
+            client_id,
+            signing_key: key.as_bytes().to_vec(),
+            signing_algorithm: match algorithm {
+                SigningAlgorithm::RS256 => JwtSigningAlgorithm::RS256,
+                SigningAlgorithm::RS384 => JwtSigningAlgorithm::RS384,
+                SigningAlgorithm::RS512 => JwtSigningAlgorithm::RS512,
+                SigningAlgorithm::ES256 => JwtSigningAlgorithm::ES256,
+                SigningAlgorithm::ES384 => JwtSigningAlgorithm::ES384,
+            },
+            token_endpoint_audience: None,
+            scopes,
+            resource,
+        },
+        _ => ClientCredentialsConfig::ClientSecret {
+            client_id,
+            client_secret: declared.client_secret.clone().unwrap_or_default(),
+            scopes,
+            resource,
+        },
+    }
+}
+
+/// Narrows the methods the authorization server offers to the declared one, so rmcp
+/// uses it; a server that lists methods and not this one is refused before any
+/// credential is sent.
+fn only_method(
+    metadata: &mut AuthorizationMetadata,
+    method: TokenAuthMethod,
+) -> Result<(), OAuthFailure> {
+    const FIELD: &str = "token_endpoint_auth_methods_supported";
+    let offered = metadata
+        .additional_fields
+        .get(FIELD)
+        .and_then(|v| v.as_array())
+        .map(|methods| methods.iter().any(|m| m.as_str() == Some(method.as_str())));
+    if offered == Some(false) {
+        return Err(OAuthFailure(
+            "the authorization server does not offer the declared oauth.token_endpoint_auth_method; no credential was sent to it".into(),
+        ));
+    }
+    metadata
+        .additional_fields
+        .insert(FIELD.into(), serde_json::json!([method.as_str()]));
+    Ok(())
+}
+
+/// Whether an issuer mismatch is the 2025-03-26 layout: the metadata was looked for at
+/// the MCP server's own origin (no protected resource metadata named another server)
+/// and names an issuer on that same origin, only with a path. The origin that serves
+/// the MCP endpoint and its metadata is the authorization server under that revision,
+/// and its document could name endpoints anywhere regardless; an issuer on any other
+/// origin stays refused (RFC 8414 section 3.3, against mix-up).
+fn same_origin_legacy(base_url: &str, expected: &str, received: &str) -> bool {
+    let (Ok(base), Ok(expected), Ok(received)) = (
+        url::Url::parse(base_url),
+        url::Url::parse(expected),
+        url::Url::parse(received),
+    ) else {
+        return false;
+    };
+    let root = matches!(expected.path(), "" | "/") && expected.query().is_none();
+    root && expected.origin() == base.origin()
+        && received.origin() == base.origin()
+        && received.query().is_none()
+        && received.fragment().is_none()
+}
+
+/// The 2025-03-26 authorization server metadata at the MCP server's origin, read again
+/// through the pinned client and accepted only if it still names `issuer`.
+async fn legacy_metadata(
+    base_url: &str,
+    issuer: &str,
+    net: &Arc<NetContext>,
+    launch: &OAuthLaunch,
+) -> Result<AuthorizationMetadata, OAuthFailure> {
+    let refused = || {
+        OAuthFailure("OAuth discovery failed: the authorization server metadata at the server's origin is unusable".into())
+    };
+    let mut url = url::Url::parse(base_url).map_err(|_| refused())?;
+    url.set_path("/.well-known/oauth-authorization-server");
+    url.set_query(None);
+    url.set_fragment(None);
+    let client = PinnedOAuth::new(Arc::clone(net), Arc::clone(&launch.on_decision));
+    let body = client
+        .get(url.as_str())
+        .await
+        .map_err(|e| OAuthFailure(format!("OAuth discovery failed: {e}")))?;
+    let metadata: AuthorizationMetadata = serde_json::from_slice(&body).map_err(|_| refused())?;
+    if metadata.issuer.as_deref() != Some(issuer) {
+        return Err(refused());
+    }
+    tracing::info!(
+        server = %crate::text::escape(&launch.server),
+        "authorization server metadata in the 2025-03-26 layout: issuer on the server's own origin, with a path"
+    );
+    Ok(metadata)
 }
 
 fn origin_of(url: &str) -> String {
@@ -583,5 +712,71 @@ impl StreamableHttpClient for StepUp {
                 max_sse_event_size,
             )
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_issuer_on_the_servers_own_origin_excuses_a_mismatch() {
+        let base = "https://mcp.example.test/mcp";
+        let root = "https://mcp.example.test/";
+        for (expected, received, excused) in [
+            (root, "https://mcp.example.test/oauth", true),
+            (
+                "https://mcp.example.test",
+                "https://mcp.example.test/a/b",
+                true,
+            ),
+            // Another origin: scheme, host, port, or a look-alike.
+            (root, "http://mcp.example.test/oauth", false),
+            (root, "https://auth.example.test/oauth", false),
+            (root, "https://mcp.example.test:8443/oauth", false),
+            (root, "https://mcp.example.test.evil.test/", false),
+            // Discovery that did not start at the server's origin root.
+            (
+                "https://mcp.example.test/tenant",
+                "https://mcp.example.test/other",
+                false,
+            ),
+            (
+                "https://auth.example.test/",
+                "https://auth.example.test/oauth",
+                false,
+            ),
+            // Not a plain issuer.
+            (root, "https://mcp.example.test/oauth?x=1", false),
+            (root, "https://mcp.example.test/oauth#f", false),
+            (root, "not a url", false),
+        ] {
+            assert_eq!(
+                same_origin_legacy(base, expected, received),
+                excused,
+                "{expected} / {received}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_declared_method_narrows_the_offer_or_refuses() {
+        let mut metadata = AuthorizationMetadata::default();
+        only_method(&mut metadata, TokenAuthMethod::ClientSecretBasic).unwrap();
+        assert_eq!(
+            metadata.additional_fields["token_endpoint_auth_methods_supported"],
+            serde_json::json!(["client_secret_basic"])
+        );
+        let mut offered = AuthorizationMetadata::default();
+        offered.additional_fields.insert(
+            "token_endpoint_auth_methods_supported".into(),
+            serde_json::json!(["client_secret_basic", "client_secret_post"]),
+        );
+        only_method(&mut offered, TokenAuthMethod::ClientSecretPost).unwrap();
+        assert_eq!(
+            offered.additional_fields["token_endpoint_auth_methods_supported"],
+            serde_json::json!(["client_secret_post"])
+        );
+        assert!(only_method(&mut offered, TokenAuthMethod::PrivateKeyJwt).is_err());
     }
 }

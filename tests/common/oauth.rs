@@ -29,6 +29,14 @@ pub struct AuthOptions {
     pub authorization_server: Option<String>,
     /// Lifetime of access tokens, in seconds.
     pub expires_in: Option<u64>,
+    /// The `issuer` the authorization server metadata names: a path is appended to the
+    /// server's origin, a URL taken as it is; the origin when `None`.
+    pub issuer: Option<String>,
+    /// The 2025-03-26 layout: no protected resource metadata, a challenge that names
+    /// none, authorization server metadata at the origin.
+    pub legacy: bool,
+    /// `token_endpoint_auth_methods_supported`, when not the default three.
+    pub auth_methods: Option<Vec<String>>,
 }
 
 /// What the server saw.
@@ -40,6 +48,8 @@ pub struct Seen {
     pub valid: Mutex<HashSet<String>>,
     /// Grant types of token requests, in order.
     pub grants: Mutex<Vec<String>>,
+    /// The form fields of every token request.
+    pub token_forms: Mutex<Vec<Vec<(String, String)>>>,
     issued: AtomicUsize,
 }
 
@@ -50,6 +60,10 @@ impl Seen {
 
     pub fn grants(&self) -> Vec<String> {
         self.grants.lock().unwrap().clone()
+    }
+
+    pub fn token_forms(&self) -> Vec<Vec<(String, String)>> {
+        self.token_forms.lock().unwrap().clone()
     }
 
     /// Makes every access token issued so far invalid (the server "revokes" them).
@@ -157,22 +171,32 @@ async fn answer(
         .authorization_server
         .clone()
         .unwrap_or_else(|| origin.to_string());
+    let named_issuer = match options.issuer.as_deref() {
+        Some(p) if p.starts_with('/') => format!("{origin}{p}"),
+        Some(url) => url.to_string(),
+        None => origin.to_string(),
+    };
+    let methods = options.auth_methods.clone().unwrap_or_else(|| {
+        ["none", "client_secret_post", "client_secret_basic"]
+            .map(String::from)
+            .to_vec()
+    });
     match path.as_str() {
-        p if p.starts_with("/.well-known/oauth-protected-resource") => reply(
+        p if p.starts_with("/.well-known/oauth-protected-resource") && !options.legacy => reply(
             StatusCode::OK,
             json!({"resource": format!("{origin}/mcp"), "authorization_servers": [issuer]}),
         ),
         "/.well-known/oauth-authorization-server" => reply(
             StatusCode::OK,
             json!({
-                "issuer": origin,
+                "issuer": named_issuer,
                 "authorization_endpoint": format!("{origin}/authorize"),
                 "token_endpoint": format!("{origin}/token"),
                 "registration_endpoint": format!("{origin}/register"),
                 "response_types_supported": ["code"],
                 "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
                 "code_challenge_methods_supported": ["S256"],
-                "token_endpoint_auth_methods_supported": ["none", "client_secret_post", "client_secret_basic"],
+                "token_endpoint_auth_methods_supported": methods,
             }),
         ),
         "/register" => {
@@ -206,14 +230,24 @@ async fn answer(
             resp
         }
         "/token" => {
+            // How the client authenticated, beside its form: `$authorization` is the
+            // scheme of its Authorization header, if it sent one.
+            let scheme = req
+                .headers()
+                .get(http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split_whitespace().next())
+                .map(|s| ("$authorization".to_string(), s.to_string()));
             let body = req.into_body().collect().await.unwrap().to_bytes();
-            let fields = form(&body);
+            let mut fields = form(&body);
+            fields.extend(scheme);
             let grant = fields
                 .iter()
                 .find(|(k, _)| k == "grant_type")
                 .map(|(_, v)| v.clone())
                 .unwrap_or_default();
             seen.grants.lock().unwrap().push(grant);
+            seen.token_forms.lock().unwrap().push(fields.clone());
             let n = seen.issued.fetch_add(1, Ordering::SeqCst);
             let access = format!("at-{n}-{CANARY}");
             seen.valid.lock().unwrap().insert(access.clone());
@@ -237,9 +271,13 @@ async fn answer(
             let valid = token.is_some_and(|t| seen.valid.lock().unwrap().contains(&t));
             if !valid {
                 let mut resp = reply(StatusCode::UNAUTHORIZED, json!({"error": "invalid_token"}));
-                let challenge = format!(
-                    "Bearer resource_metadata=\"{origin}/.well-known/oauth-protected-resource/mcp\""
-                );
+                let challenge = if options.legacy {
+                    "Bearer".to_string()
+                } else {
+                    format!(
+                        "Bearer resource_metadata=\"{origin}/.well-known/oauth-protected-resource/mcp\""
+                    )
+                };
                 resp.headers_mut()
                     .insert(http::header::WWW_AUTHENTICATE, challenge.parse().unwrap());
                 return resp;
