@@ -48,6 +48,7 @@ struct FirstTurn {
     follow: Follow,
     catalog: demiurge_mcp::TurnCatalog,
     _home: tempfile::TempDir,
+    core: Core,
 }
 
 async fn first_turn(url: &str, id: &str, extra: &str, env: &[(&str, &str)]) -> FirstTurn {
@@ -64,6 +65,7 @@ async fn first_turn(url: &str, id: &str, extra: &str, env: &[(&str, &str)]) -> F
         follow,
         catalog,
         _home: home,
+        core,
     }
 }
 
@@ -247,6 +249,7 @@ async fn the_client_credentials_grant_needs_no_user() {
         follow,
         catalog,
         _home,
+        ..
     } = first_turn(
         &server.url(),
         "svc",
@@ -438,6 +441,7 @@ async fn a_pinned_issuer_refuses_any_other_authorization_server() {
         follow,
         catalog,
         _home,
+        ..
     } = first_turn(
         &server.url(),
         "docs",
@@ -497,6 +501,7 @@ async fn a_signed_client_assertion_authenticates_a_headless_service() {
         follow,
         catalog,
         _home,
+        ..
     } = first_turn(
         &server.url(),
         "svc",
@@ -591,6 +596,7 @@ async fn an_issuer_on_the_servers_own_origin_is_accepted_and_any_other_refused()
             follow,
             catalog,
             _home,
+            core,
         } = first_turn(&server.url(), "docs", "", &[]).await;
         if ok {
             assert!(
@@ -600,6 +606,20 @@ async fn an_issuer_on_the_servers_own_origin_is_accepted_and_any_other_refused()
             );
             assert_eq!(follow.asked.load(Ordering::SeqCst), 1);
             assert!(!catalog.tools().is_empty());
+            // Its token is reused after a restart, under the same discovery rules.
+            h.finish().await;
+            let again = Follow::new();
+            let h = runtime_at(_home.path(), &again).await;
+            let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+            let catalog = session.prepare_turn().await.unwrap();
+            assert!(
+                catalog.diagnostics().is_empty(),
+                "{:?}",
+                catalog.diagnostics()
+            );
+            assert_eq!(again.asked.load(Ordering::SeqCst), 0);
+            h.finish().await;
+            continue;
         } else {
             let message = &catalog.diagnostics()[0].message;
             assert!(message.contains("issuer mismatch"), "{message}");

@@ -124,6 +124,11 @@ pub(crate) async fn stored(
 ) -> Option<AuthorizationManager> {
     launch.store.as_ref().filter(|p| p.exists())?;
     let mut manager = manager(base_url, net, launch).await.ok()?;
+    // The same discovery rules as a new flow (the 2025-03-26 exception, the pinned
+    // issuer, the declared method) before any stored token is used.
+    discover(&mut manager, base_url, None, net, launch)
+        .await
+        .ok()?;
     match manager.initialize_from_store().await {
         Ok(true) => Some(manager),
         _ => None,
@@ -185,32 +190,8 @@ async fn prepare(
     launch: &OAuthLaunch,
 ) -> Result<Prepared, OAuthFailure> {
     let mut manager = manager(base_url, net, launch).await?;
-    let mut metadata = match manager
-        .resolve_metadata_from_challenge(Some(challenge))
-        .await
-    {
-        Ok(resolution) => resolution.metadata,
-        Err(AuthError::AuthorizationServerMismatch {
-            expected_issuer,
-            received_issuer,
-        }) if same_origin_legacy(base_url, &expected_issuer, &received_issuer) => {
-            legacy_metadata(base_url, &received_issuer, net, launch).await?
-        }
-        Err(e) => return Err(failed("discovery", &e)),
-    };
+    let metadata = discover(&mut manager, base_url, Some(challenge), net, launch).await?;
     let declared = launch.declared.clone().unwrap_or_default();
-    if let Some(pinned) = &declared.issuer {
-        let named = metadata.issuer.as_deref().unwrap_or_default();
-        if named.trim_end_matches('/') != pinned.trim_end_matches('/') {
-            return Err(OAuthFailure(
-                "the server names an authorization server other than the declared oauth.issuer; no client secret or token request was sent to it".into(),
-            ));
-        }
-    }
-    if let Some(method) = declared.token_endpoint_auth_method {
-        only_method(&mut metadata, method)?;
-    }
-    manager.set_metadata(metadata.clone());
     if declared.grant == OAuthGrant::ClientCredentials {
         let config = client_credentials(&declared, base_url);
         manager
@@ -241,26 +222,74 @@ async fn prepare(
     Ok(Prepared::Session(Box::new((session, metadata))))
 }
 
+/// Discovery from `challenge` (or from the server alone), under this runtime's rules:
+/// an issuer mismatch excused only in the 2025-03-26 layout, the declared
+/// `oauth.issuer` and `oauth.token_endpoint_auth_method` enforced; the metadata is set
+/// on `manager` and returned.
+async fn discover(
+    manager: &mut AuthorizationManager,
+    base_url: &str,
+    challenge: Option<&str>,
+    net: &Arc<NetContext>,
+    launch: &OAuthLaunch,
+) -> Result<AuthorizationMetadata, OAuthFailure> {
+    let mut metadata = match manager.resolve_metadata_from_challenge(challenge).await {
+        Ok(resolution) => resolution.metadata,
+        Err(AuthError::AuthorizationServerMismatch {
+            expected_issuer,
+            received_issuer,
+        }) if same_origin_legacy(base_url, &expected_issuer, &received_issuer) => {
+            legacy_metadata(base_url, &received_issuer, net, launch).await?
+        }
+        Err(e) => return Err(failed("discovery", &e)),
+    };
+    let declared = launch.declared.clone().unwrap_or_default();
+    if let Some(pinned) = &declared.issuer {
+        let named = metadata.issuer.as_deref().unwrap_or_default();
+        if named.trim_end_matches('/') != pinned.trim_end_matches('/') {
+            return Err(OAuthFailure(
+                "the server names an authorization server other than the declared oauth.issuer; no client secret or token request was sent to it".into(),
+            ));
+        }
+    }
+    if let Some(method) = declared.token_endpoint_auth_method {
+        only_method(&mut metadata, method)?;
+    }
+    manager.set_metadata(metadata.clone());
+    Ok(metadata)
+}
+
 /// rmcp's client credentials exchange, whose future is not `Send` (rmcp 3.11 keeps a
 /// form serializer across an await when it signs assertions): driven on a blocking
 /// thread through the runtime's handle, so its requests still use this runtime's
-/// pinned client, and bounded by the phase deadline of the caller.
+/// pinned client. It ends with its caller (a dropped connect, the phase deadline) or
+/// after [`OAUTH_PHASE_TIMEOUT`] of its own; a token it had not stored by then is
+/// never stored.
 async fn exchange_client_credentials(
     manager: AuthorizationManager,
     config: ClientCredentialsConfig,
 ) -> Result<AuthorizationManager, OAuthFailure> {
     let handle = tokio::runtime::Handle::current();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let _ends_with_caller = cancel.clone().drop_guard();
     let exchanged = tokio::task::spawn_blocking(move || {
-        let result = handle.block_on(manager.exchange_client_credentials(&config));
+        let result = handle.block_on(async {
+            tokio::select! {
+                result = manager.exchange_client_credentials(&config) => Some(result),
+                () = cancel.cancelled() => None,
+                () = tokio::time::sleep(OAUTH_PHASE_TIMEOUT) => None,
+            }
+        });
         (manager, result)
     })
     .await;
     match exchanged {
-        Ok((manager, Ok(_))) => Ok(manager),
-        Ok((_, Err(e))) => Err(failed("client credentials grant", &e)),
-        Err(_) => Err(OAuthFailure(
-            "OAuth client credentials grant stopped".into(),
-        )),
+        Ok((manager, Some(Ok(_)))) => Ok(manager),
+        Ok((_, Some(Err(e)))) => Err(failed("client credentials grant", &e)),
+        Ok((_, None)) | Err(_) => Err(OAuthFailure(format!(
+            "OAuth client credentials grant did not finish within {}s",
+            OAUTH_PHASE_TIMEOUT.as_secs()
+        ))),
     }
 }
 
@@ -295,18 +324,18 @@ fn client_credentials(declared: &OAuthDeclared, resource: &str) -> ClientCredent
 }
 
 /// Narrows the methods the authorization server offers to the declared one, so rmcp
-/// uses it; a server that lists methods and not this one is refused before any
-/// credential is sent.
+/// uses it; a server that lists methods and not this one, or lists them in a shape
+/// that is not a list, is refused before any credential is sent. A server that lists
+/// none is taken to offer it (many omit the field).
 fn only_method(
     metadata: &mut AuthorizationMetadata,
     method: TokenAuthMethod,
 ) -> Result<(), OAuthFailure> {
     const FIELD: &str = "token_endpoint_auth_methods_supported";
-    let offered = metadata
-        .additional_fields
-        .get(FIELD)
-        .and_then(|v| v.as_array())
-        .map(|methods| methods.iter().any(|m| m.as_str() == Some(method.as_str())));
+    let offered = metadata.additional_fields.get(FIELD).map(|v| {
+        v.as_array()
+            .is_some_and(|methods| methods.iter().any(|m| m.as_str() == Some(method.as_str())))
+    });
     if offered == Some(false) {
         return Err(OAuthFailure(
             "the authorization server does not offer the declared oauth.token_endpoint_auth_method; no credential was sent to it".into(),
@@ -319,8 +348,8 @@ fn only_method(
 }
 
 /// Whether an issuer mismatch is the 2025-03-26 layout: the metadata was looked for at
-/// the MCP server's own origin (no protected resource metadata named another server)
-/// and names an issuer on that same origin, only with a path. The origin that serves
+/// the root of the MCP server's own origin (no protected resource metadata, or one that
+/// names that origin) and names an issuer on that same origin, only with a path. The origin that serves
 /// the MCP endpoint and its metadata is the authorization server under that revision,
 /// and its document could name endpoints anywhere regardless; an issuer on any other
 /// origin stays refused (RFC 8414 section 3.3, against mix-up).
@@ -335,6 +364,8 @@ fn same_origin_legacy(base_url: &str, expected: &str, received: &str) -> bool {
     let root = matches!(expected.path(), "" | "/") && expected.query().is_none();
     root && expected.origin() == base.origin()
         && received.origin() == base.origin()
+        && received.username().is_empty()
+        && received.password().is_none()
         && received.query().is_none()
         && received.fragment().is_none()
 }
@@ -749,6 +780,8 @@ mod tests {
             // Not a plain issuer.
             (root, "https://mcp.example.test/oauth?x=1", false),
             (root, "https://mcp.example.test/oauth#f", false),
+            (root, "https://x@mcp.example.test/oauth", false),
+            (root, "https://x:y@mcp.example.test/oauth", false),
             (root, "not a url", false),
         ] {
             assert_eq!(
@@ -778,5 +811,11 @@ mod tests {
             serde_json::json!(["client_secret_post"])
         );
         assert!(only_method(&mut offered, TokenAuthMethod::PrivateKeyJwt).is_err());
+        let mut malformed = AuthorizationMetadata::default();
+        malformed.additional_fields.insert(
+            "token_endpoint_auth_methods_supported".into(),
+            serde_json::json!("client_secret_post"),
+        );
+        assert!(only_method(&mut malformed, TokenAuthMethod::ClientSecretPost).is_err());
     }
 }
