@@ -23,6 +23,7 @@ use super::connection::Live;
 use super::plan::{self, Failure, LivePeer};
 use super::preparation::{self, Ending};
 pub(crate) use super::preparation::{Resolution, TurnRequest};
+use super::resources::ServerEntry;
 use super::shared::Shared;
 use super::status::ServerStatus;
 use super::turn::{Binding, Denial, Diagnostic, Entries, PrepareError, TurnCatalog, Warm};
@@ -516,25 +517,33 @@ impl CatalogState {
         connected: &[&Live],
         kept: &HashSet<String>,
     ) -> Result<(Entries, Names), PrepareError> {
+        let binding = |l: &Live| Binding {
+            session: self.identity.session.clone(),
+            catalog_id: self.catalog_id,
+            declaration: Arc::clone(&l.declaration),
+            redactor: l.redactor.clone(),
+            dispatch: l.dispatch.clone(),
+            call_allowed: self.capabilities.allows(&l.declaration.call_capability),
+        };
         let servers: Vec<plan::Connected<'_, Binding>> = connected
             .iter()
             .map(|l| plan::Connected {
                 declaration: &l.declaration,
                 tools: &l.tools,
                 kept: kept.contains(&l.declaration.server_id),
-                binding: Binding {
-                    session: self.identity.session.clone(),
-                    catalog_id: self.catalog_id,
-                    declaration: Arc::clone(&l.declaration),
-                    redactor: l.redactor.clone(),
-                    dispatch: l.dispatch.clone(),
-                    call_allowed: self.capabilities.allows(&l.declaration.call_capability),
-                },
+                binding: binding(l),
+            })
+            .collect();
+        let offers = connected
+            .iter()
+            .map(|l| ServerEntry {
+                offered: Arc::clone(&l.offer),
+                binding: binding(l),
             })
             .collect();
         let (entries, names) = plan::entries(&servers, &self.names, &self.shared.config.host_tools)
             .map_err(PrepareError::Collision)?;
-        Ok((super::turn::bind(entries), names))
+        Ok((super::turn::bind(entries, offers), names))
     }
 
     /// A connection actor stopped: a failure when it ended on its own or crashed,

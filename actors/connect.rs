@@ -22,7 +22,6 @@ use super::shared::Shared;
 use crate::authority::{
     Action, ApprovalRequest, ApprovalSource, CapabilitySet, ConnectPreview, HostPolicy, resolve_cwd,
 };
-use crate::authority::{ElicitationAnswer, ElicitationRequest};
 use crate::core::{Declaration, DeclaredUrl, Endpoint};
 use crate::events::{EventKind, UrlPhase};
 use crate::net::{Block, Verdict};
@@ -30,12 +29,10 @@ use crate::process::{
     HostEnv, StderrLog, child_environment, interpolate_all, private_dir, referenced_values,
 };
 use crate::redact::{Redactor, View};
-use crate::transport::ElicitRoute;
 use crate::transport::{
     self, ConnectErrorKind, HttpLaunch, Launch, ListedTools, McpClient, OAuthLaunch, ServerSignals,
     StdioLaunch,
 };
-use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 
 /// Why a server was denied this turn (asked again next turn).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,6 +153,9 @@ impl Pipeline {
     async fn steps(&self, declaration: &Arc<Declaration>) -> Step<Connected> {
         self.require_capability(declaration)?;
         let place = self.place(declaration).await?;
+        let roots = self
+            .roots(declaration)
+            .map_err(|reason| denied(declaration, reason))?;
         self.approve(declaration, &place).await?;
         let values = self.interpolate(declaration)?;
         // What the connection learns later (refreshed OAuth tokens), every clone of its
@@ -167,7 +167,8 @@ impl Pipeline {
         let _permit = self.permit(declaration).await?;
         let launch = self.launch(declaration, place, values, &redactor, learned)?;
         let route = self.elicit_route(declaration, &redactor);
-        let signals = Arc::new(ServerSignals::with_elicitation(route));
+        let notices = self.notices(declaration, &redactor);
+        let signals = Arc::new(ServerSignals::new(route, notices, roots));
         let connected = transport::connect(
             launch,
             Arc::clone(&signals),
@@ -176,13 +177,19 @@ impl Pipeline {
         )
         .await;
         match connected {
-            Ok((client, listed)) => Ok(Connected {
-                declaration: Arc::clone(declaration),
-                client,
-                listed,
-                redactor,
-                signals,
-            }),
+            Ok((client, listed)) => {
+                if let (Some(level), true) = (declaration.log_level, listed.offer.logging) {
+                    let timeout = declaration.connect_timeout;
+                    crate::transport::set_level(&client.peer(), level, timeout).await;
+                }
+                Ok(Connected {
+                    declaration: Arc::clone(declaration),
+                    client,
+                    listed,
+                    redactor,
+                    signals,
+                })
+            }
             Err(e) => {
                 let message = match &e.logged {
                     Some(log) => format!("{}; its stderr is in {}", e.message, log.display()),
@@ -384,93 +391,6 @@ impl Pipeline {
 
     fn emit(&self, kind: EventKind) {
         self.shared.hub.emit(&self.session, kind);
-    }
-
-    /// Where this server's elicitation requests go: the host's elicitor sees the
-    /// server's message redacted; its answer gets the schema's defaults (SEP-1034) and
-    /// must fit the schema (else it is declined); an `mcp.elicitation` event records
-    /// the answer in the event view.
-    fn elicit_route(&self, declaration: &Declaration, redactor: &Redactor) -> ElicitRoute {
-        let elicitor = Arc::clone(&self.shared.config.elicitor);
-        let hub = Arc::clone(&self.shared.hub);
-        let (session, server) = (self.session.clone(), declaration.server_id.clone());
-        let redactor = redactor.clone();
-        Arc::new(move |request: ElicitRequestParams| {
-            let (elicitor, hub) = (Arc::clone(&elicitor), Arc::clone(&hub));
-            let (session, server, redactor) = (session.clone(), server.clone(), redactor.clone());
-            Box::pin(async move {
-                let (message, schema) = match request {
-                    ElicitRequestParams::FormElicitationParams {
-                        message,
-                        requested_schema,
-                        ..
-                    } => (
-                        message,
-                        serde_json::to_value(&requested_schema).unwrap_or_default(),
-                    ),
-                    // URL elicitation is not offered (not advertised): declined.
-                    _ => (String::new(), serde_json::Value::Null),
-                };
-                let defaults = crate::authority::defaults_of(&schema);
-                let answer = if schema.is_null() {
-                    ElicitationAnswer::Decline
-                } else {
-                    // Redacted whole, then cut: a cut first could leave half a secret.
-                    let message = redactor.text(&message, View::Operator);
-                    let message = crate::result::cap_chars(&message, 2_000);
-                    elicitor
-                        .elicit(ElicitationRequest {
-                            session: session.clone(),
-                            server: server.clone(),
-                            message,
-                            schema: schema.clone(),
-                            defaults: defaults.clone(),
-                        })
-                        .await
-                };
-                let (result, content, refused) = match answer {
-                    ElicitationAnswer::Accept(fields) => {
-                        let filled = crate::authority::with_defaults(fields, &defaults);
-                        match crate::authority::validate(&schema, &filled) {
-                            Ok(()) => (
-                                ElicitResult::new(ElicitationAction::Accept)
-                                    .with_content(serde_json::Value::Object(filled.clone())),
-                                Some(filled),
-                                None,
-                            ),
-                            Err(why) => (
-                                ElicitResult::new(ElicitationAction::Decline),
-                                None,
-                                Some(why),
-                            ),
-                        }
-                    }
-                    ElicitationAnswer::Cancel => {
-                        (ElicitResult::new(ElicitationAction::Cancel), None, None)
-                    }
-                    _ => (ElicitResult::new(ElicitationAction::Decline), None, None),
-                };
-                let action = match result.action {
-                    ElicitationAction::Accept => "accept",
-                    ElicitationAction::Cancel => "cancel",
-                    _ => "decline",
-                };
-                let content = content.map(|fields| {
-                    let secrets = redactor.with_call_object(Some(&fields));
-                    secrets.json(&serde_json::Value::Object(fields), View::Event)
-                });
-                hub.emit(
-                    &session,
-                    EventKind::Elicitation {
-                        server,
-                        action: action.into(),
-                        content,
-                        refused,
-                    },
-                );
-                result
-            })
-        })
     }
 
     /// How an HTTP server of this turn is authorized: the declared section with its

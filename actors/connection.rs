@@ -25,7 +25,10 @@ use super::shared::Shared;
 use crate::core::Declaration;
 use crate::events::{EventHub, EventKind};
 use crate::redact::Redactor;
-use crate::transport::{CallFailure, McpClient, ServerSignals, TransportEnd};
+use crate::transport::{
+    CallFailure, CallTiming, McpClient, Notices, PROMPTS, ProgressSink, RESOURCES, ServerSignals,
+    TOOLS, TransportEnd,
+};
 
 /// Why a connection ended on its own (not closed by its catalog).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,9 +55,9 @@ pub(super) type EndSlot = Arc<OnceLock<ConnectionEnd>>;
 pub(super) enum ConnectionMsg {
     /// The connection ended on its own.
     Ended(ConnectionEnd),
-    /// The server's tool list changed (once per change window: the flag stays set
-    /// until a turn reads it).
-    ToolsChanged,
+    /// A server's list (tools, resources, prompts) changed (once per change window: the
+    /// bit stays set until a turn reads it).
+    ListsChanged,
 }
 
 /// The right to send requests on one connection, built by the catalog from what it
@@ -65,7 +68,9 @@ pub(super) struct Dispatch {
     peer: rmcp::Peer<rmcp::RoleClient>,
     /// One permit when calls to this server must not overlap.
     serial: Option<Arc<Semaphore>>,
-    timeout: Duration,
+    timing: CallTiming,
+    /// Where the server's progress for a call is routed.
+    notices: Arc<Notices>,
     closed: watch::Receiver<bool>,
 }
 
@@ -74,6 +79,7 @@ impl Dispatch {
     pub(super) fn new(
         client: &McpClient,
         declaration: &Declaration,
+        notices: Arc<Notices>,
     ) -> (Self, watch::Sender<bool>) {
         let (closer, closed) = watch::channel(false);
         let serial =
@@ -81,7 +87,11 @@ impl Dispatch {
         let dispatch = Dispatch {
             peer: client.peer(),
             serial,
-            timeout: declaration.call_timeout,
+            timing: CallTiming {
+                timeout: declaration.call_timeout,
+                max: declaration.max_call_timeout,
+            },
+            notices,
             closed,
         };
         (dispatch, closer)
@@ -106,16 +116,43 @@ impl Dispatch {
         &self,
         tool: &str,
         arguments: Option<JsonObject>,
+        progress: Option<ProgressSink>,
     ) -> Result<serde_json::Value, CallFailure> {
-        let _turn = match &self.serial {
-            Some(s) => Some(
-                s.acquire()
-                    .await
-                    .map_err(|_| CallFailure::Closed("connection closed".into()))?,
-            ),
-            None => None,
-        };
-        crate::transport::call_tool(&self.peer, tool, arguments, self.timeout).await
+        let _turn = self.serial_turn().await?;
+        let progress = progress.map(|sink| (&self.notices, sink));
+        crate::transport::call_tool(&self.peer, tool, arguments, self.timing, progress).await
+    }
+
+    /// `resources/read`, under the same serial permit and timeout as a call.
+    pub(super) async fn read_resource(&self, uri: &str) -> Result<serde_json::Value, CallFailure> {
+        let _turn = self.serial_turn().await?;
+        crate::transport::read_resource(&self.peer, uri, self.timing.timeout).await
+    }
+
+    /// `resources/subscribe`, within the call timeout.
+    pub(super) async fn subscribe(&self, uri: &str) -> Result<(), CallFailure> {
+        crate::transport::subscribe(&self.peer, uri, self.timing.timeout).await
+    }
+
+    /// `prompts/get`, under the same serial permit and timeout as a call.
+    pub(super) async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<rmcp::model::GetPromptResult, CallFailure> {
+        let _turn = self.serial_turn().await?;
+        crate::transport::get_prompt(&self.peer, name, arguments, self.timing.timeout).await
+    }
+
+    async fn serial_turn(&self) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, CallFailure> {
+        match &self.serial {
+            Some(s) => s
+                .acquire()
+                .await
+                .map(Some)
+                .map_err(|_| CallFailure::Closed("connection closed".into())),
+            None => Ok(None),
+        }
     }
 }
 
@@ -125,6 +162,8 @@ pub(super) struct Live {
     pub actor: ActorRef<ConnectionMsg>,
     pub declaration: Arc<Declaration>,
     pub tools: Arc<Vec<Tool>>,
+    /// What the server offers beside tools, shaped (redacted, filtered, capped).
+    pub offer: Arc<super::resources::Offered>,
     /// Tools the server listed, before bounds and filters.
     pub listed: usize,
     /// What listing found wrong (cut lists, hidden or duplicate names): a diagnostic
@@ -164,7 +203,7 @@ impl Live {
             signals,
         } = connected;
         let pid = client.pid();
-        let (dispatch, closer) = Dispatch::new(&client, &declaration);
+        let (dispatch, closer) = Dispatch::new(&client, &declaration, Arc::clone(&signals.notices));
         let end = EndSlot::default();
         let args = ConnectionArgs {
             client,
@@ -180,11 +219,12 @@ impl Live {
             .await
             .map_err(|e| format!("cannot start the connection actor: {e}"))?;
         let count = listed.tools.len();
-        let (tools, notes) = shape_listing(listed, &redactor, &shared.schemas);
+        let (tools, offer, notes) = shape_listing(listed, &declaration, &redactor, &shared.schemas);
         Ok(Live {
             actor,
             declaration,
             tools,
+            offer,
             listed: count,
             notes,
             redactor,
@@ -213,7 +253,8 @@ impl Live {
             let e = self.redactor.text(&e, crate::redact::View::Durable);
             format!("tools/list failed after a list change: {e}")
         })?;
-        (self.tools, self.notes) = shape_listing(listed, &self.redactor, schemas);
+        (self.tools, self.offer, self.notes) =
+            shape_listing(listed, &self.declaration, &self.redactor, schemas);
         self.generation = generation;
         Ok(())
     }
@@ -225,7 +266,7 @@ impl Live {
         super::plan::LivePeer {
             server: self.declaration.server_id.clone(),
             fingerprint: self.declaration.fingerprint,
-            list_changed: self.signals.take_tools_changed(),
+            list_changed: self.signals.take_lists_changed() != 0,
         }
     }
 }
@@ -261,6 +302,7 @@ pub(super) struct Connection;
 
 pub(super) struct ConnectionState {
     client: Option<McpClient>,
+    signals: Arc<ServerSignals>,
     declaration: Arc<Declaration>,
     session: String,
     hub: Arc<EventHub>,
@@ -290,9 +332,10 @@ impl Actor for Connection {
             end,
             closer,
         } = args;
-        let watcher = tokio::spawn(watch_connection(&client, signals, myself));
+        let watcher = tokio::spawn(watch_connection(&client, Arc::clone(&signals), myself));
         Ok(ConnectionState {
             client: Some(client),
+            signals,
             declaration,
             session,
             hub,
@@ -314,13 +357,26 @@ impl Actor for Connection {
                 let _ = state.end.set(end);
                 myself.stop(None);
             }
-            ConnectionMsg::ToolsChanged => {
-                state.hub.emit(
-                    &state.session,
-                    EventKind::ToolsChanged {
-                        server: state.declaration.server_id.clone(),
-                    },
-                );
+            ConnectionMsg::ListsChanged => {
+                let changed = state.signals.take_unannounced();
+                let server = || state.declaration.server_id.clone();
+                if changed & TOOLS != 0 {
+                    state
+                        .hub
+                        .emit(&state.session, EventKind::ToolsChanged { server: server() });
+                }
+                for (bit, list) in [(RESOURCES, "resources"), (PROMPTS, "prompts")] {
+                    if changed & bit != 0 {
+                        let list = list.to_string();
+                        state.hub.emit(
+                            &state.session,
+                            EventKind::ListChanged {
+                                server: server(),
+                                list,
+                            },
+                        );
+                    }
+                }
             }
         }
         Ok(())
@@ -399,7 +455,7 @@ fn watch_connection(
                     return;
                 }
                 () = signals.changed.notified() => {
-                    if me.cast(ConnectionMsg::ToolsChanged).is_err() {
+                    if me.cast(ConnectionMsg::ListsChanged).is_err() {
                         return;
                     }
                 }

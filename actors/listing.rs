@@ -1,6 +1,6 @@
 //! A server's tool list as a turn may use it: secret-bearing names hidden, duplicates
 //! dropped, descriptions capped and redacted, schemas redacted and shared across
-//! connections. Done once per listing, never per turn.
+//! connections (its other lists: `resources.rs`). Done once per listing, never per turn.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,10 +25,11 @@ pub const MAX_TITLE: usize = 200;
 /// and redacted, schemas redacted, once per listing (not per turn).
 pub(super) fn shape_listing(
     listed: ListedTools,
+    declaration: &crate::core::Declaration,
     redactor: &Redactor,
     schemas: &SchemaPool,
-) -> (Arc<Vec<Tool>>, Vec<String>) {
-    let mut notes = Vec::new();
+) -> (Arc<Vec<Tool>>, Arc<super::resources::Offered>, Vec<String>) {
+    let (offered, mut notes) = super::resources::shape_offer(listed.offer, declaration, redactor);
     if listed.truncated {
         notes.push(format!(
             "the tool list was cut at {} tools",
@@ -99,7 +100,7 @@ pub(super) fn shape_listing(
             twice.join(", ")
         ));
     }
-    (Arc::new(tools), notes)
+    (Arc::new(tools), Arc::new(offered), notes)
 }
 
 /// Identical input schemas shared across connections and sessions: sixty sessions on the

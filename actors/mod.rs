@@ -31,10 +31,12 @@
 //! | `catalog.rs` | one catalog identity: live connections, failure cache, turns |
 //! | `plan.rs` | pure: what a turn closes, connects and relists; its entries and names |
 //! | `connect.rs` | the connect pipeline, step by step, and its typed denials |
+//! | `inbound.rs` | what a server sends outside our requests (elicitation, logs, progress, updates) and the roots it is shown |
 //! | `preparation.rs` | a turn's connects on a task, ended at once when its caller or catalog goes |
 //! | `connection.rs` | one server connection's lifetime, and its `Dispatch` |
 //! | `listing.rs` | a `tools/list` answer made catalog tools (bounds, schema pool) |
 //! | `turn.rs` | `TurnCatalog`: a turn's entries, and the call path's checks |
+//! | `resources.rs` | what a server offers beside tools (identity, resources, prompts), shaped, and reading and getting them |
 //! | `status.rs` | what `/servers` reports |
 //! | `approval.rs` | the approval broker: policy, session cache, one question at a time |
 //! | `limiter.rs` | the discovery limiter: N connects at once, first come first served |
@@ -48,10 +50,12 @@ mod config;
 mod connect;
 mod connection;
 mod handle;
+mod inbound;
 mod limiter;
 mod listing;
 mod plan;
 mod preparation;
+mod resources;
 mod runtime;
 mod session;
 mod shared;
@@ -66,6 +70,10 @@ pub use config::{HostTool, RuntimeConfig};
 pub use connect::DenyReason;
 pub use handle::{CONTROL_BOUND, ChildSession, Runtime, Session};
 pub use limiter::{LimiterStats, Permit};
+pub use resources::{
+    Offered, PromptArgumentInfo, PromptInfo, PromptMessageView, PromptResult, ResourceInfo,
+    ServerIdentity, TemplateInfo,
+};
 pub use runtime::{Eviction, RESUMABLE, RuntimeError};
 pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
 pub use status::{ServerState, ServerStatus};

@@ -11,13 +11,14 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::connection::Dispatch;
+use super::resources::ServerEntry;
 use super::shared::Shared;
 use crate::authority::{Action, ApprovalRequest, ApprovalSource, ConnectPreview, HostPolicy};
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
 use crate::result::{Provenance, ToolResult};
-use crate::transport::CallFailure;
+use crate::transport::{CallFailure, Progress, ProgressSink};
 
 /// Why a turn could not be prepared.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -97,6 +98,15 @@ pub enum CallError {
     /// The arguments are not a JSON object.
     #[error("tool arguments must be a JSON object")]
     BadArguments,
+    /// The server answered a prompt request with an error (tool calls return error
+    /// results instead).
+    #[error("`{tool}` failed: {message}")]
+    Failed {
+        /// The exposed prompt name.
+        tool: String,
+        /// What the server said, redacted and capped.
+        message: String,
+    },
 }
 
 /// What makes a catalog entry stale.
@@ -185,9 +195,13 @@ pub(super) struct Binding {
     pub call_allowed: bool,
 }
 
-/// A turn's entries and their name index; turns built from the same connections and
-/// tool lists share them.
-pub(super) type Entries = (Arc<Vec<ToolEntry>>, Arc<HashMap<String, usize>>);
+/// A turn's tool entries, their name index, and each connection's other offers; turns
+/// built from the same connections and lists share them.
+pub(super) type Entries = (
+    Arc<Vec<ToolEntry>>,
+    Arc<HashMap<String, usize>>,
+    Arc<Vec<ServerEntry>>,
+);
 
 /// The last turn's entries and what they were built from: each connection's actor,
 /// its tool-list generation and its declaration's fingerprint. Equal keys mean the
@@ -199,18 +213,23 @@ pub(super) struct Warm {
 
 impl Warm {
     pub(super) fn new(key: Vec<(ractor::ActorId, u64, Fingerprint)>, entries: &Entries) -> Self {
-        let entries = (Arc::clone(&entries.0), Arc::clone(&entries.1));
-        Warm { key, entries }
+        Warm {
+            key,
+            entries: entries.clone(),
+        }
     }
 
     /// The entries, when they were built from exactly `key`.
     pub(super) fn reuse(&self, key: &[(ractor::ActorId, u64, Fingerprint)]) -> Option<Entries> {
-        (self.key == key).then(|| (Arc::clone(&self.entries.0), Arc::clone(&self.entries.1)))
+        (self.key == key).then(|| self.entries.clone())
     }
 }
 
-/// The planner's entries made tool entries, with their name index.
-pub(super) fn bind(planned: Vec<super::plan::Entry<'_, Binding>>) -> Entries {
+/// The planner's entries made tool entries, with their name index, beside `offers`.
+pub(super) fn bind(
+    planned: Vec<super::plan::Entry<'_, Binding>>,
+    offers: Vec<ServerEntry>,
+) -> Entries {
     let entries: Vec<ToolEntry> = planned
         .into_iter()
         .map(|e| ToolEntry {
@@ -235,7 +254,7 @@ pub(super) fn bind(planned: Vec<super::plan::Entry<'_, Binding>>) -> Entries {
         .enumerate()
         .map(|(i, t)| (t.name.clone(), i))
         .collect();
-    (Arc::new(entries), Arc::new(index))
+    (Arc::new(entries), Arc::new(index), Arc::new(offers))
 }
 
 /// One visible tool, bound to its connection.
@@ -316,6 +335,7 @@ pub struct TurnCatalog {
     policy: HostPolicy,
     tools: Arc<Vec<ToolEntry>>,
     index: Arc<HashMap<String, usize>>,
+    offers: Arc<Vec<ServerEntry>>,
     diagnostics: Vec<Diagnostic>,
     denied: Vec<Denial>,
 }
@@ -332,13 +352,13 @@ impl std::fmt::Debug for TurnCatalog {
 
 impl TurnCatalog {
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn from_parts(
+    pub(super) fn from_parts(
         shared: Arc<Shared>,
         session: String,
         catalog_id: u64,
         turn: u64,
         policy: HostPolicy,
-        (tools, index): Entries,
+        (tools, index, offers): Entries,
         diagnostics: Vec<Diagnostic>,
         denied: Vec<Denial>,
     ) -> Self {
@@ -350,9 +370,18 @@ impl TurnCatalog {
             policy,
             tools,
             index,
+            offers,
             diagnostics,
             denied,
         }
+    }
+
+    pub(super) fn offers(&self) -> &[ServerEntry] {
+        &self.offers
+    }
+
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
     }
 
     /// Session id.
@@ -391,10 +420,24 @@ impl TurnCatalog {
     /// [`CallError`] when the call is refused before reaching a server. Server errors,
     /// timeouts and broken connections are error [`ToolResult`]s.
     pub async fn call(&self, name: &str, arguments: Value) -> Result<ToolResult, CallError> {
+        self.call_with_progress(name, arguments, None).await
+    }
+
+    /// [`TurnCatalog::call`], with the server's progress for this call (its message
+    /// redacted) going to `on_progress` as it arrives.
+    ///
+    /// # Errors
+    /// See [`TurnCatalog::call`].
+    pub async fn call_with_progress(
+        &self,
+        name: &str,
+        arguments: Value,
+        on_progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, CallError> {
         let entry = self
             .get(name)
             .ok_or_else(|| CallError::UnknownTool(name.to_string()))?;
-        self.call_entry(entry, arguments).await
+        self.call_entry_with(entry, arguments, on_progress).await
     }
 
     /// Calls a specific entry. An entry from another session, catalog (revision,
@@ -407,7 +450,16 @@ impl TurnCatalog {
         entry: &ToolEntry,
         arguments: Value,
     ) -> Result<ToolResult, CallError> {
-        let outcome = self.dispatch(entry, arguments).await;
+        self.call_entry_with(entry, arguments, None).await
+    }
+
+    async fn call_entry_with(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        on_progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, CallError> {
+        let outcome = self.dispatch(entry, arguments, on_progress).await;
         if let Err(refused) = &outcome {
             self.shared.hub.emit(
                 &self.session,
@@ -421,7 +473,12 @@ impl TurnCatalog {
         outcome
     }
 
-    async fn dispatch(&self, entry: &ToolEntry, arguments: Value) -> Result<ToolResult, CallError> {
+    async fn dispatch(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        on_progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, CallError> {
         let binding = &entry.binding;
         let stale = |reason| CallError::Stale {
             tool: entry.name.clone(),
@@ -436,12 +493,32 @@ impl TurnCatalog {
             _ => return Err(CallError::BadArguments),
         };
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
-        self.authorize(entry, arguments.as_ref(), &redactor).await?;
+        self.authorize(
+            binding,
+            Action::Call,
+            &entry.name,
+            arguments.as_ref(),
+            &redactor,
+        )
+        .await?;
         if binding.dispatch.is_closed() {
             return Err(stale(StaleReason::Closed));
         }
         let started = Instant::now();
-        let called = binding.dispatch.call(&entry.tool, arguments).await;
+        // The caller hears progress redacted, as every other view of the server.
+        let on_progress = on_progress.map(|sink| -> ProgressSink {
+            let redactor = redactor.clone();
+            Arc::new(move |mut progress: Progress| {
+                progress.message = progress
+                    .message
+                    .map(|m| crate::result::cap(&redactor.text(&m, View::Model)));
+                sink(progress);
+            })
+        });
+        let called = binding
+            .dispatch
+            .call(&entry.tool, arguments, on_progress)
+            .await;
         let provenance = |reached| Provenance {
             server: entry.server.clone(),
             tool: entry.tool.clone(),
@@ -479,16 +556,19 @@ impl TurnCatalog {
     }
 
     /// The call capability, then the call approval under the effective policy (`auto`
-    /// needs no prompt; the host may tighten it).
-    async fn authorize(
+    /// needs no prompt; the host may tighten it), for a tool call, a resource read or a
+    /// prompt (`subject` names which).
+    pub(super) async fn authorize(
         &self,
-        entry: &ToolEntry,
+        binding: &Binding,
+        action: Action,
+        subject: &str,
         arguments: Option<&JsonObject>,
         redactor: &Redactor,
     ) -> Result<(), CallError> {
-        let declaration = &entry.binding.declaration;
-        let tool = || entry.name.clone();
-        if !entry.binding.call_allowed {
+        let declaration = &binding.declaration;
+        let tool = || subject.to_string();
+        if !binding.call_allowed {
             return Err(CallError::MissingCapability {
                 tool: tool(),
                 capability: declaration.call_capability.clone(),
@@ -506,8 +586,8 @@ impl TurnCatalog {
         );
         let request = ApprovalRequest {
             session: self.session.clone(),
-            action: Action::Call,
-            server: entry.server.clone(),
+            action,
+            server: declaration.server_id.clone(),
             tool: Some(tool()),
             // What will run, as the event log may show it.
             arguments: Some(match arguments {

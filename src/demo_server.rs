@@ -3,9 +3,14 @@
 //! Small and obviously correct: it is the real server behind `demo`, the integration
 //! tests and the benches. Tools: `echo`, `add`, `sleep` (cancellable), `in_flight`,
 //! `fail`, `whoami`, `env_names`, `cwd`, `stderr`, `add_tool` (adds a tool and sends
-//! `notifications/tools/list_changed`), plus `--extra-tools N` generated tools served
-//! `--page-size` per page (to exercise pagination).
+//! `notifications/tools/list_changed`), `progress`, `log`, `roots`, `add_resource`,
+//! `touch`, plus `--extra-tools N` generated tools served `--page-size` per page (to
+//! exercise pagination). Resources `demo://readme`, `demo://cwd` and the template
+//! `demo://env/{name}`; the prompt `greet`; logging with `logging/setLevel`.
 
+// Roots and logging are deprecated by SEP-2577 for the 2026-07-28 revision; this
+// server speaks 2025-11-25, where both are current.
+#![allow(deprecated)]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -172,6 +177,28 @@ struct TextArgs {
     text: String,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ProgressArgs {
+    /// How many progress notifications to send.
+    steps: u32,
+    /// Milliseconds between them.
+    ms: u64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct LogArgs {
+    /// `debug` .. `emergency`.
+    level: String,
+    /// The message.
+    message: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+struct UriArgs {
+    /// A resource URI.
+    uri: String,
+}
+
 /// The demo server.
 #[derive(Clone)]
 pub struct DemoServer {
@@ -183,7 +210,23 @@ pub struct DemoServer {
     max_in_flight: Arc<AtomicUsize>,
     /// Tools added at run time by `add_tool`.
     added: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Resources added at run time by `add_resource`.
+    added_resources: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The least severe level `log` sends (`logging/setLevel`), as its rank.
+    log_level: Arc<AtomicUsize>,
 }
+
+/// Log levels from least to most severe, as MCP names them.
+const LEVELS: [&str; 8] = [
+    "debug",
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "alert",
+    "emergency",
+];
 
 #[tool_router]
 impl DemoServer {
@@ -269,6 +312,85 @@ impl DemoServer {
         format!("added {name}")
     }
 
+    #[tool(description = "Send `steps` progress notifications `ms` apart, then answer")]
+    async fn progress(
+        &self,
+        Parameters(ProgressArgs { steps, ms }): Parameters<ProgressArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        if let Some(token) = context.meta.get_progress_token() {
+            for step in 1..=steps {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let note =
+                    rmcp::model::ProgressNotificationParam::new(token.clone(), f64::from(step))
+                        .with_total(f64::from(steps))
+                        .with_message(format!("step {step} of {steps}"));
+                let _ = context.peer.notify_progress(note).await;
+            }
+        }
+        format!("done after {steps} steps")
+    }
+
+    #[tool(description = "Send a log message at `level` (if the client's level lets it through)")]
+    async fn log(
+        &self,
+        Parameters(LogArgs { level, message }): Parameters<LogArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        let rank = LEVELS.iter().position(|l| *l == level).unwrap_or(1);
+        if rank < self.log_level.load(Ordering::SeqCst) {
+            return "below the client's level: not sent".into();
+        }
+        let sent = serde_json::from_value(json!(level)).map(|level| {
+            rmcp::model::LoggingMessageNotificationParam::new(level, json!(message))
+                .with_logger("demo")
+        });
+        match sent {
+            Ok(note) => {
+                let _ = context.peer.notify_logging_message(note).await;
+                "sent".into()
+            }
+            Err(_) => "unknown level".into(),
+        }
+    }
+
+    #[tool(description = "Return the URIs of the client's roots, one per line")]
+    async fn roots(&self, context: RequestContext<RoleServer>) -> CallToolResult {
+        match context.peer.list_roots().await {
+            Ok(roots) => {
+                let uris: Vec<String> = roots.roots.into_iter().map(|r| r.uri).collect();
+                CallToolResult::success(vec![ContentBlock::text(uris.join("\n"))])
+            }
+            Err(e) => {
+                CallToolResult::error(vec![ContentBlock::text(format!("roots/list failed: {e}"))])
+            }
+        }
+    }
+
+    #[tool(description = "Add a resource at `uri` and send notifications/resources/list_changed")]
+    async fn add_resource(
+        &self,
+        Parameters(UriArgs { uri }): Parameters<UriArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        if let Ok(mut added) = self.added_resources.lock() {
+            added.push(uri.clone());
+        }
+        let _ = context.peer.notify_resource_list_changed().await;
+        format!("added {uri}")
+    }
+
+    #[tool(description = "Send notifications/resources/updated for `uri`")]
+    async fn touch(
+        &self,
+        Parameters(UriArgs { uri }): Parameters<UriArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> String {
+        let note = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
+        let _ = context.peer.notify_resource_updated(note).await;
+        format!("touched {uri}")
+    }
+
     #[tool(description = "Write text to this server's stderr")]
     async fn stderr(&self, Parameters(TextArgs { text }): Parameters<TextArgs>) -> String {
         eprintln!("{text}");
@@ -302,6 +424,8 @@ impl DemoServer {
             in_flight: Arc::default(),
             max_in_flight: Arc::default(),
             added: Arc::default(),
+            added_resources: Arc::default(),
+            log_level: Arc::default(),
         }
     }
 
@@ -355,11 +479,134 @@ impl ServerHandler for DemoServer {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
+                .enable_prompts()
+                .enable_logging()
                 .build(),
         )
         .with_instructions(
             "The demiurge demo server: echo, add, sleep, fail, whoami, env_names, cwd, stderr",
         )
+    }
+
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let level = serde_json::to_value(request.level).unwrap_or_default();
+        let rank = LEVELS
+            .iter()
+            .position(|l| Some(*l) == level.as_str())
+            .unwrap_or(0);
+        self.log_level.store(rank, Ordering::SeqCst);
+        Ok(())
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        let mut resources = vec![
+            rmcp::model::Resource::new("demo://readme", "readme")
+                .with_description("What this server is")
+                .with_mime_type("text/plain"),
+            rmcp::model::Resource::new("demo://cwd", "cwd")
+                .with_description("The server's working directory"),
+        ];
+        let added = self
+            .added_resources
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_default();
+        resources.extend(
+            added
+                .into_iter()
+                .map(|uri| rmcp::model::Resource::new(uri.clone(), uri)),
+        );
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        let template = rmcp::model::ResourceTemplate::new("demo://env/{name}", "env")
+            .with_description("The value of one of this server's environment variables");
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            vec![template],
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let uri = request.uri;
+        let text = if uri == "demo://readme" {
+            "The demiurge demo server, written with rmcp.".to_string()
+        } else if uri == "demo://cwd" {
+            std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default()
+        } else if let Some(name) = uri.strip_prefix("demo://env/") {
+            std::env::var(name).unwrap_or_default()
+        } else if self.added_resources.lock().is_ok_and(|a| a.contains(&uri)) {
+            format!("added resource {uri}")
+        } else {
+            return Err(ErrorData::resource_not_found("no such resource", None));
+        };
+        let contents = vec![rmcp::model::ResourceContents::text(text, uri)];
+        Ok(rmcp::model::ReadResourceResult::new(contents).into())
+    }
+
+    async fn subscribe(
+        &self,
+        _request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        let argument = rmcp::model::PromptArgument::new("name")
+            .with_description("Who to greet")
+            .with_required(true);
+        let prompt =
+            rmcp::model::Prompt::new("greet", Some("Greet someone by name"), Some(vec![argument]));
+        Ok(rmcp::model::ListPromptsResult::with_all_items(vec![prompt]))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        if request.name != "greet" {
+            return Err(ErrorData::invalid_params("no such prompt", None));
+        }
+        let name = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("name"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| ErrorData::invalid_params("`name` is required", None))?;
+        let message = rmcp::model::PromptMessage::new_text(
+            rmcp::model::Role::User,
+            format!("Say hello to {name}."),
+        );
+        Ok(rmcp::model::GetPromptResult::new(vec![message])
+            .with_description("A greeting")
+            .into())
     }
 
     async fn list_tools(

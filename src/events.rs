@@ -182,6 +182,78 @@ pub enum EventKind {
         /// Server id.
         server: String,
     },
+    /// A server's resource or prompt list changed; applied at the next turn boundary.
+    #[serde(rename = "mcp.list_changed")]
+    ListChanged {
+        /// Server id.
+        server: String,
+        /// `resources` or `prompts`.
+        list: String,
+    },
+    /// A server sent a log message (`notifications/message`), redacted and capped.
+    #[serde(rename = "mcp.server_log")]
+    ServerLog {
+        /// Server id.
+        server: String,
+        /// `debug` .. `emergency`.
+        level: String,
+        /// The server's logger name.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        logger: Option<String>,
+        /// The message's data, event view.
+        data: serde_json::Value,
+        /// Notices of this server dropped since the last one passed (a flood).
+        #[serde(skip_serializing_if = "is_zero")]
+        dropped: u64,
+    },
+    /// A server reported progress on a request.
+    #[serde(rename = "mcp.progress")]
+    Progress {
+        /// Server id.
+        server: String,
+        /// Progress so far.
+        progress: f64,
+        /// The total, when known.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        /// The server's message, event view.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// Notices of this server dropped since the last one passed.
+        #[serde(skip_serializing_if = "is_zero")]
+        dropped: u64,
+    },
+    /// A server said a resource changed (`notifications/resources/updated`).
+    #[serde(rename = "mcp.resource_updated")]
+    ResourceUpdated {
+        /// Server id.
+        server: String,
+        /// The resource, event view.
+        uri: String,
+        /// Notices of this server dropped since the last one passed.
+        #[serde(skip_serializing_if = "is_zero")]
+        dropped: u64,
+    },
+    /// A resource was read.
+    #[serde(rename = "mcp.resource_read")]
+    ResourceRead {
+        /// Server id.
+        server: String,
+        /// The resource, event view.
+        uri: String,
+        /// Whether the read failed.
+        is_error: bool,
+        /// How long it took.
+        duration_ms: u64,
+    },
+    /// A prompt was got.
+    #[serde(rename = "mcp.prompt_got")]
+    PromptGot {
+        /// Server id.
+        server: String,
+        /// Exposed prompt name.
+        prompt: String,
+    },
     /// An approval was requested.
     #[serde(rename = "approval.requested")]
     ApprovalRequested {
@@ -511,4 +583,8 @@ fn safe_file_name(s: &str) -> String {
             }
         })
         .collect()
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -59,7 +59,8 @@ pub(crate) mod transport;
 
 pub use process::HostEnv;
 pub use transport::{
-    ConnectErrorKind, token_file as oauth_token_file, token_files_of as oauth_token_files_of,
+    ConnectErrorKind, Progress, ProgressSink, token_file as oauth_token_file,
+    token_files_of as oauth_token_files_of,
 };
 
 /// The bounds the runtime holds every server to, for hosts that document or test them.
@@ -68,7 +69,8 @@ pub mod limits {
     pub use crate::process::{ENV_ALLOWLIST, STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS};
     pub use crate::transport::{
         MAX_BYTES_PER_SECOND, MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_SECOND,
-        MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, MAX_TOOL_PAGES, MAX_TOOLS,
+        MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, MAX_TOOL_PAGES, MAX_TOOLS, NOTICE_BURST,
+        NOTICES_PER_SECOND,
     };
 }
 

@@ -131,7 +131,10 @@ fn added_removed_and_modified_declarations_are_listed() {
     repo.write("agent/mcp/c.yaml", "command: server-c\n");
     let c1 = repo.commit("one");
     promote_with(&repo, "HEAD").unwrap();
-    repo.write("agent/mcp/a.yaml", "command: server-a\nrisk: high\n");
+    repo.write(
+        "agent/mcp/a.yaml",
+        "command: server-a\nrisk: high\nroots: [private]\nresources:\n  include: [\"file:///*\"]\n",
+    );
     repo.write("agent/mcp/b.yml", "transport: streamable_http\nurl: https://user:pw@mcp.example/x?k=v\nheaders:\n  Authorization: Bearer zzz\n");
     repo.remove("agent/mcp/c.yaml");
     let c2 = repo.commit("two");
@@ -157,6 +160,17 @@ fn added_removed_and_modified_declarations_are_listed() {
         "{:?}",
         review.changes[0].details
     );
+    // What a server is shown and what it may offer are part of the diff.
+    for field in ["roots: ", "resources: "] {
+        assert!(
+            review.changes[0]
+                .details
+                .iter()
+                .any(|d| d.starts_with(field)),
+            "{field}: {:?}",
+            review.changes[0].details
+        );
+    }
     let b = review.changes[1].after.as_ref().unwrap();
     assert_eq!(b["origin"], "https://mcp.example");
     assert_eq!(b["header_names"], serde_json::json!(["Authorization"]));

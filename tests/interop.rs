@@ -1,6 +1,8 @@
 //! Interoperability with third-party MCP software from npm: the reference "everything"
-//! server over stdio and streamable HTTP (restarted under a session), and the public conformance package's client
-//! scenarios `initialize`, `tools_call` and `sse-retry`, with this runtime as the client.
+//! server over stdio and streamable HTTP (restarted under a session) and beyond tools
+//! (roots, progress, logging, resources, prompts), the reference filesystem server
+//! learning its directories from roots, and the public conformance package's 25 client
+//! scenarios, with this runtime as the client.
 //! Skipped, with a message, where Node or npm is absent.
 
 mod common;
@@ -17,6 +19,7 @@ use serde_json::json;
 
 const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.1.16";
+const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 
 /// Installs the packages once per test run under the target directory.
 fn npm_prefix() -> Option<&'static Path> {
@@ -34,10 +37,13 @@ fn npm_prefix() -> Option<&'static Path> {
                 return None;
             }
             let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("npm-interop");
-            let ready = prefix.join("node_modules/.bin/conformance").exists()
-                && prefix
-                    .join("node_modules/.bin/mcp-server-everything")
-                    .exists();
+            let ready = [
+                "conformance",
+                "mcp-server-everything",
+                "mcp-server-filesystem",
+            ]
+            .iter()
+            .all(|bin| prefix.join("node_modules/.bin").join(bin).exists());
             if !ready {
                 std::fs::create_dir_all(&prefix).ok()?;
                 let out = Command::new("npm")
@@ -49,7 +55,7 @@ fn npm_prefix() -> Option<&'static Path> {
                         "--prefix",
                     ])
                     .arg(&prefix)
-                    .args([EVERYTHING, CONFORMANCE])
+                    .args([EVERYTHING, CONFORMANCE, FILESYSTEM])
                     .output()
                     .ok()?;
                 if !out.status.success() {
@@ -62,6 +68,20 @@ fn npm_prefix() -> Option<&'static Path> {
             Some(prefix)
         })
         .as_deref()
+}
+
+/// A declaration running the npm package binary `bin` under node with `args` (one
+/// argument or none), approved without asking, plus `extra` lines.
+fn node_server(prefix: &Path, bin: &str, args: &str, extra: &str) -> String {
+    let path = serde_json::to_string(&prefix.join("node_modules/.bin").join(bin)).unwrap();
+    let args = if args.is_empty() {
+        path
+    } else {
+        format!("{path}, {args}")
+    };
+    format!(
+        "command: node\nargs: [{args}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n{extra}"
+    )
 }
 
 fn free_port() -> u16 {
@@ -178,18 +198,189 @@ async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
 #[tokio::test]
 async fn the_reference_everything_server_over_stdio() {
     let Some(prefix) = npm_prefix() else { return };
-    let bin = prefix.join("node_modules/.bin/mcp-server-everything");
     let core = Core::new().grant_servers(&["everything"]).server(
         "everything",
-        &format!(
-            "command: node\nargs: [{}, stdio]\napproval_policy: auto\nconnect_timeout_seconds: 60\n",
-            serde_json::to_string(&bin).unwrap()
-        ),
+        &node_server(prefix, "mcp-server-everything", "stdio", ""),
     );
     let h = harness_with(Recorder::allow(), |c| c).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
     exercise_everything(&catalog).await;
+    h.finish().await;
+}
+
+/// The everything server beyond tools, over stdio: its roots tool sees the workspace,
+/// a long operation's progress reaches the caller, simulated logging becomes events,
+/// its resources and templates are listed and read, its prompts listed and got.
+#[tokio::test]
+async fn the_everything_server_beyond_tools() {
+    let Some(prefix) = npm_prefix() else { return };
+    let core = Core::new().grant_servers(&["everything"]).server(
+        "everything",
+        &node_server(
+            prefix,
+            "mcp-server-everything",
+            "stdio",
+            "log_level: debug\n",
+        ),
+    );
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+
+    // Roots: registered only for a client that advertises them.
+    let workspace = url::Url::from_directory_path(core.root()).unwrap();
+    let mut roots = String::new();
+    for _ in 0..50 {
+        let listed = catalog
+            .call(&exposed(&catalog, "get-roots-list"), json!({}))
+            .await
+            .unwrap();
+        roots = listed.views.operator.content.clone();
+        if roots.contains(workspace.as_str().trim_end_matches('/')) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        roots.contains(workspace.as_str().trim_end_matches('/')),
+        "{roots}"
+    );
+
+    // Progress to the caller.
+    let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = Arc::clone(&steps);
+    let long = catalog
+        .call_with_progress(
+            &exposed(&catalog, "trigger-long-running-operation"),
+            json!({"duration": 1, "steps": 3}),
+            Some(Arc::new(move |p: demiurge_mcp::Progress| {
+                sink.lock().unwrap().push(p.progress);
+            })),
+        )
+        .await
+        .unwrap();
+    assert!(!long.is_error, "{:?}", long.views.operator);
+    assert_eq!(*steps.lock().unwrap(), [1.0, 2.0, 3.0]);
+
+    // Logging: one message at once after the toggle.
+    catalog
+        .call(&exposed(&catalog, "toggle-simulated-logging"), json!({}))
+        .await
+        .unwrap();
+    let logged = eventually(Duration::from_secs(10), || {
+        !h.sink.of_type("mcp.server_log").is_empty()
+    })
+    .await;
+    assert!(logged, "no log message became an event");
+
+    // Resources and templates.
+    let resources: Vec<String> = catalog.resources().map(|r| r.uri.clone()).collect();
+    let document = resources
+        .iter()
+        .find(|u| u.starts_with("demo://resource/static/document/"))
+        .unwrap_or_else(|| panic!("{resources:?}"))
+        .clone();
+    let read = catalog
+        .read_resource("everything", &document)
+        .await
+        .unwrap();
+    assert!(!read.is_error, "{:?}", read.views.operator);
+    assert!(
+        read.views
+            .model
+            .blocks
+            .iter()
+            .any(|b| matches!(b, Block::Resource { uri, .. } if *uri == document)),
+        "{:?}",
+        read.views.model.blocks
+    );
+    assert!(
+        catalog
+            .resource_templates()
+            .any(|t| t.uri_template == "demo://resource/dynamic/text/{resourceId}")
+    );
+    let dynamic = catalog
+        .read_resource("everything", "demo://resource/dynamic/text/7")
+        .await
+        .unwrap();
+    assert!(!dynamic.is_error, "{:?}", dynamic.views.operator);
+
+    // Prompts, with and without arguments.
+    let names: Vec<String> = catalog.prompts().map(|p| p.name.clone()).collect();
+    let simple = names
+        .iter()
+        .find(|n| n.ends_with("__simple-prompt"))
+        .unwrap_or_else(|| panic!("{names:?}"));
+    let got = catalog.get_prompt(simple, json!({})).await.unwrap();
+    assert_eq!(
+        got.messages[0].content["text"],
+        "This is a simple prompt without arguments."
+    );
+    let with_args = catalog
+        .prompts()
+        .find(|p| p.arguments.iter().any(|a| a.required))
+        .unwrap_or_else(|| panic!("no prompt with a required argument: {names:?}"));
+    let args: serde_json::Map<String, serde_json::Value> = with_args
+        .arguments
+        .iter()
+        .map(|a| (a.name.clone(), json!("Paris")))
+        .collect();
+    let got = catalog
+        .get_prompt(&with_args.name.clone(), serde_json::Value::Object(args))
+        .await
+        .unwrap();
+    assert!(!got.messages.is_empty());
+    h.finish().await;
+}
+
+/// The reference filesystem server started without a directory learns its allowed
+/// directories from the client's roots: the workspace, and only it.
+#[tokio::test]
+async fn the_filesystem_server_sees_the_workspace_through_roots() {
+    let Some(prefix) = npm_prefix() else { return };
+    let core = Core::new()
+        .grant_servers(&["fs"])
+        .server("fs", &node_server(prefix, "mcp-server-filesystem", "", ""));
+    let file = core.root().join("hello.txt");
+    std::fs::write(&file, "hello from the workspace\n").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("elsewhere.txt");
+    std::fs::write(&secret, "not yours").unwrap();
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let read = exposed(&catalog, "read_text_file");
+    // The server asks for the roots after initialize; give it a moment.
+    let mut text = String::new();
+    for _ in 0..100 {
+        let result = catalog
+            .call(&read, json!({"path": file.display().to_string()}))
+            .await
+            .unwrap();
+        text = result.views.operator.content.clone();
+        if !result.is_error {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(text.contains("hello from the workspace"), "{text}");
+    let denied = catalog
+        .call(&read, json!({"path": secret.display().to_string()}))
+        .await
+        .unwrap();
+    assert!(denied.is_error, "{:?}", denied.views.operator);
+    assert!(!denied.views.operator.content.contains("not yours"));
     h.finish().await;
 }
 

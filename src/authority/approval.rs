@@ -14,14 +14,20 @@ pub enum Action {
     Connect,
     /// Calling one tool.
     Call,
+    /// Reading one resource (`tool` names the server and the URI).
+    Read,
+    /// Getting one prompt (`tool` is its exposed name).
+    Prompt,
 }
 
 impl Action {
-    /// `connect` or `call`.
+    /// `connect`, `call`, `read` or `prompt`.
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Connect => "connect",
             Action::Call => "call",
+            Action::Read => "read",
+            Action::Prompt => "prompt",
         }
     }
 }
@@ -51,8 +57,13 @@ impl ApprovalRequest {
     pub fn render(&self) -> String {
         match self.action {
             Action::Connect => self.preview.render(),
-            Action::Call => format!(
-                "MCP tool `{}` of server `{}` ({}) wants to run\n  risk: {}\n  capability: {}\n{}",
+            Action::Call | Action::Read | Action::Prompt => format!(
+                "MCP {} `{}` of server `{}` ({}) wants to run\n  risk: {}\n  capability: {}\n{}",
+                match self.action {
+                    Action::Read => "resource read",
+                    Action::Prompt => "prompt",
+                    _ => "tool",
+                },
                 crate::text::escape(self.tool.as_deref().unwrap_or("?")),
                 crate::text::escape(&self.server),
                 crate::text::escape(&self.preview.path),

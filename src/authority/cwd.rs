@@ -10,30 +10,46 @@ use std::path::{Path, PathBuf};
 /// # Errors
 /// A denial reason naming the fix.
 pub fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> Result<PathBuf, String> {
-    let Some(cwd) = cwd else {
-        return Ok(workspace.to_path_buf());
-    };
-    let joined = workspace.join(cwd);
-    let real = joined.canonicalize().map_err(|e| {
-        format!(
-            "cwd `{cwd}` does not resolve ({e}); create it inside the workspace or fix the path"
-        )
+    match cwd {
+        None => Ok(workspace.to_path_buf()),
+        Some(cwd) => resolve_inside(workspace, "cwd", cwd, true),
+    }
+}
+
+/// Resolves one declared root (relative to the workspace) the way a cwd is: symlinks
+/// followed, inside the workspace; a root may be a file or a directory.
+///
+/// # Errors
+/// A denial reason naming the fix.
+pub fn resolve_root(workspace: &Path, root: &str) -> Result<PathBuf, String> {
+    resolve_inside(workspace, "root", root, false)
+}
+
+fn resolve_inside(
+    workspace: &Path,
+    what: &str,
+    declared: &str,
+    dir: bool,
+) -> Result<PathBuf, String> {
+    let shown = crate::text::escape(declared);
+    let real = workspace.join(declared).canonicalize().map_err(|e| {
+        format!("{what} `{shown}` does not resolve ({e}); create it inside the workspace or fix the path")
     })?;
     if !real.starts_with(workspace) {
         return Err(format!(
-            "cwd `{cwd}` resolves outside the workspace; use a directory inside {}",
-            workspace.display()
+            "{what} `{shown}` resolves outside the workspace; use a path inside {}",
+            crate::text::escape(&workspace.display().to_string())
         ));
     }
-    if !real.is_dir() {
-        return Err(format!("cwd `{cwd}` is not a directory"));
+    if dir && !real.is_dir() {
+        return Err(format!("{what} `{shown}` is not a directory"));
     }
     Ok(real)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::resolve_cwd;
+    use super::{resolve_cwd, resolve_root};
 
     #[test]
     fn a_cwd_must_resolve_inside_the_workspace() {
@@ -47,6 +63,12 @@ mod tests {
         assert_eq!(resolve_cwd(&ws, Some("sub")).unwrap(), ws.join("sub"));
         for bad in ["escape", "..", "missing", "file", "/"] {
             assert!(resolve_cwd(&ws, Some(bad)).is_err(), "{bad}");
+        }
+        // A root may be a file; every other rule is the cwd's.
+        assert_eq!(resolve_root(&ws, "file").unwrap(), ws.join("file"));
+        assert_eq!(resolve_root(&ws, ".").unwrap(), ws);
+        for bad in ["escape", "..", "missing", "/", "sub/../../x"] {
+            assert!(resolve_root(&ws, bad).is_err(), "{bad}");
         }
     }
 }

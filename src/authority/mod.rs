@@ -16,7 +16,7 @@ pub use approval::{
 };
 pub use authorize::{AuthorizationPrompt, Authorizer, NoAuthorizer};
 pub use capability::CapabilitySet;
-pub use cwd::resolve_cwd;
+pub use cwd::{resolve_cwd, resolve_root};
 pub use elicit::{
     DeclineElicitor, ElicitationAnswer, ElicitationRequest, Elicitor, defaults_of, validate,
     with_defaults,

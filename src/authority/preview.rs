@@ -44,6 +44,9 @@ pub struct ConnectPreview {
     /// HTTP: declared header names, sorted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub header_names: Vec<String>,
+    /// The declared roots (relative to the workspace); empty: the workspace itself.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub roots: Vec<String>,
     /// HTTP: `scheme://host[:port]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
@@ -132,6 +135,7 @@ impl ConnectPreview {
             args: Vec::new(),
             env_names: Vec::new(),
             header_names: Vec::new(),
+            roots: decl.roots.clone(),
             origin: None,
             addresses: Vec::new(),
             oauth: None,
@@ -202,6 +206,9 @@ impl ConnectPreview {
         }
         if !self.header_names.is_empty() {
             out.push_str(&format!("  headers: {}\n", list(&self.header_names, ", ")));
+        }
+        if !self.roots.is_empty() {
+            out.push_str(&format!("  roots: {}\n", list(&self.roots, ", ")));
         }
         if let Some(oauth) = &self.oauth {
             let e = crate::text::escape;

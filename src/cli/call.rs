@@ -1,5 +1,7 @@
 //! `demiurge call TOOL [--args JSON] [--json]`: one turn, one call, operator view.
 
+use std::io::IsTerminal;
+
 use demiurge_mcp::redact::View;
 use demiurge_mcp::result::ToolResult;
 use serde_json::json;
@@ -21,7 +23,13 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
         let (session, _) = runtime.start_session(cli.session_spec()).await?;
         let catalog = session.prepare_turn().await?;
         super::tools::print_problems(&catalog, true);
-        Ok::<_, anyhow::Error>(catalog.call(tool, arguments).await)
+        let progress = std::io::stderr().is_terminal().then(progress_line);
+        let called = catalog.call_with_progress(tool, arguments, progress).await;
+        if std::io::stderr().is_terminal() {
+            // Clears the progress line, if one was drawn.
+            eprint!("\r\x1b[K");
+        }
+        Ok::<_, anyhow::Error>(called)
     }
     .await;
     runtime.shutdown().await;
@@ -42,6 +50,18 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
             Ok(1)
         }
     }
+}
+
+/// Draws the server's progress on one terminal line (stderr), redrawn in place; the
+/// server's message is redacted by the runtime and escaped here.
+fn progress_line() -> demiurge_mcp::ProgressSink {
+    std::sync::Arc::new(|p: demiurge_mcp::Progress| {
+        let of = p.total.map(|total| format!("/{total}")).unwrap_or_default();
+        let message = p.message.as_deref().map(t).unwrap_or_default();
+        let line = format!("progress {}{of} {message}", p.progress);
+        let line: String = line.chars().take(100).collect();
+        eprint!("\r\x1b[K{line}");
+    })
 }
 
 /// Prints the operator view.

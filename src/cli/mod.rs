@@ -7,6 +7,7 @@ mod check;
 mod conformance;
 mod demo;
 mod evolution;
+mod resources;
 mod shell;
 mod tools;
 mod url_check;
@@ -70,6 +71,39 @@ enum Command {
         /// Exposed tool name (`server__tool`).
         tool: String,
         /// Arguments as a JSON object.
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        args: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prepare one turn and list the resources and resource templates of its servers.
+    Resources {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read a resource by URI through the server that offers it.
+    Read {
+        /// Server id.
+        server: String,
+        /// The resource's URI.
+        uri: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prepare one turn and list the prompts of its servers.
+    Prompts {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Get a prompt by its exposed name, with arguments.
+    Prompt {
+        /// Exposed prompt name (`server__prompt`).
+        name: String,
+        /// Arguments as a JSON object of strings.
         #[arg(long, value_name = "JSON", default_value = "{}")]
         args: String,
         /// Machine-readable output.
@@ -327,6 +361,14 @@ async fn run(cli: Cli) -> u8 {
         }
         Some(Command::Tools { json }) => tools::run(&cli, *json).await,
         Some(Command::Call { tool, args, json }) => call::run(&cli, tool, args, *json).await,
+        Some(Command::Resources { json }) => resources::list_resources(&cli, *json).await,
+        Some(Command::Read { server, uri, json }) => {
+            resources::read(&cli, server, uri, *json).await
+        }
+        Some(Command::Prompts { json }) => resources::list_prompts(&cli, *json).await,
+        Some(Command::Prompt { name, args, json }) => {
+            resources::prompt(&cli, name, args, *json).await
+        }
         Some(Command::Demo) => demo::run(&cli).await,
         Some(Command::Auth { action }) => match action {
             AuthAction::Login { server } => auth::login(&cli, server).await,

@@ -16,7 +16,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     let (mut session, _) = runtime.start_session(cli.session_spec()).await?;
     let interactive = std::io::stdin().is_terminal();
     println!(
-        "session {} (fake provider); /tools /servers /call NAME JSON /events /new /resume ID /quit",
+        "session {} (fake provider); /tools /servers /call NAME JSON /resources /read SERVER URI /prompts /events /new /resume ID /quit",
         session.id()
     );
     loop {
@@ -39,6 +39,28 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                 }
             }
             "/servers" => servers(&session, cli).await,
+            "/resources" => {
+                if let Some(catalog) = turn(&session).await {
+                    super::resources::print_resources(&catalog);
+                }
+            }
+            "/prompts" => {
+                if let Some(catalog) = turn(&session).await {
+                    super::resources::print_prompts(&catalog);
+                }
+            }
+            "/read" => {
+                let Some((server, uri)) = rest.split_once(char::is_whitespace) else {
+                    println!("usage: /read SERVER URI");
+                    continue;
+                };
+                if let Some(catalog) = turn(&session).await {
+                    match catalog.read_resource(server, uri.trim()).await {
+                        Ok(result) => print_result(&result, false),
+                        Err(refused) => println!("refused: {}", t(&refused.to_string())),
+                    }
+                }
+            }
             "/call" => {
                 let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
                 let args = match serde_json::from_str::<serde_json::Value>(args.trim()) {
@@ -79,7 +101,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                 Err(e) => println!("error: {}", t(&e.to_string())),
             },
             other if other.starts_with('/') => println!(
-                "unknown command {}; try /tools /servers /call /events /new /resume /quit",
+                "unknown command {}; try /tools /servers /call /resources /read /prompts /events /new /resume /quit",
                 t(other)
             ),
             _ => {

@@ -352,7 +352,27 @@ pub(crate) struct RawDeclaration {
     capability: Option<String>,
     connect_timeout_seconds: Option<f64>,
     timeout_seconds: Option<f64>,
+    max_timeout_seconds: Option<f64>,
     supports_parallel_tool_calls: Option<bool>,
+    roots: Option<Vec<String>>,
+    log_level: Option<LogLevel>,
+    resources: Option<RawToolFilter>,
+    prompts: Option<RawToolFilter>,
+}
+
+/// The least severe log message a server should send (`logging/setLevel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum LogLevel {
+    Debug,
+    Info,
+    Notice,
+    Warning,
+    Error,
+    Critical,
+    Alert,
+    Emergency,
 }
 
 /// A string map whose keys must be unique: YAML keeps the last of two equal keys, so a
@@ -447,6 +467,18 @@ pub struct Declaration {
     pub connect_timeout: Duration,
     /// Bound on one tool call.
     pub call_timeout: Duration,
+    /// How far progress may extend a call: each progress notification restarts
+    /// `call_timeout`, up to this in all (`max_timeout_seconds`).
+    pub max_call_timeout: Option<Duration>,
+    /// The server's roots, relative to the workspace (`roots:`); empty means the
+    /// workspace itself.
+    pub roots: Vec<String>,
+    /// The log level asked of the server after initialize.
+    pub log_level: Option<LogLevel>,
+    /// Which resources (by URI) and resource templates (by URI template) are visible.
+    pub resources: ToolFilter,
+    /// Which prompts (by name) are visible.
+    pub prompts: ToolFilter,
     /// Whether calls to this server may overlap.
     pub supports_parallel_tool_calls: bool,
     /// sha256 over (server id, path, canonical declaration): changes when anything
@@ -516,7 +548,12 @@ impl Declaration {
             capability,
             connect_timeout_seconds,
             timeout_seconds,
+            max_timeout_seconds,
             supports_parallel_tool_calls,
+            roots,
+            log_level,
+            resources,
+            prompts,
         } = raw;
         let mut errors = Vec::new();
         let err = |field: &str, message: String| LoadError::new(&file, Some(field), None, message);
@@ -628,15 +665,35 @@ impl Declaration {
             }
         };
 
-        let tools = tools.unwrap_or_default();
-        for (list, globs) in [("include", &tools.include), ("exclude", &tools.exclude)] {
-            for (i, glob) in globs.iter().enumerate() {
-                if glob.is_empty() {
-                    errors.push(err(
-                        &format!("tools.{list}[{i}]"),
-                        "empty pattern; remove it or write `*`".into(),
-                    ));
+        let [tools, resources, prompts] = [
+            ("tools", tools),
+            ("resources", resources),
+            ("prompts", prompts),
+        ]
+        .map(|(section, filter)| {
+            let filter = filter.unwrap_or_default();
+            for (list, globs) in [("include", &filter.include), ("exclude", &filter.exclude)] {
+                for (i, glob) in globs.iter().enumerate() {
+                    if glob.is_empty() {
+                        errors.push(err(
+                            &format!("{section}.{list}[{i}]"),
+                            "empty pattern; remove it or write `*`".into(),
+                        ));
+                    }
                 }
+            }
+            ToolFilter {
+                include: filter.include,
+                exclude: filter.exclude,
+            }
+        });
+        let roots = roots.unwrap_or_default();
+        for (i, root) in roots.iter().enumerate() {
+            if root.trim().is_empty() || std::path::Path::new(root).is_absolute() {
+                errors.push(err(
+                    &format!("roots[{i}]"),
+                    "a root is a path relative to the workspace; write `.` for the workspace itself".into(),
+                ));
             }
         }
 
@@ -662,6 +719,21 @@ impl Declaration {
             &mut errors,
             &file,
         );
+        let max_call_timeout = max_timeout_seconds.map(|max| {
+            seconds(
+                Some(max),
+                call_timeout,
+                "max_timeout_seconds",
+                &mut errors,
+                &file,
+            )
+        });
+        if max_call_timeout.is_some_and(|max| max < call_timeout) {
+            errors.push(err(
+                "max_timeout_seconds",
+                "is less than `timeout_seconds`; progress can only extend a call".into(),
+            ));
+        }
 
         if !errors.is_empty() {
             return Err(errors);
@@ -673,10 +745,12 @@ impl Declaration {
             file,
             enabled: enabled.unwrap_or(true),
             endpoint,
-            tools: ToolFilter {
-                include: tools.include,
-                exclude: tools.exclude,
-            },
+            tools,
+            resources,
+            prompts,
+            roots,
+            log_level,
+            max_call_timeout,
             risk: risk.unwrap_or(Risk::Medium),
             approval_policy: approval_policy.unwrap_or(ApprovalPolicy::Prompt),
             call_capability,

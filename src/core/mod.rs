@@ -18,8 +18,8 @@ use serde::Deserialize;
 
 pub use declaration::{
     ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, DeclaredUrl,
-    Endpoint, Fingerprint, OAuthDeclared, OAuthGrant, Risk, SigningAlgorithm, TokenAuthMethod,
-    ToolFilter, TransportKind, fingerprint,
+    Endpoint, Fingerprint, LogLevel, OAuthDeclared, OAuthGrant, Risk, SigningAlgorithm,
+    TokenAuthMethod, ToolFilter, TransportKind, fingerprint,
 };
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, ReadRefusal};
 pub use yaml::YamlError;

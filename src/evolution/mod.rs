@@ -668,9 +668,20 @@ fn preview(found: &Found) -> Value {
             }
             if let Some(map) = p.as_object_mut() {
                 map.insert("enabled".into(), json!(d.enabled));
+                for (name, filter) in [
+                    ("tools", &d.tools),
+                    ("resources", &d.resources),
+                    ("prompts", &d.prompts),
+                ] {
+                    map.insert(
+                        name.into(),
+                        json!({"include": filter.include, "exclude": filter.exclude}),
+                    );
+                }
+                map.insert("log_level".into(), json!(d.log_level));
                 map.insert(
-                    "tools".into(),
-                    json!({"include": d.tools.include, "exclude": d.tools.exclude}),
+                    "max_timeout_seconds".into(),
+                    json!(d.max_call_timeout.map(|t| t.as_secs_f64())),
                 );
                 map.insert(
                     "connect_timeout_seconds".into(),

@@ -1,22 +1,32 @@
 //! A connected MCP client, whatever its transport.
 
+// Roots and logging are deprecated by SEP-2577 for the 2026-07-28 revision; this
+// client speaks 2025-11-25, where both are current.
+#![allow(deprecated)]
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use rmcp::model::{
     CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientRequest,
-    Implementation, InitializeRequestParams, JsonObject, PaginatedRequestParams, ProtocolVersion,
-    Request, RequestId, ServerResult, Tool,
+    Implementation, InitializeRequestParams, JsonObject, ProtocolVersion, Request, RequestId,
+    ServerResult, Tool,
 };
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
+use rmcp::model::{
+    ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ResourceUpdatedNotificationParam, Root,
+};
 use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient, ServiceError};
 use tokio::sync::{Notify, watch};
 
 use super::guard::TransportEnd;
+use super::lists::{Offer, list_offer, paged};
+use super::notices::{Notice, Notices, Progress, ProgressSink, token_key};
 use crate::process::{ChildProcess, CloseReport};
 
 /// Most pages of `tools/list` followed for one server.
@@ -29,47 +39,72 @@ pub const MAX_TOOLS: usize = 5_000;
 pub type ElicitRoute =
     Arc<dyn Fn(ElicitRequestParams) -> BoxFuture<'static, ElicitResult> + Send + Sync>;
 
+/// A server's tool list changed (a bit of [`ServerSignals::take_lists_changed`]).
+pub const TOOLS: u8 = 1;
+/// A server's resource list changed.
+pub const RESOURCES: u8 = 2;
+/// A server's prompt list changed.
+pub const PROMPTS: u8 = 4;
+
 /// What a server told us outside a request, kept as flags so that no number of
-/// notifications can queue anything: a storm of `list_changed` sets one flag and wakes
-/// the connection once. Also where the server's requests to the user go.
+/// notifications can queue anything: a storm of `list_changed` sets one bit and wakes
+/// the connection once. Also where the server's requests to the user go, the roots it
+/// is shown, and where its log messages and progress go.
 #[derive(Default)]
 pub struct ServerSignals {
-    /// `notifications/tools/list_changed` arrived since the last turn read it.
-    pub tools_changed: AtomicBool,
-    /// Woken when a flag goes from clear to set.
+    /// Lists ([`TOOLS`], [`RESOURCES`], [`PROMPTS`]) changed since the last turn read them.
+    lists: AtomicU8,
+    /// Lists changed since the connection last announced them (events).
+    unannounced: AtomicU8,
+    /// Woken when a list bit goes from clear to set.
     pub changed: Notify,
     /// Elicitation requests; advertised only when set.
     pub elicit: Option<ElicitRoute>,
+    /// Log messages, progress, resource updates.
+    pub notices: Arc<Notices>,
+    /// What `roots/list` answers: the session's workspace, or the declaration's roots
+    /// inside it.
+    pub roots: Vec<Root>,
 }
 
 impl std::fmt::Debug for ServerSignals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServerSignals")
-            .field("tools_changed", &self.tools_changed)
+            .field("lists", &self.lists)
             .field("elicit", &self.elicit.is_some())
+            .field("roots", &self.roots.len())
             .finish()
     }
 }
 
 impl ServerSignals {
-    /// Signals of a connection whose elicitation requests go to `route`.
-    pub fn with_elicitation(route: ElicitRoute) -> Self {
+    /// Signals of a connection whose elicitation requests go to `route`, whose notices
+    /// go to `notices`, and which is shown `roots`.
+    pub fn new(route: ElicitRoute, notices: Notices, roots: Vec<Root>) -> Self {
         ServerSignals {
             elicit: Some(route),
+            notices: Arc::new(notices),
+            roots,
             ..ServerSignals::default()
         }
     }
 
-    /// Sets the tools flag; wakes a waiter only when it was clear.
-    pub fn tools_changed(&self) {
-        if !self.tools_changed.swap(true, Ordering::AcqRel) {
+    /// Sets a list's bit; wakes a waiter when it was clear.
+    pub fn list_changed(&self, list: u8) {
+        self.unannounced.fetch_or(list, Ordering::AcqRel);
+        if self.lists.fetch_or(list, Ordering::AcqRel) & list == 0 {
             self.changed.notify_one();
         }
     }
 
-    /// Reads and clears the tools flag (at a turn boundary).
-    pub fn take_tools_changed(&self) -> bool {
-        self.tools_changed.swap(false, Ordering::AcqRel)
+    /// Reads and clears the list bits (at a turn boundary).
+    pub fn take_lists_changed(&self) -> u8 {
+        self.lists.swap(0, Ordering::AcqRel)
+    }
+
+    /// Reads and clears the bits not yet announced in an event.
+    pub fn take_unannounced(&self) -> u8 {
+        self.unannounced.swap(0, Ordering::AcqRel)
     }
 }
 
@@ -88,7 +123,63 @@ impl ClientHandler {
 
 impl rmcp::ClientHandler for ClientHandler {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.signals.tools_changed();
+        self.signals.list_changed(TOOLS);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.signals.list_changed(RESOURCES);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.signals.list_changed(PROMPTS);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let level = serde_json::to_value(params.level)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        self.signals.notices.deliver(Notice::Log {
+            level,
+            logger: params.logger,
+            data: params.data,
+        });
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let progress = Progress {
+            progress: params.progress,
+            total: params.total,
+            message: params.message,
+        };
+        self.signals
+            .notices
+            .progress(&token_key(&params.progress_token), progress);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.signals
+            .notices
+            .deliver(Notice::ResourceUpdated { uri: params.uri });
+    }
+
+    async fn list_roots(
+        &self,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, rmcp::ErrorData> {
+        Ok(ListRootsResult::new(self.signals.roots.clone()))
     }
 
     async fn create_elicitation(
@@ -104,6 +195,9 @@ impl rmcp::ClientHandler for ClientHandler {
 
     fn get_info(&self) -> InitializeRequestParams {
         let mut capabilities = ClientCapabilities::default();
+        // A session's workspace is part of its catalog's identity: a changed workspace
+        // makes new connections, so no connection's roots ever change.
+        capabilities.roots = Some(rmcp::model::RootsCapabilities::default());
         if self.signals.elicit.is_some() {
             capabilities.elicitation = Some(rmcp::model::ElicitationCapability::new().with_form(
                 rmcp::model::FormElicitationCapability::new().with_schema_validation(true),
@@ -119,13 +213,15 @@ impl rmcp::ClientHandler for ClientHandler {
     }
 }
 
-/// The tools a server listed, capped.
+/// What a server listed: its tools, capped, and what it offers beside them.
 #[derive(Debug, Clone)]
 pub struct ListedTools {
     /// Tools in listing order.
     pub tools: Vec<Tool>,
     /// Whether the list was cut at [`MAX_TOOLS`] or [`MAX_TOOL_PAGES`].
     pub truncated: bool,
+    /// Identity, resources, templates, prompts.
+    pub offer: Offer,
 }
 
 /// Why a call did not produce a result.
@@ -223,35 +319,32 @@ impl McpClient {
     }
 }
 
-/// Lists every page of tools from `peer`, capped.
+/// Lists every page of tools from `peer`, capped, and what else it offers.
 ///
 /// # Errors
 /// The server's or transport's error, unredacted.
 pub async fn list_tools(peer: &Peer<RoleClient>) -> Result<ListedTools, String> {
-    let mut tools = Vec::new();
-    let mut cursor = None;
-    let mut truncated = false;
-    for page in 0.. {
-        if page == MAX_TOOL_PAGES {
-            truncated = true;
-            break;
-        }
-        let result = peer
-            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
-            .await
-            .map_err(|e| service_error(&e))?;
-        tools.extend(result.tools);
-        if tools.len() > MAX_TOOLS {
-            tools.truncate(MAX_TOOLS);
-            truncated = true;
-            break;
-        }
-        match result.next_cursor {
-            Some(next) if !next.is_empty() => cursor = Some(next),
-            _ => break,
-        }
-    }
-    Ok(ListedTools { tools, truncated })
+    let (tools, truncated) = paged(|p| async move {
+        let r = peer.list_tools(Some(p)).await?;
+        Ok((r.tools, r.next_cursor))
+    })
+    .await?;
+    let offer = list_offer(peer).await?;
+    Ok(ListedTools {
+        tools,
+        truncated,
+        offer,
+    })
+}
+
+/// How long a call may take: `timeout` without news; with `max`, each progress
+/// notification restarts `timeout`, up to `max` in all.
+#[derive(Debug, Clone, Copy)]
+pub struct CallTiming {
+    /// The call's timeout (`timeout_seconds`).
+    pub timeout: Duration,
+    /// The most progress may extend it to (`max_timeout_seconds`).
+    pub max: Option<Duration>,
 }
 
 /// Calls a tool with a timeout; on timeout rmcp sends `notifications/cancelled`.
@@ -262,18 +355,28 @@ pub async fn call_tool(
     peer: &Peer<RoleClient>,
     tool: &str,
     arguments: Option<JsonObject>,
-    timeout: Duration,
+    timing: CallTiming,
+    progress: Option<(&Arc<Notices>, ProgressSink)>,
 ) -> Result<serde_json::Value, CallFailure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = arguments;
     let request = ClientRequest::CallToolRequest(Request::new(params));
+    let mut options = PeerRequestOptions::with_timeout(timing.timeout);
+    if let Some(max) = timing.max {
+        options = options.reset_timeout_on_progress();
+        options.max_total_timeout = Some(max);
+    }
+    let timeout = timing.max.unwrap_or(timing.timeout);
+    // rmcp gives every request a progress token; the call's sink hears its progress.
     let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+        .send_request_with_option(request, options)
         .await
         .map_err(|e| match classify(&e, timeout) {
             CallFailure::Closed(m) => CallFailure::NotSent(m),
             other => other,
         })?;
+    let _watching =
+        progress.and_then(|(notices, sink)| notices.watch(token_key(&handle.progress_token), sink));
     // A caller that drops this future has given up on the call: the server is told, as
     // it is on a timeout, instead of working on for nobody.
     let mut abandoned = Abandoned {
@@ -316,7 +419,7 @@ impl Drop for Abandoned {
     }
 }
 
-fn classify(e: &ServiceError, timeout: Duration) -> CallFailure {
+pub(crate) fn classify(e: &ServiceError, timeout: Duration) -> CallFailure {
     match e {
         ServiceError::Timeout { .. } => CallFailure::Timeout(timeout),
         ServiceError::McpError(data) => CallFailure::Protocol(data.message.to_string()),

@@ -9,6 +9,8 @@ mod client;
 mod framing;
 mod guard;
 mod http;
+mod lists;
+mod notices;
 mod oauth;
 mod stdio;
 
@@ -17,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use client::{
-    CallFailure, ElicitRoute, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient, ServerSignals,
-    call_tool, list_tools,
+    CallFailure, CallTiming, ElicitRoute, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient,
+    PROMPTS, RESOURCES, ServerSignals, TOOLS, call_tool, list_tools,
 };
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
@@ -26,6 +28,8 @@ pub use guard::{
     MAX_REQUEST_ID_BYTES, TransportEnd,
 };
 pub(crate) use http::HttpLaunch;
+pub use lists::{Offer, get_prompt, read_resource, set_level, subscribe};
+pub use notices::{NOTICE_BURST, NOTICES_PER_SECOND, Notice, Notices, Progress, ProgressSink};
 pub(crate) use oauth::OAuthLaunch;
 pub use oauth::{token_file, token_files_of};
 pub(crate) use stdio::StdioLaunch;

@@ -18,7 +18,7 @@ use demiurge_mcp::{
 use futures::future::BoxFuture;
 
 /// Tools of the built-in demo server.
-pub const DEMO_TOOLS: usize = 11;
+pub const DEMO_TOOLS: usize = 16;
 
 /// The `demiurge` binary built for these tests.
 pub fn exe() -> &'static str {

@@ -1,0 +1,193 @@
+//! What a server sends its client outside the answers to our requests, and what we
+//! answer it: elicitation (to the host's elicitor, schema defaults, validation),
+//! log messages, progress and resource updates (redacted events, paced by the
+//! transport's `Notices`), and the roots it is shown (the session's workspace, or the
+//! declaration's `roots:` resolved inside it like a `cwd`).
+
+// Roots are deprecated by SEP-2577 for the 2026-07-28 revision; this client speaks
+// 2025-11-25, where they are current.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, Root};
+
+use super::connect::{DenyReason, Pipeline};
+use crate::authority::{ElicitationAnswer, ElicitationRequest};
+use crate::core::Declaration;
+use crate::events::EventKind;
+use crate::redact::{Redactor, View};
+use crate::transport::{ElicitRoute, Notice, Notices};
+
+/// Longest log message data or progress message kept in an event.
+pub const MAX_NOTICE_TEXT: usize = 4_096;
+
+impl Pipeline {
+    /// Where this server's elicitation requests go: the host's elicitor sees the
+    /// server's message redacted; its answer gets the schema's defaults (SEP-1034) and
+    /// must fit the schema (else it is declined); an `mcp.elicitation` event records
+    /// the answer in the event view.
+    pub(super) fn elicit_route(
+        &self,
+        declaration: &Declaration,
+        redactor: &Redactor,
+    ) -> ElicitRoute {
+        let elicitor = Arc::clone(&self.shared.config.elicitor);
+        let hub = Arc::clone(&self.shared.hub);
+        let (session, server) = (self.session.clone(), declaration.server_id.clone());
+        let redactor = redactor.clone();
+        Arc::new(move |request: ElicitRequestParams| {
+            let (elicitor, hub) = (Arc::clone(&elicitor), Arc::clone(&hub));
+            let (session, server, redactor) = (session.clone(), server.clone(), redactor.clone());
+            Box::pin(async move {
+                let (message, schema) = match request {
+                    ElicitRequestParams::FormElicitationParams {
+                        message,
+                        requested_schema,
+                        ..
+                    } => (
+                        message,
+                        serde_json::to_value(&requested_schema).unwrap_or_default(),
+                    ),
+                    // URL elicitation is not offered (not advertised): declined.
+                    _ => (String::new(), serde_json::Value::Null),
+                };
+                let defaults = crate::authority::defaults_of(&schema);
+                let answer = if schema.is_null() {
+                    ElicitationAnswer::Decline
+                } else {
+                    // Redacted whole, then cut: a cut first could leave half a secret.
+                    let message = redactor.text(&message, View::Operator);
+                    let message = crate::result::cap_chars(&message, 2_000);
+                    elicitor
+                        .elicit(ElicitationRequest {
+                            session: session.clone(),
+                            server: server.clone(),
+                            message,
+                            schema: schema.clone(),
+                            defaults: defaults.clone(),
+                        })
+                        .await
+                };
+                let (result, content, refused) = match answer {
+                    ElicitationAnswer::Accept(fields) => {
+                        let filled = crate::authority::with_defaults(fields, &defaults);
+                        match crate::authority::validate(&schema, &filled) {
+                            Ok(()) => (
+                                ElicitResult::new(ElicitationAction::Accept)
+                                    .with_content(serde_json::Value::Object(filled.clone())),
+                                Some(filled),
+                                None,
+                            ),
+                            Err(why) => (
+                                ElicitResult::new(ElicitationAction::Decline),
+                                None,
+                                Some(why),
+                            ),
+                        }
+                    }
+                    ElicitationAnswer::Cancel => {
+                        (ElicitResult::new(ElicitationAction::Cancel), None, None)
+                    }
+                    _ => (ElicitResult::new(ElicitationAction::Decline), None, None),
+                };
+                let action = match result.action {
+                    ElicitationAction::Accept => "accept",
+                    ElicitationAction::Cancel => "cancel",
+                    _ => "decline",
+                };
+                let content = content.map(|fields| {
+                    let secrets = redactor.with_call_object(Some(&fields));
+                    secrets.json(&serde_json::Value::Object(fields), View::Event)
+                });
+                hub.emit(
+                    &session,
+                    EventKind::Elicitation {
+                        server,
+                        action: action.into(),
+                        content,
+                        refused,
+                    },
+                );
+                result
+            })
+        })
+    }
+
+    /// Where this server's log messages, progress and resource updates go: events,
+    /// redacted in the event view and capped.
+    pub(super) fn notices(&self, declaration: &Declaration, redactor: &Redactor) -> Notices {
+        let hub = Arc::clone(&self.shared.hub);
+        let (session, server) = (self.session.clone(), declaration.server_id.clone());
+        let redactor = redactor.clone();
+        let text = move |t: &str| {
+            crate::result::cap_chars(&redactor.text(t, View::Event), MAX_NOTICE_TEXT)
+        };
+        Notices::new(Arc::new(move |notice, dropped| {
+            let server = server.clone();
+            let kind = match notice {
+                Notice::Log {
+                    level,
+                    logger,
+                    data,
+                } => {
+                    // The data is any JSON: redacted as text, so a secret split across
+                    // fields is still whole where it is looked for.
+                    let data = match data {
+                        serde_json::Value::String(s) => serde_json::Value::String(text(&s)),
+                        other => serde_json::Value::String(text(&other.to_string())),
+                    };
+                    EventKind::ServerLog {
+                        server,
+                        level: text(&level),
+                        logger: logger.as_deref().map(&text),
+                        data,
+                        dropped,
+                    }
+                }
+                Notice::Progress(p) => EventKind::Progress {
+                    server,
+                    progress: p.progress,
+                    total: p.total,
+                    message: p.message.as_deref().map(&text),
+                    dropped,
+                },
+                Notice::ResourceUpdated { uri } => EventKind::ResourceUpdated {
+                    server,
+                    uri: text(&uri),
+                    dropped,
+                },
+            };
+            hub.emit(&session, kind);
+        }))
+    }
+
+    /// The roots this server is shown: each declared root resolved inside the
+    /// workspace like a `cwd`, or the workspace itself.
+    pub(super) fn roots(&self, declaration: &Declaration) -> Result<Vec<Root>, DenyReason> {
+        let paths = if declaration.roots.is_empty() {
+            vec![self.workspace.clone()]
+        } else {
+            declaration
+                .roots
+                .iter()
+                .map(|r| crate::authority::resolve_root(&self.workspace, r))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(DenyReason::Cwd)?
+        };
+        Ok(paths
+            .iter()
+            .filter_map(|path| {
+                let uri = if path.is_dir() {
+                    url::Url::from_directory_path(path)
+                } else {
+                    url::Url::from_file_path(path)
+                };
+                let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                let mut root = Root::new(uri.ok()?.to_string());
+                root.name = name;
+                Some(root)
+            })
+            .collect())
+    }
+}

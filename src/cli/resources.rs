@@ -1,0 +1,168 @@
+//! `demiurge resources|read|prompts|prompt`: what servers offer beside tools, one turn
+//! each. Everything a server wrote is escaped before the terminal sees it.
+
+use demiurge_mcp::TurnCatalog;
+use serde_json::{Value, json};
+
+use super::{Cli, start_runtime, t};
+
+/// One turn of a fresh session, `with` it, then shutdown.
+async fn with_turn<T>(
+    cli: &Cli,
+    with: impl AsyncFnOnce(&TurnCatalog) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let runtime = start_runtime(cli).await?;
+    let outcome = async {
+        let (session, _) = runtime.start_session(cli.session_spec()).await?;
+        let catalog = session.prepare_turn().await?;
+        super::tools::print_problems(&catalog, true);
+        with(&catalog).await
+    }
+    .await;
+    runtime.shutdown().await;
+    outcome
+}
+
+/// `demiurge resources [--json]`.
+pub(crate) async fn list_resources(cli: &Cli, as_json: bool) -> anyhow::Result<u8> {
+    with_turn(cli, async |catalog| {
+        if as_json {
+            let out = json!({
+                "resources": catalog.resources().collect::<Vec<_>>(),
+                "templates": catalog.resource_templates().collect::<Vec<_>>(),
+            });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        } else {
+            print_resources(catalog);
+        }
+        Ok(0)
+    })
+    .await
+}
+
+/// Resources and templates for a person.
+pub(crate) fn print_resources(catalog: &TurnCatalog) {
+    let mut any = false;
+    for r in catalog.resources() {
+        any = true;
+        let what = r.description.as_deref().unwrap_or(&r.name);
+        println!(
+            "{:<12} {:<40} {}",
+            t(&r.server),
+            t(&r.uri),
+            t(first_line(what))
+        );
+    }
+    for r in catalog.resource_templates() {
+        any = true;
+        let what = r.description.as_deref().unwrap_or(&r.name);
+        println!(
+            "{:<12} {:<40} {}",
+            t(&r.server),
+            t(&r.uri_template),
+            t(&format!("(template) {}", first_line(what)))
+        );
+    }
+    if !any {
+        println!("no resources");
+    }
+}
+
+/// `demiurge read SERVER URI [--json]`.
+pub(crate) async fn read(cli: &Cli, server: &str, uri: &str, as_json: bool) -> anyhow::Result<u8> {
+    with_turn(cli, async |catalog| {
+        Ok(match catalog.read_resource(server, uri).await {
+            Ok(result) => {
+                super::call::print_result(&result, as_json);
+                u8::from(result.is_error)
+            }
+            Err(refused) => {
+                eprintln!("error: {}", t(&refused.to_string()));
+                1
+            }
+        })
+    })
+    .await
+}
+
+/// `demiurge prompts [--json]`.
+pub(crate) async fn list_prompts(cli: &Cli, as_json: bool) -> anyhow::Result<u8> {
+    with_turn(cli, async |catalog| {
+        if as_json {
+            let prompts: Vec<_> = catalog.prompts().collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({ "prompts": prompts }))?
+            );
+        } else {
+            print_prompts(catalog);
+        }
+        Ok(0)
+    })
+    .await
+}
+
+/// Prompts for a person, with their arguments (`name*` is required).
+pub(crate) fn print_prompts(catalog: &TurnCatalog) {
+    let mut any = false;
+    for p in catalog.prompts() {
+        any = true;
+        let arguments: Vec<String> = p
+            .arguments
+            .iter()
+            .map(|a| format!("{}{}", a.name, if a.required { "*" } else { "" }))
+            .collect();
+        let what = p.description.as_deref().unwrap_or_default();
+        println!(
+            "{:<40} ({}) {}",
+            t(&p.name),
+            t(&arguments.join(", ")),
+            t(first_line(what))
+        );
+    }
+    if !any {
+        println!("no prompts");
+    }
+}
+
+/// `demiurge prompt NAME [--args JSON] [--json]`.
+pub(crate) async fn prompt(cli: &Cli, name: &str, args: &str, as_json: bool) -> anyhow::Result<u8> {
+    let Ok(arguments @ Value::Object(_)) = serde_json::from_str::<Value>(args) else {
+        eprintln!(
+            "error: --args must be a JSON object, for example --args '{{\"name\": \"Ada\"}}'"
+        );
+        return Ok(super::USAGE);
+    };
+    with_turn(cli, async |catalog| {
+        Ok(match catalog.get_prompt(name, arguments).await {
+            Ok(got) if as_json => {
+                println!("{}", serde_json::to_string_pretty(&got)?);
+                0
+            }
+            Ok(got) => {
+                for message in &got.messages {
+                    let text = message
+                        .content
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| message.content.to_string(), str::to_string);
+                    println!(
+                        "{}: {}",
+                        t(&message.role),
+                        demiurge_mcp::text::escape_lines(&text)
+                    );
+                }
+                0
+            }
+            Err(refused) => {
+                eprintln!("error: {}", t(&refused.to_string()));
+                1
+            }
+        })
+    })
+    .await
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
