@@ -477,6 +477,12 @@ impl CatalogState {
         mut diagnostics: Vec<Diagnostic>,
         denied: Vec<Denial>,
     ) -> Result<TurnCatalog, PrepareError> {
+        if let Some(missing) = core
+            .enabled()
+            .find(|d| d.required && !self.by_server.contains_key(&d.server_id))
+        {
+            return Err(super::turn::required(missing, &diagnostics, &denied));
+        }
         let connected: Vec<&Live> = core
             .enabled()
             .filter_map(|d| self.live.get(self.by_server.get(&d.server_id)?))

@@ -69,6 +69,8 @@ pub(super) struct Dispatch {
     /// One permit when calls to this server must not overlap.
     serial: Option<Arc<Semaphore>>,
     timing: CallTiming,
+    /// `tool_timeouts`: per-tool call timeouts over `timing.timeout`.
+    tool_timeouts: Arc<std::collections::BTreeMap<String, Duration>>,
     /// Where the server's progress for a call is routed.
     notices: Arc<Notices>,
     closed: watch::Receiver<bool>,
@@ -91,6 +93,7 @@ impl Dispatch {
                 timeout: declaration.call_timeout,
                 max: declaration.max_call_timeout,
             },
+            tool_timeouts: Arc::new(declaration.tool_timeouts.clone()),
             notices,
             closed,
         };
@@ -120,7 +123,12 @@ impl Dispatch {
     ) -> Result<serde_json::Value, CallFailure> {
         let _turn = self.serial_turn().await?;
         let progress = progress.map(|sink| (&self.notices, sink));
-        crate::transport::call_tool(&self.peer, tool, arguments, self.timing, progress).await
+        let mut timing = self.timing;
+        if let Some(timeout) = self.tool_timeouts.get(tool) {
+            timing.timeout = *timeout;
+            timing.max = timing.max.map(|max| max.max(*timeout));
+        }
+        crate::transport::call_tool(&self.peer, tool, arguments, timing, progress).await
     }
 
     /// `resources/read`, under the same serial permit and timeout as a call.

@@ -37,6 +37,14 @@ pub enum PrepareError {
     /// this turn's connects in flight were ended.
     #[error("the turn was cancelled: a newer turn changed the session's authority; use that turn")]
     Cancelled,
+    /// A server declared `required: true` did not connect this turn.
+    #[error("required server `{server}` is not available: {reason}")]
+    Required {
+        /// Server id.
+        server: String,
+        /// Why (its diagnostic or denial, redacted).
+        reason: String,
+    },
     /// An MCP tool name collides with a tool of another source.
     #[error("tool name collision: {0}")]
     Collision(String),
@@ -159,6 +167,31 @@ impl Diagnostic {
             path: broken.path.clone(),
             message: message.join("; "),
         }
+    }
+}
+
+/// The error of a turn whose required server `missing` did not connect, with its
+/// diagnostic or denial.
+pub(super) fn required(
+    missing: &Declaration,
+    diagnostics: &[Diagnostic],
+    denied: &[Denial],
+) -> PrepareError {
+    let id = &missing.server_id;
+    let reason = diagnostics
+        .iter()
+        .find(|d| &d.server == id)
+        .map(|d| d.message.clone())
+        .or_else(|| {
+            denied
+                .iter()
+                .find(|d| &d.server == id)
+                .map(|d| d.reason.clone())
+        })
+        .unwrap_or_else(|| "it did not connect".into());
+    PrepareError::Required {
+        server: id.clone(),
+        reason,
     }
 }
 

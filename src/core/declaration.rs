@@ -21,7 +21,9 @@ pub enum TransportKind {
     /// A child process speaking MCP over stdin/stdout.
     #[default]
     Stdio,
-    /// An MCP server over the streamable HTTP transport.
+    /// An MCP server over the streamable HTTP transport (`http` is accepted too, as
+    /// other hosts write it).
+    #[serde(alias = "http")]
     StreamableHttp,
 }
 
@@ -358,6 +360,9 @@ pub(crate) struct RawDeclaration {
     log_level: Option<LogLevel>,
     resources: Option<RawToolFilter>,
     prompts: Option<RawToolFilter>,
+    env_vars: Option<Vec<String>>,
+    tool_timeouts: Option<BTreeMap<String, f64>>,
+    required: Option<bool>,
 }
 
 /// The least severe log message a server should send (`logging/setLevel`).
@@ -467,6 +472,11 @@ pub struct Declaration {
     pub connect_timeout: Duration,
     /// Bound on one tool call.
     pub call_timeout: Duration,
+    /// Per-tool call timeouts (`tool_timeouts`, by the server's own tool name), over
+    /// `call_timeout`.
+    pub tool_timeouts: BTreeMap<String, Duration>,
+    /// A turn fails (`PrepareError::Required`) when this server cannot connect.
+    pub required: bool,
     /// How far progress may extend a call: each progress notification restarts
     /// `call_timeout`, up to this in all (`max_timeout_seconds`).
     pub max_call_timeout: Option<Duration>,
@@ -554,6 +564,9 @@ impl Declaration {
             log_level,
             resources,
             prompts,
+            env_vars,
+            tool_timeouts,
+            required,
         } = raw;
         let mut errors = Vec::new();
         let err = |field: &str, message: String| LoadError::new(&file, Some(field), None, message);
@@ -583,7 +596,30 @@ impl Declaration {
                         String::new()
                     }
                 };
-                let env = env.unwrap_or_default();
+                let mut env = env.unwrap_or_default();
+                // `env_vars: [NAME]` is `NAME: ${NAME}`, passed through from the host.
+                for name in env_vars.iter().flatten() {
+                    let field = format!("env_vars.{}", crate::text::plain_name(name, "<name>"));
+                    if env.contains_key(name) {
+                        errors.push(err(&field, "is also under `env`; keep one".into()));
+                    } else if !is_reference(&format!("${{{name}}}")) {
+                        errors.push(err(
+                            &field,
+                            "not a variable name; use letters, digits and `_`".into(),
+                        ));
+                    } else {
+                        env.insert(name.clone(), format!("${{{name}}}"));
+                    }
+                }
+                for (name, value) in &env {
+                    if crate::process::check_references(value).is_err() {
+                        let field = format!("env.{}", crate::text::plain_name(name, "<name>"));
+                        errors.push(err(
+                            &field,
+                            crate::process::UnsupportedReference.to_string(),
+                        ));
+                    }
+                }
                 for name in env.keys() {
                     if let Some(problem) = env_name_problem(name) {
                         let field = format!("env.{}", crate::text::plain_name(name, "<name>"));
@@ -616,6 +652,7 @@ impl Declaration {
                     ("command", command.is_some()),
                     ("args", args.is_some()),
                     ("env", env.is_some()),
+                    ("env_vars", env_vars.is_some()),
                     ("cwd", cwd.is_some()),
                 ] {
                     if present {
@@ -637,6 +674,15 @@ impl Declaration {
                     }
                 };
                 let headers = headers.unwrap_or_default();
+                for (name, value) in &headers {
+                    if crate::process::check_references(value).is_err() {
+                        let field = format!("headers.{}", crate::text::plain_name(name, "<name>"));
+                        errors.push(err(
+                            &field,
+                            crate::process::UnsupportedReference.to_string(),
+                        ));
+                    }
+                }
                 for name in headers.keys() {
                     if !is_header_name(name) {
                         errors.push(err(
@@ -719,6 +765,15 @@ impl Declaration {
             &mut errors,
             &file,
         );
+        let tool_timeouts: BTreeMap<String, Duration> = tool_timeouts
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(tool, secs)| {
+                let field = format!("tool_timeouts.{}", crate::text::plain_name(&tool, "<tool>"));
+                let timeout = seconds(Some(secs), call_timeout, &field, &mut errors, &file);
+                (tool, timeout)
+            })
+            .collect();
         let max_call_timeout = max_timeout_seconds.map(|max| {
             seconds(
                 Some(max),
@@ -751,6 +806,8 @@ impl Declaration {
             roots,
             log_level,
             max_call_timeout,
+            tool_timeouts,
+            required: required.unwrap_or(false),
             risk: risk.unwrap_or(Risk::Medium),
             approval_policy: approval_policy.unwrap_or(ApprovalPolicy::Prompt),
             call_capability,

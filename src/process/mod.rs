@@ -57,33 +57,82 @@ impl HostEnv {
 #[error("missing environment variable: {0}")]
 pub struct MissingVariable(pub String);
 
-/// Replaces every `${NAME}` in `value` from `env`. No defaults, no escapes; a `$` not
-/// followed by `{NAME}` stays as it is.
-///
-/// # Errors
-/// [`MissingVariable`] naming the first variable the host does not have.
-pub fn interpolate(value: &str, env: &HostEnv) -> Result<String, MissingVariable> {
-    let mut out = String::with_capacity(value.len());
+/// One piece of a declared value: literal text, or a reference with its default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece<'a> {
+    Text(&'a str),
+    /// `${NAME}` (`default: None`) or `${NAME:-default}`.
+    Var {
+        name: &'a str,
+        default: Option<&'a str>,
+    },
+}
+
+/// A `${...}` that is neither `${NAME}` nor `${NAME:-default}` (VS Code's `${input:x}`,
+/// shell's `${X:?}`, an unclosed `${`): a load error, never a literal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "an unsupported `${{...}}` form; write `${{NAME}}` or `${{NAME:-default}}` (NAME: letters, digits, `_`)"
+)]
+pub struct UnsupportedReference;
+
+/// The pieces of `value`. A `$` not followed by `{` is text.
+fn pieces(value: &str) -> Result<Vec<Piece<'_>>, UnsupportedReference> {
+    let mut out = Vec::new();
     let mut rest = value;
     while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
+        if start > 0 {
+            out.push(Piece::Text(&rest[..start]));
+        }
         let after = &rest[start + 2..];
-        match after.find('}') {
-            Some(end) if is_var_name(&after[..end]) => {
-                let name = &after[..end];
-                out.push_str(
-                    env.get(name)
-                        .ok_or_else(|| MissingVariable(name.to_string()))?,
-                );
-                rest = &after[end + 1..];
-            }
-            _ => {
-                out.push_str("${");
-                rest = after;
-            }
+        let end = after.find('}').ok_or(UnsupportedReference)?;
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (inner, None),
+        };
+        if !is_var_name(name) {
+            return Err(UnsupportedReference);
+        }
+        out.push(Piece::Var { name, default });
+        rest = &after[end + 1..];
+    }
+    if !rest.is_empty() {
+        out.push(Piece::Text(rest));
+    }
+    Ok(out)
+}
+
+/// Checks that every `${...}` of `value` is a form [`interpolate`] knows.
+///
+/// # Errors
+/// [`UnsupportedReference`].
+pub fn check_references(value: &str) -> Result<(), UnsupportedReference> {
+    pieces(value).map(drop)
+}
+
+/// Replaces every `${NAME}` in `value` from `env`, and every `${NAME:-default}` from
+/// `env` or, when the host has no such variable or it is empty, with `default`. No
+/// escapes; a `$` not followed by `{` stays as it is.
+///
+/// # Errors
+/// [`MissingVariable`] naming the first variable the host does not have (and no default
+/// covers). A value whose references do not parse names its first reference-looking
+/// text as missing; the loader refuses such values, so it never gets here.
+pub fn interpolate(value: &str, env: &HostEnv) -> Result<String, MissingVariable> {
+    let pieces = pieces(value).map_err(|_| MissingVariable("${...}".into()))?;
+    let mut out = String::with_capacity(value.len());
+    for piece in pieces {
+        match piece {
+            Piece::Text(text) => out.push_str(text),
+            Piece::Var { name, default } => match (env.get(name), default) {
+                (Some(""), Some(d)) => out.push_str(d),
+                (Some(v), _) => out.push_str(v),
+                (None, Some(d)) => out.push_str(d),
+                (None, None) => return Err(MissingVariable(name.to_string())),
+            },
         }
     }
-    out.push_str(rest);
     Ok(out)
 }
 
@@ -101,23 +150,20 @@ pub fn interpolate_all(
 }
 
 /// The `${NAME}` references of `value`, with their host values: secrets in their own
-/// right (`Bearer ${TOKEN}` makes the token secret, not only the whole header).
+/// right (`Bearer ${TOKEN}` makes the token secret, not only the whole header). A
+/// default is written in the core, so it is no secret of the host's.
 pub fn referenced_values(value: &str, env: &HostEnv) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        let after = &rest[start + 2..];
-        match after.find('}') {
-            Some(end) if is_var_name(&after[..end]) => {
-                if let Some(v) = env.get(&after[..end]) {
-                    out.push((after[..end].to_string(), v.to_string()));
-                }
-                rest = &after[end + 1..];
-            }
-            _ => rest = after,
-        }
-    }
-    out
+    pieces(value)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|piece| match piece {
+            Piece::Var { name, .. } => env
+                .get(name)
+                .filter(|v| !v.is_empty())
+                .map(|v| (name.to_string(), v.to_string())),
+            Piece::Text(_) => None,
+        })
+        .collect()
 }
 
 fn is_var_name(s: &str) -> bool {
@@ -202,13 +248,44 @@ mod tests {
         let e = env(&[("TOKEN", "t0k")]);
         assert_eq!(interpolate("Bearer ${TOKEN}!", &e).unwrap(), "Bearer t0k!");
         assert_eq!(
-            interpolate("$TOKEN ${ not} ${", &e).unwrap(),
-            "$TOKEN ${ not} ${"
+            interpolate("$TOKEN costs $5", &e).unwrap(),
+            "$TOKEN costs $5"
         );
         assert_eq!(
             interpolate("${NOPE}", &e).unwrap_err(),
             MissingVariable("NOPE".into())
         );
+        // Defaults: used when the variable is absent or empty, never over a value.
+        let e = env(&[("TOKEN", "t0k"), ("EMPTY", "")]);
+        for (value, expected) in [
+            ("${TOKEN:-d}", "t0k"),
+            ("${NOPE:-d}", "d"),
+            ("${EMPTY:-d}", "d"),
+            ("${NOPE:-}", ""),
+            ("a${NOPE:-b:-c}d", "ab:-cd"),
+            ("${NOPE:-https://x.test/}", "https://x.test/"),
+        ] {
+            assert_eq!(interpolate(value, &e).unwrap(), expected, "{value}");
+        }
+        assert_eq!(
+            referenced_values("${EMPTY:-d} ${TOKEN:-d}", &e),
+            [("TOKEN".to_string(), "t0k".to_string())]
+        );
+        // Every other `${...}` form is refused, not kept as text.
+        for bad in [
+            "${input:key}",
+            "${env:HOME}",
+            "${X:?err}",
+            "${ not}",
+            "${",
+            "a ${B",
+            "${}",
+            "${1X}",
+            "${X-d}",
+        ] {
+            assert!(check_references(bad).is_err(), "{bad}");
+        }
+        assert!(check_references("plain $HOME ${OK} ${OK2:-x}").is_ok());
     }
 
     #[test]
