@@ -505,7 +505,12 @@ pub(super) fn connection_secrets(
 
 /// Secrets a URL carries: userinfo and query values.
 fn url_secrets(url: &DeclaredUrl) -> Vec<(String, String)> {
-    let u = url.url();
+    uri_secrets(url.url())
+}
+
+/// Secrets a URL or URI carries: userinfo and query values (a resource URI the model
+/// chose is redacted with these, as a call's sensitive arguments are).
+pub(super) fn uri_secrets(u: &url::Url) -> Vec<(String, String)> {
     let mut out = Vec::new();
     if !u.username().is_empty() {
         out.push(("url_username".to_string(), u.username().to_string()));
@@ -532,11 +537,17 @@ impl Pipeline {
         Vec<(ractor::ActorId, Result<ListedTools, String>)>,
     ) {
         let connects = futures::future::join_all(connect.into_iter().map(|d| self.connect(d)));
-        let relists = futures::future::join_all(
-            relist
-                .into_iter()
-                .map(|(id, peer)| async move { (id, crate::transport::list_tools(&peer).await) }),
-        );
+        // A server that announces a change and then never answers the lists must not
+        // hold the turn: relisting has the default connect timeout.
+        let relists = futures::future::join_all(relist.into_iter().map(|(id, peer)| async move {
+            let listed = tokio::time::timeout(
+                crate::core::DEFAULT_CONNECT_TIMEOUT,
+                crate::transport::list_tools(&peer),
+            )
+            .await
+            .unwrap_or_else(|_| Err("no answer within the connect timeout".into()));
+            (id, listed)
+        }));
         futures::join!(connects, relists)
     }
 

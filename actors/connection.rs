@@ -26,7 +26,7 @@ use crate::core::Declaration;
 use crate::events::{EventHub, EventKind};
 use crate::redact::Redactor;
 use crate::transport::{
-    CallFailure, CallTiming, McpClient, Notices, PROMPTS, ProgressSink, RESOURCES, ServerSignals,
+    CallFailure, CallTiming, CallWatch, McpClient, Notices, PROMPTS, RESOURCES, ServerSignals,
     TOOLS, TransportEnd,
 };
 
@@ -119,10 +119,10 @@ impl Dispatch {
         &self,
         tool: &str,
         arguments: Option<JsonObject>,
-        progress: Option<ProgressSink>,
+        watch: CallWatch,
     ) -> Result<serde_json::Value, CallFailure> {
         let _turn = self.serial_turn().await?;
-        let progress = progress.map(|sink| (&self.notices, sink));
+        let progress = Some((&self.notices, watch));
         let mut timing = self.timing;
         if let Some(timeout) = self.tool_timeouts.get(tool) {
             timing.timeout = *timeout;
@@ -258,8 +258,8 @@ impl Live {
         generation: u64,
     ) -> Result<(), String> {
         let listed = listed.map_err(|e| {
-            let e = self.redactor.text(&e, crate::redact::View::Durable);
-            format!("tools/list failed after a list change: {e}")
+            let e = crate::result::cap(&self.redactor.text(&e, crate::redact::View::Durable));
+            format!("relisting failed after a list change: {e}")
         })?;
         (self.tools, self.offer, self.notes) =
             shape_listing(listed, &self.declaration, &self.redactor, schemas);

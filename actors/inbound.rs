@@ -15,9 +15,9 @@ use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, Root};
 use super::connect::{DenyReason, Pipeline};
 use crate::authority::{ElicitationAnswer, ElicitationRequest};
 use crate::core::Declaration;
-use crate::events::EventKind;
+use crate::events::{EventHub, EventKind};
 use crate::redact::{Redactor, View};
-use crate::transport::{ElicitRoute, Notice, Notices};
+use crate::transport::{ElicitRoute, Notice, NoticeRoute, Notices};
 
 /// Longest log message data or progress message kept in an event.
 pub const MAX_NOTICE_TEXT: usize = 4_096;
@@ -117,63 +117,25 @@ impl Pipeline {
     /// Where this server's log messages, progress and resource updates go: events,
     /// redacted in the event view and capped.
     pub(super) fn notices(&self, declaration: &Declaration, redactor: &Redactor) -> Notices {
-        let hub = Arc::clone(&self.shared.hub);
-        let (session, server) = (self.session.clone(), declaration.server_id.clone());
-        let redactor = redactor.clone();
-        let text = move |t: &str| {
-            crate::result::cap_chars(&redactor.text(t, View::Event), MAX_NOTICE_TEXT)
-        };
-        Notices::new(Arc::new(move |notice, dropped| {
-            let server = server.clone();
-            let kind = match notice {
-                Notice::Log {
-                    level,
-                    logger,
-                    data,
-                } => {
-                    // The data is any JSON: redacted as text, so a secret split across
-                    // fields is still whole where it is looked for.
-                    let data = match data {
-                        serde_json::Value::String(s) => serde_json::Value::String(text(&s)),
-                        other => serde_json::Value::String(text(&other.to_string())),
-                    };
-                    EventKind::ServerLog {
-                        server,
-                        level: text(&level),
-                        logger: logger.as_deref().map(&text),
-                        data,
-                        dropped,
-                    }
-                }
-                Notice::Progress(p) => EventKind::Progress {
-                    server,
-                    progress: p.progress,
-                    total: p.total,
-                    message: p.message.as_deref().map(&text),
-                    dropped,
-                },
-                Notice::ResourceUpdated { uri } => EventKind::ResourceUpdated {
-                    server,
-                    uri: text(&uri),
-                    dropped,
-                },
-            };
-            hub.emit(&session, kind);
-        }))
+        Notices::new(notice_route(
+            &self.shared.hub,
+            &self.session,
+            &declaration.server_id,
+            redactor,
+        ))
     }
 
     /// The roots this server is shown: each declared root resolved inside the
-    /// workspace like a `cwd`, or the workspace itself.
+    /// workspace like a `cwd` (`roots: []`: none), or without `roots:` the workspace.
     pub(super) fn roots(&self, declaration: &Declaration) -> Result<Vec<Root>, DenyReason> {
-        let paths = if declaration.roots.is_empty() {
-            vec![self.workspace.clone()]
-        } else {
-            declaration
-                .roots
+        let paths = match &declaration.roots {
+            None => vec![self.workspace.clone()],
+            // `roots: []`: the server is shown none.
+            Some(roots) => roots
                 .iter()
                 .map(|r| crate::authority::resolve_root(&self.workspace, r))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(DenyReason::Cwd)?
+                .map_err(DenyReason::Cwd)?,
         };
         Ok(paths
             .iter()
@@ -190,4 +152,55 @@ impl Pipeline {
             })
             .collect())
     }
+}
+
+/// Notices of `server` as events of `session`, redacted with `redactor` (the
+/// connection's, or a call's for that call's progress) in the event view and capped.
+pub(super) fn notice_route(
+    hub: &Arc<EventHub>,
+    session: &str,
+    server: &str,
+    redactor: &Redactor,
+) -> NoticeRoute {
+    let (hub, session, server) = (Arc::clone(hub), session.to_string(), server.to_string());
+    let redactor = redactor.clone();
+    let text =
+        move |t: &str| crate::result::cap_chars(&redactor.text(t, View::Event), MAX_NOTICE_TEXT);
+    Arc::new(move |notice, dropped| {
+        let server = server.clone();
+        let kind = match notice {
+            Notice::Log {
+                level,
+                logger,
+                data,
+            } => {
+                // The data is any JSON: redacted as text, so a secret split across
+                // fields is still whole where it is looked for.
+                let data = match data {
+                    serde_json::Value::String(s) => serde_json::Value::String(text(&s)),
+                    other => serde_json::Value::String(text(&other.to_string())),
+                };
+                EventKind::ServerLog {
+                    server,
+                    level: text(&level),
+                    logger: logger.as_deref().map(&text),
+                    data,
+                    dropped,
+                }
+            }
+            Notice::Progress(p) => EventKind::Progress {
+                server,
+                progress: p.progress,
+                total: p.total,
+                message: p.message.as_deref().map(&text),
+                dropped,
+            },
+            Notice::ResourceUpdated { uri } => EventKind::ResourceUpdated {
+                server,
+                uri: text(&uri),
+                dropped,
+            },
+        };
+        hub.emit(&session, kind);
+    })
 }

@@ -23,8 +23,14 @@ use crate::transport::{CallFailure, Offer};
 
 /// Longest `instructions` kept.
 pub const MAX_INSTRUCTIONS: usize = 16_384;
-/// Longest prompt message text kept, per message.
+/// Longest string kept in a prompt message (text, data, blob).
 pub const MAX_PROMPT_TEXT: usize = 65_536;
+/// Most messages of one prompt kept.
+pub const MAX_PROMPT_MESSAGES: usize = 100;
+/// Longest resource URI or URI template listed; a longer one is hidden.
+pub const MAX_URI: usize = 2_048;
+/// Most arguments of one prompt kept.
+pub const MAX_PROMPT_ARGUMENTS: usize = 64;
 
 /// Who a server says it is (redacted, capped).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -177,7 +183,12 @@ pub(super) fn shape_offer(
     let text = |t: &str, max| cap_chars(&redactor.text(t, View::Model), max);
     let described = |d: &Option<String>| d.as_deref().map(|d| text(d, MAX_DESCRIPTION));
     let clean = |s: &str| redactor.text(s, View::Model) == s;
-    let mut notes = Vec::new();
+    let capped_name = |n: &str| cap_chars(n, MAX_TITLE);
+    let mut notes: Vec<String> = offer
+        .failed
+        .iter()
+        .map(|f| crate::result::cap(&redactor.text(f, View::Durable)))
+        .collect();
     if offer.truncated {
         notes.push(format!(
             "a resource or prompt list was cut at {} entries",
@@ -191,7 +202,7 @@ pub(super) fn shape_offer(
         .into_iter()
         .filter(|r| naming::filter_allows(&declaration.resources, &r.uri))
         .filter(|r| {
-            (clean(&r.uri) && clean(&r.name)) || {
+            (r.uri.len() <= MAX_URI && clean(&r.uri) && clean(&r.name)) || {
                 hidden += 1;
                 false
             }
@@ -199,7 +210,7 @@ pub(super) fn shape_offer(
         .filter(|r| seen.insert(r.uri.clone()))
         .map(|r| ResourceInfo {
             server: server.clone(),
-            name: r.name.clone(),
+            name: capped_name(&r.name),
             title: r.title.as_deref().map(|t| text(t, MAX_TITLE)),
             description: described(&r.description),
             mime_type: r.mime_type.as_deref().map(|m| text(m, MAX_TITLE)),
@@ -212,14 +223,14 @@ pub(super) fn shape_offer(
         .into_iter()
         .filter(|t| naming::filter_allows(&declaration.resources, &t.uri_template))
         .filter(|t| {
-            (clean(&t.uri_template) && clean(&t.name)) || {
+            (t.uri_template.len() <= MAX_URI && clean(&t.uri_template) && clean(&t.name)) || {
                 hidden += 1;
                 false
             }
         })
         .map(|t| TemplateInfo {
             server: server.clone(),
-            name: t.name.clone(),
+            name: capped_name(&t.name),
             description: described(&t.description),
             mime_type: t.mime_type.as_deref().map(|m| text(m, MAX_TITLE)),
             uri_template: t.uri_template,
@@ -232,7 +243,8 @@ pub(super) fn shape_offer(
         .into_iter()
         .filter(|p| naming::filter_allows(&declaration.prompts, &p.name))
         .filter(|p| {
-            clean(&p.name) || {
+            let arguments_clean = p.arguments.iter().flatten().all(|a| clean(&a.name));
+            (p.name.chars().count() <= MAX_TITLE && clean(&p.name) && arguments_clean) || {
                 hidden += 1;
                 false
             }
@@ -251,10 +263,11 @@ pub(super) fn shape_offer(
                     .arguments
                     .unwrap_or_default()
                     .into_iter()
+                    .take(MAX_PROMPT_ARGUMENTS)
                     .map(|a| PromptArgumentInfo {
                         description: described(&a.description),
                         required: a.required.unwrap_or(false),
-                        name: a.name,
+                        name: capped_name(&a.name),
                     })
                     .collect(),
                 prompt: p.name,
@@ -314,19 +327,14 @@ impl TurnCatalog {
     /// [`CallError`] when refused before reaching the server (`UnknownTool` names the
     /// server when it has no connection this turn).
     pub async fn read_resource(&self, server: &str, uri: &str) -> Result<ToolResult, CallError> {
-        let entry = self.offer_of(server)?;
-        let subject = format!("{server} {uri}");
+        let (entry, subject, redactor) = self.resource_effect(server, uri, Action::Read).await?;
         let binding = &entry.binding;
-        let redactor = binding.redactor.clone();
-        self.still_open(binding, &subject)?;
-        self.authorize(binding, Action::Read, &subject, None, &redactor)
-            .await?;
         let started = Instant::now();
         let read = binding.dispatch.read_resource(uri).await;
         let provenance = |reached| Provenance {
             server: server.to_string(),
             tool: "resources/read".into(),
-            exposed: uri.to_string(),
+            exposed: redactor.text(uri, View::Event),
             started: reached,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         };
@@ -364,23 +372,76 @@ impl TurnCatalog {
     /// # Errors
     /// [`CallError`] when refused; a server that refuses is `CallError::Failed`.
     pub async fn subscribe_resource(&self, server: &str, uri: &str) -> Result<(), CallError> {
+        let (entry, subject, redactor) =
+            self.resource_effect(server, uri, Action::Subscribe).await?;
+        let subscribed = entry.binding.dispatch.subscribe(uri).await;
+        subscribed.map_err(|failure| CallError::Failed {
+            tool: subject,
+            message: cap_chars(
+                &redactor.text(&failure.to_string(), View::Model),
+                MAX_DESCRIPTION,
+            ),
+        })
+    }
+
+    /// What reading or subscribing to `uri` on `server` needs first: a connection this
+    /// turn, a URI the declaration's `resources:` allows that the server listed (or a
+    /// listed template names), and the server's call capability and approval. Returns
+    /// the entry, the subject as approvers and errors name it (redacted), and the
+    /// redactor of the effect (the URI's own userinfo and query values are secrets).
+    async fn resource_effect(
+        &self,
+        server: &str,
+        uri: &str,
+        action: Action,
+    ) -> Result<(&ServerEntry, String, Redactor), CallError> {
         let entry = self.offer_of(server)?;
-        let subject = format!("{server} {uri}");
         let binding = &entry.binding;
-        self.still_open(binding, &subject)?;
-        self.authorize(binding, Action::Read, &subject, None, &binding.redactor)
-            .await?;
-        binding
-            .dispatch
-            .subscribe(uri)
+        let redactor = match url::Url::parse(uri) {
+            Ok(parsed) => binding
+                .redactor
+                .with_secrets(super::connect::uri_secrets(&parsed)),
+            Err(_) => binding.redactor.clone(),
+        };
+        let subject = redactor.text(&format!("{server} {uri}"), View::Event);
+        let refused = |error: CallError| self.refused(server, error);
+        let offered = &entry.offered;
+        let listed = offered.resources.iter().any(|r| r.uri == uri)
+            || offered
+                .templates
+                .iter()
+                .any(|t| naming::glob_match(&template_glob(&t.uri_template), uri));
+        if !listed || !naming::filter_allows(&binding.declaration.resources, uri) {
+            return Err(refused(CallError::NotOffered { tool: subject }));
+        }
+        self.still_open(binding, &subject).map_err(refused)?;
+        self.authorize(binding, action, &subject, None, &redactor)
             .await
-            .map_err(|failure| CallError::Failed {
-                tool: subject.clone(),
-                message: cap_chars(
-                    &binding.redactor.text(&failure.to_string(), View::Model),
-                    MAX_DESCRIPTION,
-                ),
-            })
+            .map_err(refused)?;
+        Ok((entry, subject, redactor))
+    }
+
+    /// `error`, recorded as a `call_denied` event first.
+    fn refused(&self, server: &str, error: CallError) -> CallError {
+        let tool = match &error {
+            CallError::NotOffered { tool }
+            | CallError::MissingCapability { tool, .. }
+            | CallError::PolicyDenied { tool }
+            | CallError::ApprovalDenied { tool }
+            | CallError::ApprovalTimedOut { tool }
+            | CallError::ApprovalUnavailable { tool }
+            | CallError::Stale { tool, .. } => tool.clone(),
+            _ => String::new(),
+        };
+        self.shared().hub.emit(
+            self.session(),
+            EventKind::CallDenied {
+                server: server.to_string(),
+                tool,
+                reason: error.to_string(),
+            },
+        );
+        error
     }
 
     /// Gets the prompt `name` (exposed, `server__prompt`) with `arguments` (a JSON
@@ -406,9 +467,11 @@ impl TurnCatalog {
         };
         let binding = &entry.binding;
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
-        self.still_open(binding, name)?;
+        let refused = |error: CallError| self.refused(&prompt.server, error);
+        self.still_open(binding, name).map_err(refused)?;
         self.authorize(binding, Action::Prompt, name, arguments.as_ref(), &redactor)
-            .await?;
+            .await
+            .map_err(refused)?;
         let got = binding.dispatch.get_prompt(&prompt.prompt, arguments).await;
         let got = match got {
             Ok(got) => got,
@@ -430,9 +493,13 @@ impl TurnCatalog {
                 });
             }
         };
+        // What any message marks as secret is secret in all of them.
+        let whole = serde_json::to_value(&got.messages).unwrap_or(Value::Null);
+        let redactor = redactor.with_result_secrets(&whole);
         let messages = got
             .messages
             .iter()
+            .take(MAX_PROMPT_MESSAGES)
             .map(|m| {
                 let content = serde_json::to_value(&m.content).unwrap_or(Value::Null);
                 PromptMessageView {
@@ -440,7 +507,7 @@ impl TurnCatalog {
                         .ok()
                         .and_then(|r| r.as_str().map(str::to_string))
                         .unwrap_or_default(),
-                    content: capped_texts(redactor.json(&content, View::Model)),
+                    content: capped_strings(redactor.json(&content, View::Model)),
                 }
             })
             .collect();
@@ -509,13 +576,59 @@ impl TurnCatalog {
     }
 }
 
-/// A content block with every `text` field capped at [`MAX_PROMPT_TEXT`].
-fn capped_texts(mut content: Value) -> Value {
-    if let Some(Value::String(text)) = content.get_mut("text") {
-        *text = cap_chars(text, MAX_PROMPT_TEXT);
+/// A JSON value with every string in it (text, image data, blobs, annotations) cut at
+/// [`MAX_PROMPT_TEXT`] characters.
+fn capped_strings(value: Value) -> Value {
+    match value {
+        Value::String(text) => Value::String(cap_chars(&text, MAX_PROMPT_TEXT)),
+        Value::Array(items) => Value::Array(items.into_iter().map(capped_strings).collect()),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, capped_strings(v)))
+                .collect(),
+        ),
+        other => other,
     }
-    if let Some(Value::String(text)) = content.pointer_mut("/resource/text") {
-        *text = cap_chars(text, MAX_PROMPT_TEXT);
+}
+
+/// An RFC 6570 template as a glob: each `{...}` expression matches anything.
+fn template_glob(template: &str) -> String {
+    let mut glob = String::with_capacity(template.len());
+    let mut inside = false;
+    for c in template.chars() {
+        match (c, inside) {
+            ('{', false) => inside = true,
+            ('}', true) => {
+                inside = false;
+                glob.push('*');
+            }
+            (_, true) => {}
+            (c, false) => glob.push(c),
+        }
     }
-    content
+    glob
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_match_what_they_name_and_nothing_else() {
+        let glob = template_glob("demo://env/{name}");
+        assert!(naming::glob_match(&glob, "demo://env/API_TOKEN"));
+        assert!(!naming::glob_match(&glob, "demo://other/x"));
+        let glob = template_glob("file:///{+path}/x{?q,r}");
+        assert!(naming::glob_match(&glob, "file:///a/b/x?q=1"));
+        assert!(!naming::glob_match(&glob, "http://a/x"));
+    }
+
+    #[test]
+    fn every_string_of_a_prompt_message_is_capped() {
+        let big = "x".repeat(MAX_PROMPT_TEXT * 2);
+        let capped = capped_strings(json!({"type": "image", "data": big, "a": [{"b": big}]}));
+        for s in [&capped["data"], &capped["a"][0]["b"]] {
+            assert!(s.as_str().unwrap().chars().count() <= MAX_PROMPT_TEXT + 64);
+        }
+    }
 }

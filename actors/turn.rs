@@ -18,7 +18,7 @@ use crate::core::{ApprovalPolicy, CoreErrors, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
 use crate::result::{Provenance, ToolResult};
-use crate::transport::{CallFailure, Progress, ProgressSink};
+use crate::transport::{CallFailure, CallWatch, Progress, ProgressSink};
 
 /// Why a turn could not be prepared.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -106,6 +106,15 @@ pub enum CallError {
     /// The arguments are not a JSON object.
     #[error("tool arguments must be a JSON object")]
     BadArguments,
+    /// A resource the server did not list (nor a listed template names) this turn, or
+    /// one the declaration's `resources:` excludes.
+    #[error(
+        "`{tool}` is not a resource this server offers in this turn; list the resources of a turn to see them"
+    )]
+    NotOffered {
+        /// The server and the URI (redacted).
+        tool: String,
+    },
     /// The server answered a prompt request with an error (tool calls return error
     /// results instead).
     #[error("`{tool}` failed: {message}")]
@@ -538,8 +547,9 @@ impl TurnCatalog {
             return Err(stale(StaleReason::Closed));
         }
         let started = Instant::now();
-        // The caller hears progress redacted, as every other view of the server.
-        let on_progress = on_progress.map(|sink| -> ProgressSink {
+        // The caller hears progress redacted, as every other view of the server, and the
+        // call's progress events use the call's redactor too.
+        let sink = on_progress.map(|sink| -> ProgressSink {
             let redactor = redactor.clone();
             Arc::new(move |mut progress: Progress| {
                 progress.message = progress
@@ -548,10 +558,10 @@ impl TurnCatalog {
                 sink(progress);
             })
         });
-        let called = binding
-            .dispatch
-            .call(&entry.tool, arguments, on_progress)
-            .await;
+        let route =
+            super::inbound::notice_route(&self.shared.hub, &self.session, &entry.server, &redactor);
+        let watch = CallWatch { sink, route };
+        let called = binding.dispatch.call(&entry.tool, arguments, watch).await;
         let provenance = |reached| Provenance {
             server: entry.server.clone(),
             tool: entry.tool.clone(),

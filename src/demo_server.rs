@@ -183,6 +183,8 @@ struct ProgressArgs {
     steps: u32,
     /// Milliseconds between them.
     ms: u64,
+    /// Text added to each progress message.
+    label: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -315,7 +317,7 @@ impl DemoServer {
     #[tool(description = "Send `steps` progress notifications `ms` apart, then answer")]
     async fn progress(
         &self,
-        Parameters(ProgressArgs { steps, ms }): Parameters<ProgressArgs>,
+        Parameters(ProgressArgs { steps, ms, label }): Parameters<ProgressArgs>,
         context: RequestContext<RoleServer>,
     ) -> String {
         if let Some(token) = context.meta.get_progress_token() {
@@ -324,7 +326,10 @@ impl DemoServer {
                 let note =
                     rmcp::model::ProgressNotificationParam::new(token.clone(), f64::from(step))
                         .with_total(f64::from(steps))
-                        .with_message(format!("step {step} of {steps}"));
+                        .with_message(match &label {
+                            Some(label) => format!("step {step} of {steps}: {label}"),
+                            None => format!("step {step} of {steps}"),
+                        });
                 let _ = context.peer.notify_progress(note).await;
             }
         }

@@ -29,8 +29,10 @@ async fn a_server_sees_the_workspace_or_its_declared_roots_inside_it() {
     std::fs::create_dir_all(root.join("docs/a")).unwrap();
     std::fs::write(root.join("notes.txt"), "n").unwrap();
     let core = core
+        .grant_servers(&["none"])
         .server("ws", &demo(""))
-        .server("docs", &demo("roots: [docs/a, notes.txt]\n"));
+        .server("docs", &demo("roots: [docs/a, notes.txt]\n"))
+        .server("none", &demo("roots: []\n"));
     let h = harness(Recorder::allow()).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
@@ -51,6 +53,8 @@ async fn a_server_sees_the_workspace_or_its_declared_roots_inside_it() {
         text_of(&docs),
         format!("{}\n{file}", url(&root.join("docs/a")))
     );
+    let none = catalog.call("none__roots", json!({})).await.unwrap();
+    assert_eq!(text_of(&none), "");
     h.finish().await;
 }
 
@@ -131,6 +135,32 @@ async fn progress_reaches_the_caller_and_the_events_and_may_extend_a_call() {
         "{}",
         text_of(&strict)
     );
+    // A server echoing a call's sensitive argument in its progress: hidden from the
+    // caller and from the events, as it would be in the result.
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&heard);
+    catalog
+        .call_with_progress(
+            "slow__progress",
+            json!({"steps": 2, "ms": 10, "label": TOKEN, "api_key": TOKEN}),
+            Some(Arc::new(move |p: demiurge_mcp::Progress| {
+                sink.lock().unwrap().push(p.message.unwrap_or_default());
+            })),
+        )
+        .await
+        .unwrap();
+    h.runtime.flush_events().await;
+    let heard = heard.lock().unwrap().clone();
+    assert_eq!(heard.len(), 2, "{heard:?}");
+    let events: Vec<String> = h
+        .sink
+        .of_type("mcp.progress")
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap())
+        .collect();
+    for text in heard.iter().chain(&events) {
+        assert!(!text.contains(TOKEN), "{text}");
+    }
     h.finish().await;
 }
 
@@ -233,18 +263,42 @@ async fn resources_are_listed_filtered_and_read_through_their_connection_redacte
         whole.contains("API_TOKEN") || whole.contains("redacted"),
         "{whole}"
     );
-    // A URI the server does not serve is an error result, not a refusal.
-    let missing = catalog
-        .read_resource("demo", "demo://nothing")
-        .await
-        .unwrap();
-    assert!(missing.is_error);
+    // Only what the server offers this turn, and the declaration allows, is read: not
+    // an unlisted URI, not one `resources:` excludes (listed or named by a template).
+    for (server, uri) in [
+        ("demo", "demo://nothing"),
+        ("narrow", "demo://cwd"),
+        ("narrow", "demo://env/API_TOKEN"),
+        ("demo", "https://elsewhere.test/x"),
+    ] {
+        assert!(
+            matches!(
+                catalog.read_resource(server, uri).await,
+                Err(CallError::NotOffered { .. })
+            ),
+            "{server} {uri}"
+        );
+    }
     assert!(matches!(
         catalog.read_resource("nobody", "demo://readme").await,
         Err(CallError::UnknownTool(_))
     ));
+    // A secret the model puts in a URI is no plainer in the refusal or its event.
+    let refused = catalog
+        .read_resource("demo", "demo://readme?token=qz-uri-secret-77")
+        .await
+        .unwrap_err();
+    assert!(
+        !refused.to_string().contains("qz-uri-secret-77"),
+        "{refused}"
+    );
     h.runtime.flush_events().await;
-    assert_eq!(h.sink.of_type("mcp.resource_read").len(), 3);
+    for event in h.sink.events() {
+        let text = serde_json::to_string(&event).unwrap();
+        assert!(!text.contains("qz-uri-secret-77"), "{text}");
+    }
+    assert_eq!(h.sink.of_type("mcp.resource_read").len(), 2);
+    assert_eq!(h.sink.of_type("mcp.call_denied").len(), 5);
     h.finish().await;
 }
 
@@ -276,6 +330,10 @@ async fn reading_and_prompting_need_the_call_capability_and_approval() {
         Err(CallError::ApprovalDenied { .. })
     ));
     assert!(matches!(
+        catalog.subscribe_resource("asked", "demo://readme").await,
+        Err(CallError::ApprovalDenied { .. })
+    ));
+    assert!(matches!(
         catalog
             .get_prompt("asked__greet", json!({"name": "x"}))
             .await,
@@ -288,7 +346,7 @@ async fn reading_and_prompting_need_the_call_capability_and_approval() {
         .map(|r| r.action.as_str())
         .filter(|a| *a != "connect")
         .collect();
-    assert_eq!(actions, ["read", "prompt"]);
+    assert_eq!(actions, ["read", "subscribe", "prompt"]);
     h.finish().await;
 }
 

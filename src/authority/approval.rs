@@ -18,6 +18,8 @@ pub enum Action {
     Read,
     /// Getting one prompt (`tool` is its exposed name).
     Prompt,
+    /// Subscribing to one resource's updates (`tool` names the server and the URI).
+    Subscribe,
 }
 
 impl Action {
@@ -28,6 +30,7 @@ impl Action {
             Action::Call => "call",
             Action::Read => "read",
             Action::Prompt => "prompt",
+            Action::Subscribe => "subscribe",
         }
     }
 }
@@ -57,11 +60,12 @@ impl ApprovalRequest {
     pub fn render(&self) -> String {
         match self.action {
             Action::Connect => self.preview.render(),
-            Action::Call | Action::Read | Action::Prompt => format!(
+            Action::Call | Action::Read | Action::Prompt | Action::Subscribe => format!(
                 "MCP {} `{}` of server `{}` ({}) wants to run\n  risk: {}\n  capability: {}\n{}",
                 match self.action {
                     Action::Read => "resource read",
                     Action::Prompt => "prompt",
+                    Action::Subscribe => "resource subscription",
                     _ => "tool",
                 },
                 crate::text::escape(self.tool.as_deref().unwrap_or("?")),

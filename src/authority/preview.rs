@@ -44,7 +44,8 @@ pub struct ConnectPreview {
     /// HTTP: declared header names, sorted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub header_names: Vec<String>,
-    /// The declared roots (relative to the workspace); empty: the workspace itself.
+    /// The declared roots (relative to the workspace); empty: the workspace itself;
+    /// `(none)` for `roots: []`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub roots: Vec<String>,
     /// HTTP: `scheme://host[:port]`.
@@ -135,7 +136,10 @@ impl ConnectPreview {
             args: Vec::new(),
             env_names: Vec::new(),
             header_names: Vec::new(),
-            roots: decl.roots.clone(),
+            roots: match &decl.roots {
+                Some(roots) if roots.is_empty() => vec!["(none)".into()],
+                roots => roots.clone().unwrap_or_default(),
+            },
             origin: None,
             addresses: Vec::new(),
             oauth: None,

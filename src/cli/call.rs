@@ -1,6 +1,6 @@
 //! `demiurge call TOOL [--args JSON] [--json]`: one turn, one call, operator view.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 
 use demiurge_mcp::redact::View;
 use demiurge_mcp::result::ToolResult;
@@ -27,7 +27,7 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
         let called = catalog.call_with_progress(tool, arguments, progress).await;
         if std::io::stderr().is_terminal() {
             // Clears the progress line, if one was drawn.
-            eprint!("\r\x1b[K");
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
         }
         Ok::<_, anyhow::Error>(called)
     }
@@ -52,15 +52,31 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
     }
 }
 
-/// Draws the server's progress on one terminal line (stderr), redrawn in place; the
-/// server's message is redacted by the runtime and escaped here.
+/// Draws the server's progress on one terminal line (stderr), redrawn in place at most
+/// ten times a second by a task of its own: the sink only stores the latest progress,
+/// so a slow terminal holds up nothing. The server's message is redacted by the
+/// runtime and escaped here.
 fn progress_line() -> demiurge_mcp::ProgressSink {
-    std::sync::Arc::new(|p: demiurge_mcp::Progress| {
-        let of = p.total.map(|total| format!("/{total}")).unwrap_or_default();
-        let message = p.message.as_deref().map(t).unwrap_or_default();
-        let line = format!("progress {}{of} {message}", p.progress);
-        let line: String = line.chars().take(100).collect();
-        eprint!("\r\x1b[K{line}");
+    let (latest, mut seen) = tokio::sync::watch::channel(None::<demiurge_mcp::Progress>);
+    tokio::spawn(async move {
+        while seen.changed().await.is_ok() {
+            let Some(p) = seen.borrow_and_update().clone() else {
+                continue;
+            };
+            let of = p.total.map(|total| format!("/{total}")).unwrap_or_default();
+            let message = p.message.as_deref().map(t).unwrap_or_default();
+            let line: String = format!("progress {}{of} {message}", p.progress)
+                .chars()
+                .take(100)
+                .collect();
+            let mut err = std::io::stderr();
+            let _ = write!(err, "\r\x1b[K{line}");
+            let _ = err.flush();
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+    std::sync::Arc::new(move |p: demiurge_mcp::Progress| {
+        let _ = latest.send(Some(p));
     })
 }
 

@@ -480,9 +480,9 @@ pub struct Declaration {
     /// How far progress may extend a call: each progress notification restarts
     /// `call_timeout`, up to this in all (`max_timeout_seconds`).
     pub max_call_timeout: Option<Duration>,
-    /// The server's roots, relative to the workspace (`roots:`); empty means the
+    /// The server's roots, relative to the workspace (`roots:`); `None` means the
     /// workspace itself.
-    pub roots: Vec<String>,
+    pub roots: Option<Vec<String>>,
     /// The log level asked of the server after initialize.
     pub log_level: Option<LogLevel>,
     /// Which resources (by URI) and resource templates (by URI template) are visible.
@@ -733,8 +733,7 @@ impl Declaration {
                 exclude: filter.exclude,
             }
         });
-        let roots = roots.unwrap_or_default();
-        for (i, root) in roots.iter().enumerate() {
+        for (i, root) in roots.iter().flatten().enumerate() {
             if root.trim().is_empty() || std::path::Path::new(root).is_absolute() {
                 errors.push(err(
                     &format!("roots[{i}]"),

@@ -26,7 +26,7 @@ use tokio::sync::{Notify, watch};
 
 use super::guard::TransportEnd;
 use super::lists::{Offer, list_offer, paged};
-use super::notices::{Notice, Notices, Progress, ProgressSink, token_key};
+use super::notices::{CallWatch, Notice, Notices, Progress, token_key};
 use crate::process::{ChildProcess, CloseReport};
 
 /// Most pages of `tools/list` followed for one server.
@@ -356,7 +356,7 @@ pub async fn call_tool(
     tool: &str,
     arguments: Option<JsonObject>,
     timing: CallTiming,
-    progress: Option<(&Arc<Notices>, ProgressSink)>,
+    progress: Option<(&Arc<Notices>, CallWatch)>,
 ) -> Result<serde_json::Value, CallFailure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = arguments;
@@ -375,16 +375,13 @@ pub async fn call_tool(
             CallFailure::Closed(m) => CallFailure::NotSent(m),
             other => other,
         })?;
-    let _watching =
-        progress.and_then(|(notices, sink)| notices.watch(token_key(&handle.progress_token), sink));
+    let _watching = progress
+        .and_then(|(notices, watch)| notices.watch(token_key(&handle.progress_token), watch));
     // A caller that drops this future has given up on the call: the server is told, as
     // it is on a timeout, instead of working on for nobody.
-    let mut abandoned = Abandoned {
-        peer: Some(peer.clone()),
-        id: handle.id.clone(),
-    };
+    let mut abandoned = Abandoned::armed(peer, &handle.id);
     let response = handle.await_response().await;
-    abandoned.peer = None;
+    abandoned.disarm();
     match response {
         Ok(ServerResult::CallToolResult(result)) => {
             serde_json::to_value(result).map_err(|e| CallFailure::Protocol(e.to_string()))
@@ -398,9 +395,24 @@ pub async fn call_tool(
 
 /// Sends `notifications/cancelled` for a request whose caller went away before its
 /// answer; disarmed (no peer) once the answer or the timeout came.
-struct Abandoned {
+pub(crate) struct Abandoned {
     peer: Option<Peer<RoleClient>>,
     id: RequestId,
+}
+
+impl Abandoned {
+    /// Armed for request `id` on `peer`.
+    pub(crate) fn armed(peer: &Peer<RoleClient>, id: &RequestId) -> Self {
+        Abandoned {
+            peer: Some(peer.clone()),
+            id: id.clone(),
+        }
+    }
+
+    /// The answer or the timeout came: nothing to cancel.
+    pub(crate) fn disarm(&mut self) {
+        self.peer = None;
+    }
 }
 
 impl Drop for Abandoned {

@@ -19,7 +19,7 @@ use rmcp::model::{
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 
-use super::client::{CallFailure, MAX_TOOL_PAGES, MAX_TOOLS, classify, service_error};
+use super::client::{Abandoned, CallFailure, MAX_TOOL_PAGES, MAX_TOOLS, classify, service_error};
 
 /// Who a server says it is, and what it tells its client to do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,6 +49,8 @@ pub struct Offer {
     pub truncated: bool,
     /// Whether the server advertised logging.
     pub logging: bool,
+    /// Lists that failed (unredacted), for the connection's notes.
+    pub failed: Vec<String>,
 }
 
 /// Every page of one list, at most [`MAX_TOOL_PAGES`] pages and [`MAX_TOOLS`] items;
@@ -80,7 +82,8 @@ where
 /// The server's identity and the lists its capabilities advertise.
 ///
 /// # Errors
-/// A list request that failed, unredacted.
+/// None yet: a failed list is recorded in [`Offer::failed`]; the `Result` keeps the
+/// listing's shape one with `tools/list`.
 pub async fn list_offer(peer: &Peer<RoleClient>) -> Result<Offer, String> {
     let Some(info) = peer.peer_info() else {
         return Ok(Offer::default());
@@ -96,33 +99,41 @@ pub async fn list_offer(peer: &Peer<RoleClient>) -> Result<Offer, String> {
         logging: info.capabilities.logging.is_some(),
         ..Offer::default()
     };
+    // A list that fails is a note, not the server's failure: its tools still work.
     if info.capabilities.resources.is_some() {
-        let (resources, cut) = paged(|p| async move {
+        match paged(|p| async move {
             let r = peer.list_resources(Some(p)).await?;
             Ok((r.resources, r.next_cursor))
         })
         .await
-        .map_err(|e| format!("resources/list failed: {e}"))?;
+        {
+            Ok((resources, cut)) => (offer.resources, offer.truncated) = (resources, cut),
+            Err(e) => offer.failed.push(format!("resources/list failed: {e}")),
+        }
         // Templates are optional even for a server with resources.
-        let (templates, cut_templates) = paged(|p| async move {
+        if let Ok((templates, cut)) = paged(|p| async move {
             let r = peer.list_resource_templates(Some(p)).await?;
             Ok((r.resource_templates, r.next_cursor))
         })
         .await
-        .unwrap_or_default();
-        offer.resources = resources;
-        offer.templates = templates;
-        offer.truncated |= cut || cut_templates;
+        {
+            offer.templates = templates;
+            offer.truncated |= cut;
+        }
     }
     if info.capabilities.prompts.is_some() {
-        let (prompts, cut) = paged(|p| async move {
+        match paged(|p| async move {
             let r = peer.list_prompts(Some(p)).await?;
             Ok((r.prompts, r.next_cursor))
         })
         .await
-        .map_err(|e| format!("prompts/list failed: {e}"))?;
-        offer.prompts = prompts;
-        offer.truncated |= cut;
+        {
+            Ok((prompts, cut)) => {
+                offer.prompts = prompts;
+                offer.truncated |= cut;
+            }
+            Err(e) => offer.failed.push(format!("prompts/list failed: {e}")),
+        }
     }
     Ok(offer)
 }
@@ -210,10 +221,13 @@ async fn send(
     request: ClientRequest,
     timeout: Duration,
 ) -> Result<ServerResult, CallFailure> {
-    peer.send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
         .await
-        .map_err(|e| classify(&e, timeout))?
-        .await_response()
-        .await
-        .map_err(|e| classify(&e, timeout))
+        .map_err(|e| classify(&e, timeout))?;
+    // A caller that drops this future has given up: the server is told.
+    let mut abandoned = Abandoned::armed(peer, &handle.id);
+    let answer = handle.await_response().await;
+    abandoned.disarm();
+    answer.map_err(|e| classify(&e, timeout))
 }

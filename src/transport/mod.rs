@@ -29,7 +29,10 @@ pub use guard::{
 };
 pub(crate) use http::HttpLaunch;
 pub use lists::{Offer, get_prompt, read_resource, set_level, subscribe};
-pub use notices::{NOTICE_BURST, NOTICES_PER_SECOND, Notice, Notices, Progress, ProgressSink};
+pub use notices::{
+    CallWatch, NOTICE_BURST, NOTICES_PER_SECOND, Notice, NoticeRoute, Notices, Progress,
+    ProgressSink,
+};
 pub(crate) use oauth::OAuthLaunch;
 pub use oauth::{token_file, token_files_of};
 pub(crate) use stdio::StdioLaunch;

@@ -62,6 +62,17 @@ pub type NoticeRoute = Arc<dyn Fn(Notice, u64) + Send + Sync>;
 /// Where one call's progress goes.
 pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
+/// What one call does with its progress: the caller's sink, if any, and the route of
+/// its events (the call's own redactor: a server echoing a sensitive argument in a
+/// progress message is redacted like the result would be).
+#[derive(Clone)]
+pub struct CallWatch {
+    /// The caller's sink.
+    pub sink: Option<ProgressSink>,
+    /// Where the call's progress events go (paced with the connection's notices).
+    pub route: NoticeRoute,
+}
+
 /// A token bucket: [`NOTICE_BURST`] at once, [`NOTICES_PER_SECOND`] after.
 #[derive(Debug)]
 struct Pace {
@@ -103,7 +114,7 @@ impl Pace {
 pub struct Notices {
     route: Option<NoticeRoute>,
     pace: Mutex<Pace>,
-    sinks: Mutex<HashMap<String, ProgressSink>>,
+    sinks: Mutex<HashMap<String, CallWatch>>,
 }
 
 impl std::fmt::Debug for Notices {
@@ -134,28 +145,36 @@ impl Notices {
         }
     }
 
-    /// Progress for the request that holds `token`: its call's sink, then the route.
+    /// Progress for the request that holds `token`: its call's sink and event route
+    /// when a call watches it, else the connection's route.
     pub fn progress(&self, token: &str, progress: Progress) {
-        let sink = self
+        let watch = self
             .sinks
             .lock()
             .ok()
             .and_then(|sinks| sinks.get(token).cloned());
-        if let Some(sink) = sink {
+        let Some(watch) = watch else {
+            self.deliver(Notice::Progress(progress));
+            return;
+        };
+        if let Some(sink) = &watch.sink {
             sink(progress.clone());
         }
-        self.deliver(Notice::Progress(progress));
+        let admitted = self.pace.lock().map(|mut p| p.admit()).unwrap_or(None);
+        if let Some(dropped) = admitted {
+            (watch.route)(Notice::Progress(progress), dropped);
+        }
     }
 
-    /// Sends the progress of the request holding `token` to `sink` until the guard is
-    /// dropped. `None` when too many calls already wait (their progress still becomes
-    /// events).
-    pub fn watch(self: &Arc<Self>, token: String, sink: ProgressSink) -> Option<ProgressGuard> {
+    /// Sends the progress of the request holding `token` to `watch` until the guard is
+    /// dropped. `None` when too many calls already wait (their progress then goes the
+    /// connection's way).
+    pub fn watch(self: &Arc<Self>, token: String, watch: CallWatch) -> Option<ProgressGuard> {
         let mut sinks = self.sinks.lock().ok()?;
         if sinks.len() >= MAX_PROGRESS_SINKS {
             return None;
         }
-        sinks.insert(token.clone(), sink);
+        sinks.insert(token.clone(), watch);
         Some(ProgressGuard {
             notices: Arc::clone(self),
             token,
@@ -224,12 +243,15 @@ mod tests {
         let notices = Arc::new(Notices::default());
         let seen = Arc::new(Mutex::new(Vec::new()));
         let s = Arc::clone(&seen);
-        let guard = notices
-            .watch(
-                "n1".into(),
-                Arc::new(move |p| s.lock().unwrap().push(p.progress)),
-            )
-            .unwrap();
+        let events = Arc::new(Mutex::new(0));
+        let e = Arc::clone(&events);
+        let watch = CallWatch {
+            sink: Some(Arc::new(move |p: Progress| {
+                s.lock().unwrap().push(p.progress)
+            })),
+            route: Arc::new(move |_, _| *e.lock().unwrap() += 1),
+        };
+        let guard = notices.watch("n1".into(), watch).unwrap();
         let at = |progress| Progress {
             progress,
             total: None,
@@ -240,5 +262,6 @@ mod tests {
         drop(guard);
         notices.progress("n1", at(3.0));
         assert_eq!(*seen.lock().unwrap(), [1.0]);
+        assert_eq!(*events.lock().unwrap(), 1);
     }
 }
