@@ -240,7 +240,14 @@ impl CatalogState {
     async fn start_turn(&mut self, myself: &ActorRef<CatalogMsg>, request: TurnRequest) {
         self.preparing = true;
         let peers: Vec<LivePeer> = self.live.values().map(Live::take_peer).collect();
-        let plan = plan::plan(&peers, &self.failures, &request.core, self.shared.now());
+        let covered = |server: &str| request.covers(server);
+        let plan = plan::plan_for(
+            &peers,
+            &self.failures,
+            &request.core,
+            self.shared.now(),
+            &covered,
+        );
         for server in &plan.close {
             self.close_server(server, "declaration changed or removed");
         }
@@ -287,9 +294,14 @@ impl CatalogState {
     async fn finish_turn(&mut self, myself: &ActorRef<CatalogMsg>, resolution: Resolution) {
         let abandoned = resolution.request.abandoned();
         let Resolution {
-            request: TurnRequest {
-                core, turn, reply, ..
-            },
+            request:
+                TurnRequest {
+                    core,
+                    turn,
+                    reply,
+                    scope,
+                    ..
+                },
             outcomes,
             relisted,
             failed,
@@ -321,7 +333,7 @@ impl CatalogState {
         for (id, listed) in relisted {
             self.apply_relist(&id, listed, &mut diagnostics);
         }
-        let result = self.build_turn(&core, turn, &kept, diagnostics, denied);
+        let result = self.build_turn(&core, scope.as_deref(), turn, &kept, diagnostics, denied);
         if let Ok(catalog) = &result {
             self.emit(EventKind::TurnPrepared {
                 turn,
@@ -472,19 +484,24 @@ impl CatalogState {
     fn build_turn(
         &mut self,
         core: &AgentCore,
+        scope: Option<&Vec<String>>,
         turn: u64,
         kept: &HashSet<String>,
         mut diagnostics: Vec<Diagnostic>,
         denied: Vec<Denial>,
     ) -> Result<TurnCatalog, PrepareError> {
+        let covered =
+            |d: &&Arc<crate::core::Declaration>| scope.is_none_or(|s| s.contains(&d.server_id));
         if let Some(missing) = core
             .enabled()
+            .filter(covered)
             .find(|d| d.required && !self.by_server.contains_key(&d.server_id))
         {
             return Err(super::turn::required(missing, &diagnostics, &denied));
         }
         let connected: Vec<&Live> = core
             .enabled()
+            .filter(covered)
             .filter_map(|d| self.live.get(self.by_server.get(&d.server_id)?))
             .collect();
         for live in &connected {

@@ -256,6 +256,21 @@ impl Session {
     /// # Errors
     /// [`PrepareError`]: load errors, eviction, collisions.
     pub async fn prepare_turn(&self) -> Result<TurnCatalog, PrepareError> {
+        self.prepare(None).await
+    }
+
+    /// A turn of only `servers` (by id): only they are connected, relisted or reported;
+    /// the session's other connections are kept as they are. Their tools are named as
+    /// in a full turn when every server sharing their name prefix is in `servers`
+    /// ([`crate::naming::same_prefix`] finds them).
+    ///
+    /// # Errors
+    /// See [`Session::prepare_turn`].
+    pub async fn prepare_turn_for(&self, servers: &[String]) -> Result<TurnCatalog, PrepareError> {
+        self.prepare(Some(Arc::new(servers.to_vec()))).await
+    }
+
+    async fn prepare(&self, scope: Option<Arc<Vec<String>>>) -> Result<TurnCatalog, PrepareError> {
         let spec = self.spec().map_err(|_| PrepareError::Evicted)?;
         let track_live = spec.core_revision == LIVE_REVISION;
         let root = spec.core_root;
@@ -286,6 +301,7 @@ impl Session {
                     revision,
                     reply,
                     cancel,
+                    scope,
                 },
                 None,
             )

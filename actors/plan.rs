@@ -54,11 +54,24 @@ pub(super) struct Plan {
 /// Plans a turn: close what changed or went away, forget stale failures, reuse healthy
 /// unchanged peers (relisting those whose list changed), report cached failures, and
 /// connect the rest, in file order.
+#[cfg(test)]
 pub(super) fn plan(
     live: &[LivePeer],
     failures: &HashMap<String, Failure>,
     core: &AgentCore,
     now: Instant,
+) -> Plan {
+    plan_for(live, failures, core, now, &|_| true)
+}
+
+/// [`plan`] for a turn of the servers `covered` accepts: what changed or went away is
+/// closed all the same; only covered servers are relisted, reported or connected.
+pub(super) fn plan_for(
+    live: &[LivePeer],
+    failures: &HashMap<String, Failure>,
+    core: &AgentCore,
+    now: Instant,
+    covered: &dyn Fn(&str) -> bool,
 ) -> Plan {
     let declared: HashMap<&str, &Arc<Declaration>> =
         core.enabled().map(|d| (d.server_id.as_str(), d)).collect();
@@ -80,7 +93,7 @@ pub(super) fn plan(
             .collect(),
         ..Plan::default()
     };
-    for decl in core.enabled() {
+    for decl in core.enabled().filter(|d| covered(&d.server_id)) {
         let id = decl.server_id.as_str();
         if let Some(peer) = live.iter().find(|l| l.server == id) {
             if peer.list_changed && !plan.close.contains(&peer.server) {

@@ -22,12 +22,22 @@ pub(crate) struct TurnRequest {
     pub reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
     /// Cancelled when the caller stopped waiting.
     pub cancel: CancellationToken,
+    /// The servers this turn is for (`Session::prepare_turn_for`); every enabled one
+    /// when `None`. Connections of the others are kept, untouched.
+    pub scope: Option<Arc<Vec<String>>>,
 }
 
 impl TurnRequest {
     /// Whether nobody waits for this turn any more.
     pub(super) fn abandoned(&self) -> bool {
         self.cancel.is_cancelled() || self.reply.is_closed()
+    }
+
+    /// Whether `server` is part of this turn.
+    pub(super) fn covers(&self, server: &str) -> bool {
+        self.scope
+            .as_ref()
+            .is_none_or(|s| s.iter().any(|x| x == server))
     }
 }
 

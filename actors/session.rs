@@ -91,6 +91,8 @@ pub enum SessionMsg {
         reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>,
         /// Cancelled when the caller stops waiting (its future was dropped).
         cancel: CancellationToken,
+        /// Only these servers (`None`: all).
+        scope: Option<Arc<Vec<String>>>,
     },
     /// Close everything and stop.
     Evict {
@@ -150,12 +152,14 @@ impl Actor for SessionActor {
                 revision,
                 reply,
                 cancel,
+                scope,
             } => {
                 let request = TurnRequest {
                     core,
                     turn: 0,
                     reply,
                     cancel,
+                    scope,
                 };
                 state.prepare_turn(&myself, request, revision).await;
             }

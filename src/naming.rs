@@ -74,6 +74,31 @@ pub fn normalize_fragment(raw: &str, fallback: &str) -> String {
     }
 }
 
+/// The servers of `ids` (in order) whose tools may be named `<prefix>__...` for the
+/// `prefix` of an exposed name: every server whose own prefix (before collision
+/// numbering) is that prefix, or, for a numbered one (`base-2`, the base cut to make
+/// room), starts with its base. A turn of exactly these names their tools as a full
+/// turn does: numbering depends only on servers sharing a base.
+pub fn same_prefix<'a>(ids: impl IntoIterator<Item = &'a str>, exposed: &str) -> Vec<String> {
+    let Some((prefix, _)) = exposed.split_once(SEPARATOR) else {
+        return Vec::new();
+    };
+    let prefix = prefix.to_lowercase();
+    let numbered = prefix
+        .rsplit_once('-')
+        .filter(|(base, n)| {
+            !base.is_empty() && !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())
+        })
+        .map(|(base, _)| base.to_string());
+    ids.into_iter()
+        .filter(|id| {
+            let base = cut(&normalize_fragment(id, "mcp"), MAX_PREFIX).to_lowercase();
+            base == prefix || numbered.as_deref().is_some_and(|n| base.starts_with(n))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
 /// Names assigned in one turn, kept by the catalog for the next.
 #[derive(Debug, Clone, Default)]
 pub struct Names {

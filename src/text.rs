@@ -137,3 +137,54 @@ mod tests {
         assert_eq!(plain_name("", "<key>"), "<key>");
     }
 }
+
+/// The candidate closest to `word` by edit distance, when it is close enough to be a
+/// likely typo (at most a third of the word's length, and at least one edit allowed),
+/// for "did you mean" hints. Ties go to the first candidate.
+pub fn closest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Edit distance over characters (insertions, deletions, substitutions, and swaps of
+/// two neighbours, each one edit), case-insensitive.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.to_lowercase().chars().collect();
+    let b: Vec<char> = b.to_lowercase().chars().collect();
+    // Three rows: two back (for swaps), one back, this one.
+    let mut two_back: Vec<usize> = vec![0; b.len() + 1];
+    let mut back: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            row[j] = (back[j] + 1).min(row[j - 1] + 1).min(back[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                row[j] = row[j].min(two_back[j - 2] + 1);
+            }
+        }
+        two_back = std::mem::replace(&mut back, row);
+    }
+    back[b.len()]
+}
+
+#[cfg(test)]
+mod closest_tests {
+    use super::closest;
+
+    #[test]
+    fn near_misses_are_suggested_and_far_ones_not() {
+        let names = ["docs__search", "docs__fetch", "github__issues"];
+        assert_eq!(closest("docs__serch", names), Some("docs__search"));
+        assert_eq!(closest("dosc__fetch", names), Some("docs__fetch"));
+        assert_eq!(closest("fats", ["fast", "slow"]), Some("fast"));
+        assert_eq!(closest("DOCS__FETCH", names), Some("docs__fetch"));
+        assert_eq!(closest("slack__post", names), None);
+        assert_eq!(closest("", names), None);
+    }
+}

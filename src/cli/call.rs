@@ -18,27 +18,57 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
             return Ok(super::USAGE);
         }
     };
+    // Only the servers that can own TOOL are started (those sharing its name prefix,
+    // so it is named as in a full turn); a name no server can own fails at once.
+    let ids: Vec<String> = demiurge_mcp::core::load(&cli.core_dir())
+        .map(|core| core.enabled().map(|d| d.server_id.clone()).collect())
+        .unwrap_or_default();
+    let owners = demiurge_mcp::naming::same_prefix(ids.iter().map(String::as_str), tool);
+    if owners.is_empty() && !ids.is_empty() {
+        let prefix = tool.split_once("__").map_or(tool, |(p, _)| p);
+        let hint = demiurge_mcp::text::closest(prefix, ids.iter().map(String::as_str))
+            .map(|id| format!("; did you mean a tool of `{}` (`{}__...`)?", t(id), t(id)))
+            .unwrap_or_else(|| "; run `demiurge tools` to list them".into());
+        eprintln!(
+            "error: no declared server owns a tool named `{}`{hint}",
+            t(tool)
+        );
+        return Ok(1);
+    }
     let runtime = start_runtime(cli).await?;
     let outcome = async {
         let (session, _) = runtime.start_session(cli.session_spec()).await?;
-        let catalog = session.prepare_turn().await?;
+        let catalog = if owners.is_empty() {
+            session.prepare_turn().await?
+        } else {
+            session.prepare_turn_for(&owners).await?
+        };
         super::tools::print_problems(&catalog, true);
+        if catalog.get(tool).is_none() {
+            let names = catalog.tools().iter().map(|e| e.name.as_str());
+            let hint = demiurge_mcp::text::closest(tool, names)
+                .map(|n| format!("; did you mean `{}`?", t(n)))
+                .unwrap_or_default();
+            eprintln!("error: unknown tool `{}`{hint}", t(tool));
+            return Ok(Err(None));
+        }
         let progress = std::io::stderr().is_terminal().then(progress_line);
         let called = catalog.call_with_progress(tool, arguments, progress).await;
         if std::io::stderr().is_terminal() {
             // Clears the progress line, if one was drawn.
             let _ = write!(std::io::stderr(), "\r\x1b[K");
         }
-        Ok::<_, anyhow::Error>(called)
+        Ok::<_, anyhow::Error>(called.map_err(Some))
     }
     .await;
     runtime.shutdown().await;
     match outcome? {
+        Err(None) => Ok(1),
         Ok(result) => {
             print_result(&result, as_json);
             Ok(if result.is_error { 1 } else { 0 })
         }
-        Err(refused) => {
+        Err(Some(refused)) => {
             if as_json {
                 println!(
                     "{}",

@@ -76,6 +76,17 @@ pub(crate) async fn read(cli: &Cli, server: &str, uri: &str, as_json: bool) -> a
                 super::call::print_result(&result, as_json);
                 u8::from(result.is_error)
             }
+            Err(demiurge_mcp::CallError::UnknownTool(_)) => {
+                let ids = catalog.servers().map(|s| s.server.as_str());
+                let hint = demiurge_mcp::text::closest(server, ids)
+                    .map(|id| format!("; did you mean `{}`?", t(id)))
+                    .unwrap_or_default();
+                eprintln!(
+                    "error: no server `{}` is connected this turn{hint}",
+                    t(server)
+                );
+                1
+            }
             Err(refused) => {
                 eprintln!("error: {}", t(&refused.to_string()));
                 1
