@@ -71,7 +71,15 @@ impl std::fmt::Display for DenyReason {
                 } else {
                     target
                 };
-                write!(f, "the URL policy blocks {target} ({})", block.as_str())
+                write!(f, "the URL policy blocks {target} ({})", block.as_str())?;
+                if matches!(
+                    block,
+                    Block::Private | Block::Loopback | Block::Cgnat | Block::LocalhostName
+                ) {
+                    // A network the host runs its own servers on may be trusted.
+                    f.write_str("; to allow it, trust its network: `--trust-network CIDR` on the command line, `UrlPolicy::with_trusted` in `RuntimeConfig::url_policy` when embedding")?;
+                }
+                Ok(())
             }
             DenyReason::ApprovalDenied => f.write_str("connect approval denied"),
             DenyReason::ApprovalTimedOut => f.write_str(

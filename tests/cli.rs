@@ -137,11 +137,108 @@ fn call_exit_codes_follow_the_outcome() {
 }
 
 #[test]
-fn usage_errors_exit_2() {
+fn usage_errors_exit_2_and_a_bare_command_prints_help() {
     let out = Command::new(exe()).arg("--no-such-flag").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(exe()).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(0));
+    let help = text(&out.stdout);
+    for command in ["init", "tools", "call", "shell", "resources"] {
+        assert!(help.contains(command), "{command}: {help}");
+    }
+}
+
+#[test]
+fn init_creates_a_core_that_checks_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let run_in = |args: &[&str]| {
+        Command::new(exe())
+            .arg("--core")
+            .arg(dir.path())
+            .arg("--home")
+            .arg(home.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run_in(&["init"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(dir.path().join("agent/mcp/example.yaml").exists());
+    let out = run_in(&["init", "--check"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("example  stdio  disabled"),
+        "{}",
+        text(&out.stdout)
+    );
+    let before = std::fs::read_to_string(dir.path().join("agent.yaml")).unwrap();
+    let out = run_in(&["init"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("agent.yaml")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn init_check_warns_about_grants_without_servers_and_dotfiles_and_speaks_json() {
+    let core = Core::new()
+        .grant_servers(&["docs", "dcos"])
+        .server("docs", &demo(""));
+    std::fs::write(core.mcp_dir().join(".draft.yaml"), "command: x\n").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = run(&core, home.path(), &["init", "--check"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "warning: grant `mcp.connect:dcos` names no declared server; did you mean `docs`?"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: .draft.yaml in agent/mcp is ignored"),
+        "{stderr}"
+    );
+    let out = run(&core, home.path(), &["init", "--check", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["declarations"][0]["server"], "docs");
+    assert_eq!(v["declarations"][0]["call_granted"], true);
+    assert_eq!(v["warnings"].as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn the_shell_is_a_subcommand_and_the_old_flag_still_works() {
+    let core = core();
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &["shell"][..],
+        &["--provider", "fake"][..],
+        &["shell", "--provider", "fake"][..],
+    ] {
+        let mut child = Command::new(exe())
+            .arg("--core")
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path())
+            .arg("--yes")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"/quit\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        assert!(
+            text(&out.stdout).starts_with("session "),
+            "{args:?}: {}",
+            text(&out.stdout)
+        );
+    }
 }
 
 #[test]
@@ -150,10 +247,11 @@ fn tools_exits_1_when_agent_yaml_does_not_load_but_not_for_a_broken_declaration(
     let home = tempfile::tempdir().unwrap();
     let out = run(&core, home.path(), &["tools"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Diagnostics go to stderr; stdout is the catalog.
     assert!(
-        text(&out.stdout).contains("diagnostic: bad (agent/mcp/bad.yaml)"),
+        text(&out.stderr).contains("diagnostic: bad (agent/mcp/bad.yaml)"),
         "{}",
-        text(&out.stdout)
+        text(&out.stderr)
     );
     std::fs::write(core.root().join("agent.yaml"), "capabilities: [1]\n").unwrap();
     let out = run(&core, home.path(), &["tools"]);

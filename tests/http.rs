@@ -236,6 +236,13 @@ async fn a_blocked_url_never_reaches_the_approver() {
         "{}",
         reason("nodns")
     );
+    // A loopback denial says how to trust the network; a metadata one offers nothing.
+    assert!(
+        reason("local").contains("--trust-network"),
+        "{}",
+        reason("local")
+    );
+    assert!(!reason("meta").contains("trust"), "{}", reason("meta"));
     assert!(h.approver.requests().is_empty());
     let connect = decisions(&h.sink, "connect");
     assert_eq!(connect.len(), 3);

@@ -98,7 +98,7 @@ async fn drive(runtime: &Runtime, core: &std::path::Path) -> anyhow::Result<Stri
         session.id()
     );
     let catalog = session.prepare_turn().await?;
-    print_catalog(&catalog);
+    print_catalog(&catalog, false);
 
     let calls = [
         ("demo__echo", json!({"message": "hello from the demo"})),

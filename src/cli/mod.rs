@@ -46,7 +46,7 @@ pub(crate) struct Cli {
     #[arg(long = "trust-network", global = true, value_name = "CIDR")]
     trust_network: Vec<ipnet::IpNet>,
     /// The model provider of the interactive shell (`fake` only).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME")]
     provider: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
@@ -54,12 +54,18 @@ pub(crate) struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Load agent.yaml and every declaration and report problems.
+    /// Create an Agent Core (agent.yaml and an example declaration, commented); with
+    /// --check, load agent.yaml and every declaration and report problems.
     Init {
-        /// Check only (the only mode).
+        /// Check the core instead of creating one.
         #[arg(long)]
         check: bool,
+        /// Machine-readable output (with --check).
+        #[arg(long)]
+        json: bool,
     },
+    /// The interactive shell (`--provider fake`).
+    Shell,
     /// Prepare one turn and list its tools, diagnostics and denials.
     Tools {
         /// Machine-readable output.
@@ -352,13 +358,18 @@ async fn run(cli: Cli) -> u8 {
                 }
             };
         }
-        Some(Command::Init { check }) => {
-            if !check {
-                eprintln!("error: `init` only checks for now: run `demiurge init --check`");
+        Some(Command::Init { check: true, json }) => Ok(check::run(&cli, *json)),
+        Some(Command::Init { check: false, .. }) => Ok(check::create(&cli)),
+        Some(Command::Shell) => match cli.provider.as_deref() {
+            None | Some("fake") => shell::run(&cli).await,
+            Some(other) => {
+                eprintln!(
+                    "error: unknown provider `{}`; the only provider is `fake`",
+                    t(other)
+                );
                 return USAGE;
             }
-            Ok(check::run(&cli))
-        }
+        },
         Some(Command::Tools { json }) => tools::run(&cli, *json).await,
         Some(Command::Call { tool, args, json }) => call::run(&cli, tool, args, *json).await,
         Some(Command::Resources { json }) => resources::list_resources(&cli, *json).await,
@@ -382,8 +393,10 @@ async fn run(cli: Cli) -> u8 {
                 return USAGE;
             }
             None => {
-                eprintln!("error: no command given; see `demiurge --help`");
-                return USAGE;
+                // First contact: what the command can do, not an error.
+                let _ = <Cli as clap::CommandFactory>::command().print_help();
+                println!();
+                return 0;
             }
         },
     };

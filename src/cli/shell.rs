@@ -35,7 +35,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
             "/quit" | "/exit" => break,
             "/tools" => {
                 if let Some(catalog) = turn(&session).await {
-                    print_catalog(&catalog);
+                    print_catalog(&catalog, false);
                 }
             }
             "/servers" => servers(&session, cli).await,

@@ -14,7 +14,7 @@ pub(crate) async fn run(cli: &Cli, as_json: bool) -> anyhow::Result<u8> {
             if as_json {
                 println!("{}", serde_json::to_string_pretty(&catalog_json(&catalog))?);
             } else {
-                print_catalog(&catalog);
+                print_catalog(&catalog, true);
             }
             0
         }
@@ -51,8 +51,10 @@ pub(crate) fn catalog_json(catalog: &TurnCatalog) -> serde_json::Value {
 }
 
 /// The catalog for a person: names, descriptions and diagnostics come from servers and
-/// core authors, so each is escaped before the terminal sees it.
-pub(crate) fn print_catalog(catalog: &TurnCatalog) {
+/// core authors, so each is escaped before the terminal sees it. Diagnostics and
+/// denials go to stderr when `problems_to_stderr` (the `tools` command; the shell and
+/// the demo keep one stream).
+pub(crate) fn print_catalog(catalog: &TurnCatalog, problems_to_stderr: bool) {
     if catalog.tools().is_empty() {
         println!("no tools");
     }
@@ -69,7 +71,7 @@ pub(crate) fn print_catalog(catalog: &TurnCatalog) {
             });
         println!("{:<40} {hints}{}", t(&tool.name), t(description));
     }
-    print_problems(catalog, false);
+    print_problems(catalog, problems_to_stderr);
 }
 
 /// Diagnostics and denials of a turn, escaped, to stdout or (`to_stderr`) stderr.
