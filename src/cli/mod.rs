@@ -7,6 +7,7 @@ mod check;
 mod conformance;
 mod demo;
 mod evolution;
+mod mcp;
 mod resources;
 mod shell;
 mod tools;
@@ -133,6 +134,11 @@ enum Command {
         #[arg(long = "review-token", value_name = "TOKEN")]
         review_token: Option<String>,
     },
+    /// Manage declarations: add, list, get, remove, enable, disable.
+    Mcp {
+        #[command(subcommand)]
+        action: McpAction,
+    },
     /// Authorize streamable HTTP servers that need OAuth, or forget their tokens.
     Auth {
         #[command(subcommand)]
@@ -174,6 +180,57 @@ enum Command {
         /// Misbehave for fault-injection tests: MODE, then an optional count N (see the README's fault table).
         #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"])]
         fault: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum McpAction {
+    /// Declare a server (`-- COMMAND ARGS...` or `--url URL`) and grant it; literal env
+    /// and header values become `${NAME}` references the host must set.
+    Add {
+        /// The server id (the file name).
+        name: String,
+        /// A streamable HTTP server's URL.
+        #[arg(long)]
+        url: Option<String>,
+        /// An environment entry KEY=VALUE (stdio; repeatable).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// A header KEY=VALUE (HTTP; repeatable).
+        #[arg(long = "header", value_name = "KEY=VALUE")]
+        headers: Vec<String>,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Every declared server.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One server as its connect approval would show it.
+    Get {
+        /// The server id.
+        name: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a declaration and its grants.
+    Remove {
+        /// The server id.
+        name: String,
+    },
+    /// Set `enabled: true`.
+    Enable {
+        /// The server id.
+        name: String,
+    },
+    /// Set `enabled: false`.
+    Disable {
+        /// The server id.
+        name: String,
     },
 }
 
@@ -381,6 +438,29 @@ async fn run(cli: Cli) -> u8 {
             resources::prompt(&cli, name, args, *json).await
         }
         Some(Command::Demo) => demo::run(&cli).await,
+        Some(Command::Mcp { action }) => Ok(match action {
+            McpAction::Add {
+                name,
+                url,
+                env,
+                headers,
+                command,
+            } => mcp::add(
+                &cli,
+                &mcp::Addition {
+                    name,
+                    url: url.as_deref(),
+                    env,
+                    headers,
+                    command,
+                },
+            ),
+            McpAction::List { json } => mcp::list(&cli, *json),
+            McpAction::Get { name, json } => mcp::get(&cli, name, *json),
+            McpAction::Remove { name } => mcp::remove(&cli, name),
+            McpAction::Enable { name } => mcp::set_enabled(&cli, name, true),
+            McpAction::Disable { name } => mcp::set_enabled(&cli, name, false),
+        }),
         Some(Command::Auth { action }) => match action {
             AuthAction::Login { server } => auth::login(&cli, server).await,
             AuthAction::Logout { server } => auth::logout(&cli, server),

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+pub use crate::process::{UnsupportedReference, check_references};
 pub use declaration::{
     ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, DeclaredUrl,
     Endpoint, Fingerprint, LogLevel, OAuthDeclared, OAuthGrant, Risk, SigningAlgorithm,

@@ -1,0 +1,489 @@
+//! `demiurge mcp add|list|get|remove|enable|disable`: manage declarations the way other
+//! hosts' `mcp` commands do, without hand-editing YAML. A core is usually committed,
+//! so `add` never writes a literal env or header value: each becomes a `${NAME}`
+//! reference and the command says which host variables to set. Edits of existing
+//! files are line edits: the user's comments and order stay.
+
+use std::path::PathBuf;
+
+use demiurge_mcp::core;
+use serde_json::json;
+
+use super::{Cli, t};
+
+/// What `mcp add` is asked to declare.
+pub(crate) struct Addition<'a> {
+    pub name: &'a str,
+    pub url: Option<&'a str>,
+    pub env: &'a [String],
+    pub headers: &'a [String],
+    pub command: &'a [String],
+}
+
+/// A declaration to write, and the host variables it references.
+pub(crate) struct Declared {
+    pub yaml: String,
+    pub variables: Vec<String>,
+}
+
+fn yaml_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// A host variable name from free text: upper case, `[A-Z0-9_]`, not starting with a
+/// digit.
+pub(crate) fn variable_name(parts: &[&str]) -> String {
+    let raw = parts.join("_").to_uppercase();
+    let mut name: String = raw
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    if name.starts_with(|c: char| c.is_ascii_digit()) || name.is_empty() {
+        name.insert(0, '_');
+    }
+    name
+}
+
+/// Whether `value` already references the host (`${NAME}` forms only): kept as
+/// written; anything else is a literal that would be committed.
+fn is_reference_only(value: &str) -> bool {
+    value.contains("${") && demiurge_mcp::core::check_references(value).is_ok()
+}
+
+/// The YAML of an `mcp add`, every literal value turned into a reference.
+pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
+    let mut variables = Vec::new();
+    let mut yaml = String::new();
+    match (add.url, add.command.split_first()) {
+        (Some(url), None) => {
+            yaml.push_str("transport: streamable_http\n");
+            yaml.push_str(&format!("url: {}\n", yaml_string(url)));
+        }
+        (None, Some((program, args))) => {
+            yaml.push_str(&format!("command: {}\n", yaml_string(program)));
+            let args: Vec<String> = args.iter().map(|a| yaml_string(a)).collect();
+            yaml.push_str(&format!("args: [{}]\n", args.join(", ")));
+        }
+        (Some(_), Some(_)) => {
+            return Err("give either --url or `-- COMMAND ARGS...`, not both".into());
+        }
+        (None, None) => return Err("give --url URL or `-- COMMAND ARGS...`".into()),
+    }
+    let pairs = |items: &[String], what: &str| -> Result<Vec<(String, String)>, String> {
+        items
+            .iter()
+            .map(|item| {
+                item.split_once('=')
+                    .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                    .filter(|(k, _)| !k.is_empty())
+                    .ok_or_else(|| format!("--{what} takes KEY=VALUE"))
+            })
+            .collect()
+    };
+    let env = pairs(add.env, "env")?;
+    if !env.is_empty() {
+        if add.url.is_some() {
+            return Err("--env is for stdio servers; use --header for HTTP".into());
+        }
+        yaml.push_str("env:\n");
+        for (key, value) in env {
+            let value = if is_reference_only(&value) {
+                value
+            } else {
+                // The value stays in the host: the core only names it.
+                variables.push(key.clone());
+                format!("${{{key}}}")
+            };
+            yaml.push_str(&format!("  {key}: {}\n", yaml_string(&value)));
+        }
+    }
+    let headers = pairs(add.headers, "header")?;
+    if !headers.is_empty() {
+        if add.url.is_none() {
+            return Err("--header is for HTTP servers (--url)".into());
+        }
+        yaml.push_str("headers:\n");
+        for (key, value) in headers {
+            let value = if is_reference_only(&value) {
+                value
+            } else {
+                let name = variable_name(&[add.name, &key]);
+                variables.push(name.clone());
+                // `Bearer xyz` keeps its scheme word; the credential becomes a reference.
+                match value.split_once(' ') {
+                    Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphabetic()) => {
+                        format!("{scheme} ${{{name}}}")
+                    }
+                    _ => format!("${{{name}}}"),
+                }
+            };
+            yaml.push_str(&format!("  {key}: {}\n", yaml_string(&value)));
+        }
+    }
+    Ok(Declared { yaml, variables })
+}
+
+/// `agent.yaml` with grants for `server` added under `capabilities.defaults`, by line
+/// edits; `None` when the file's shape is not one these edits understand.
+pub(crate) fn with_grants(manifest: &str, server: &str) -> Option<String> {
+    let grants = [
+        format!("mcp.connect:{server}"),
+        format!("mcp.call:{server}"),
+    ];
+    let lines: Vec<&str> = manifest.lines().collect();
+    let missing: Vec<&String> = grants
+        .iter()
+        .filter(|g| {
+            !lines
+                .iter()
+                .any(|l| grant_key(l).is_some_and(|k| k == g.as_str()))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Some(manifest.to_string());
+    }
+    let entry = |g: &str| format!("    {}: {{scope: core}}", yaml_string(g));
+    let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    let mentioned = lines.iter().any(|l| l.starts_with("capabilities"));
+    match (
+        lines.iter().position(|l| l.trim_end() == "capabilities:"),
+        lines.iter().position(|l| l.trim_end() == "  defaults:"),
+    ) {
+        (None, None) if mentioned => return None,
+        (Some(_), Some(defaults)) => {
+            for (i, g) in missing.iter().enumerate() {
+                out.insert(defaults + 1 + i, entry(g));
+            }
+        }
+        (None, None) => {
+            out.push("capabilities:".into());
+            out.push("  defaults:".into());
+            out.extend(missing.iter().map(|g| entry(g)));
+        }
+        _ => return None,
+    }
+    Some(out.join("\n") + "\n")
+}
+
+/// The grant a line of `capabilities.defaults` names, quoted or not: the text before
+/// the first `: ` (flow form) or the final `:` (block form). Grant names hold colons,
+/// never a colon followed by a space.
+fn grant_key(line: &str) -> Option<&str> {
+    let trimmed = line.trim();
+    if line.len() - line.trim_start().len() < 4 || trimmed.starts_with('#') {
+        return None;
+    }
+    let key = match trimmed.split_once(": ") {
+        Some((key, _)) => key,
+        None => trimmed.strip_suffix(':')?,
+    };
+    Some(key.trim_matches('"').trim_matches('\''))
+}
+
+/// `agent.yaml` without the grants of `server` (a block-form grant's nested lines
+/// go with it).
+pub(crate) fn without_grants(manifest: &str, server: &str) -> String {
+    let grants = [
+        format!("mcp.connect:{server}"),
+        format!("mcp.call:{server}"),
+    ];
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut kept = Vec::new();
+    let mut dropping: Option<usize> = None;
+    for line in manifest.lines() {
+        if let Some(depth) = dropping {
+            if !line.trim().is_empty() && indent(line) > depth {
+                continue;
+            }
+            dropping = None;
+        }
+        if grant_key(line).is_some_and(|k| grants.iter().any(|g| g == k)) {
+            dropping = Some(indent(line));
+            continue;
+        }
+        kept.push(line);
+    }
+    kept.join("\n") + "\n"
+}
+
+/// The declaration with its top-level `enabled:` set, by a line edit (its comment
+/// kept), or a first line added.
+pub(crate) fn with_enabled(yaml: &str, enabled: bool) -> String {
+    let mut done = false;
+    let mut out: Vec<String> = yaml
+        .lines()
+        .map(|line| match line.strip_prefix("enabled:") {
+            Some(rest) if !done => {
+                done = true;
+                let comment = rest
+                    .find('#')
+                    .map(|i| format!("  {}", &rest[i..]))
+                    .unwrap_or_default();
+                format!("enabled: {enabled}{comment}")
+            }
+            _ => line.to_string(),
+        })
+        .collect();
+    if !done {
+        out.insert(0, format!("enabled: {enabled}"));
+    }
+    out.join("\n") + "\n"
+}
+
+fn declaration_path(cli: &Cli, report: &core::LoadReport, name: &str) -> Option<PathBuf> {
+    let dir = cli.core_dir().join(&report.core.mcp_root);
+    ["yaml", "yml"]
+        .iter()
+        .map(|ext| dir.join(format!("{name}.{ext}")))
+        .find(|p| p.is_file())
+}
+
+fn unknown(report: &core::LoadReport, name: &str) -> u8 {
+    let ids = report
+        .core
+        .declarations
+        .iter()
+        .map(|d| d.server_id.as_str())
+        .chain(report.core.broken.iter().map(|b| b.server_id.as_str()));
+    let hint = demiurge_mcp::text::closest(name, ids)
+        .map(|id| format!("; did you mean `{}`?", t(id)))
+        .unwrap_or_default();
+    eprintln!("error: no server `{}` is declared{hint}", t(name));
+    1
+}
+
+/// `demiurge mcp add`.
+pub(crate) fn add(cli: &Cli, addition: &Addition<'_>) -> u8 {
+    let report = core::load_report(&cli.core_dir());
+    if !report.manifest_errors.is_empty() {
+        eprintln!("error: agent.yaml does not load; fix it first (`demiurge init --check`)");
+        return 1;
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if addition.name.is_empty() || !addition.name.chars().all(plain) {
+        eprintln!(
+            "error: `{}` is not a server id; use letters, digits, `-` and `_`",
+            t(addition.name)
+        );
+        return 2;
+    }
+    let dir = cli.core_dir().join(&report.core.mcp_root);
+    let path = dir.join(format!("{}.yaml", addition.name));
+    if declaration_path(cli, &report, addition.name).is_some() {
+        eprintln!(
+            "error: `{}` is already declared; `demiurge mcp remove` it first",
+            t(addition.name)
+        );
+        return 1;
+    }
+    let declared = match declaration(addition) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return 2;
+        }
+    };
+    let manifest_path = cli.core_dir().join("agent.yaml");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap_or_default();
+    let Some(granted) = with_grants(&manifest, addition.name) else {
+        eprintln!(
+            "error: agent.yaml's capabilities are in a shape this command does not edit; add `mcp.connect:{0}` and `mcp.call:{0}` under capabilities.defaults by hand",
+            t(addition.name)
+        );
+        return 1;
+    };
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, &declared.yaml))
+        .and_then(|()| std::fs::write(&manifest_path, &granted));
+    if let Err(e) = written {
+        eprintln!("error: cannot write the core: {}", t(&e.to_string()));
+        return 1;
+    }
+    // What was written must load, exactly as a turn would read it.
+    let after = core::load_report(&cli.core_dir());
+    if let Some(broken) = after
+        .core
+        .broken
+        .iter()
+        .find(|b| b.server_id == addition.name)
+    {
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::write(&manifest_path, &manifest);
+        for e in &broken.errors {
+            eprintln!("error: {e}");
+        }
+        return 1;
+    }
+    println!("added {} and its grants", t(&path.display().to_string()));
+    for variable in &declared.variables {
+        println!(
+            "set {} in the host environment (the core only names it)",
+            t(variable)
+        );
+    }
+    0
+}
+
+/// `demiurge mcp list [--json]`.
+pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
+    let report = core::load_report(&cli.core_dir());
+    let grants = demiurge_mcp::authority::CapabilitySet::new(report.core.grants.iter().cloned());
+    let rows: Vec<_> = report
+        .core
+        .declarations
+        .iter()
+        .map(|d| {
+            json!({
+                "server": d.server_id,
+                "path": d.path,
+                "transport": d.transport().as_str(),
+                "enabled": d.enabled,
+                "granted": grants.allows(&d.connect_capability()) && grants.allows(&d.call_capability),
+            })
+        })
+        .chain(report.core.broken.iter().map(|b| {
+            json!({"server": b.server_id, "path": b.path, "broken": true})
+        }))
+        .collect();
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "servers": rows })).unwrap_or_default()
+        );
+        return 0;
+    }
+    for row in &rows {
+        let text = |k: &str| row[k].as_str().unwrap_or_default().to_string();
+        let state = if row["broken"] == true {
+            "broken (see `demiurge init --check`)".to_string()
+        } else {
+            format!(
+                "{}  {}  {}",
+                text("transport"),
+                if row["enabled"] == true {
+                    "enabled"
+                } else {
+                    "disabled"
+                },
+                if row["granted"] == true {
+                    "granted"
+                } else {
+                    "not granted"
+                }
+            )
+        };
+        println!("{:<24} {}", t(&text("server")), t(&state));
+    }
+    if rows.is_empty() {
+        println!("no MCP servers declared");
+    }
+    0
+}
+
+/// `demiurge mcp get NAME [--json]`: what an approver would see.
+pub(crate) fn get(cli: &Cli, name: &str, as_json: bool) -> u8 {
+    let report = core::load_report(&cli.core_dir());
+    let Some(d) = report
+        .core
+        .declarations
+        .iter()
+        .find(|d| d.server_id == name)
+    else {
+        return unknown(&report, name);
+    };
+    let policy = demiurge_mcp::authority::HostPolicy::default().connect_policy(d);
+    let preview = demiurge_mcp::authority::ConnectPreview::new(d, policy, None, &[]);
+    if as_json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&preview).unwrap_or_default()
+        );
+    } else {
+        print!("{}", preview.render());
+    }
+    0
+}
+
+/// `demiurge mcp remove NAME`: the declaration and its grants.
+pub(crate) fn remove(cli: &Cli, name: &str) -> u8 {
+    let report = core::load_report(&cli.core_dir());
+    let Some(path) = declaration_path(cli, &report, name) else {
+        return unknown(&report, name);
+    };
+    let manifest_path = cli.core_dir().join("agent.yaml");
+    let manifest = std::fs::read_to_string(&manifest_path).unwrap_or_default();
+    let done = std::fs::remove_file(&path)
+        .and_then(|()| std::fs::write(&manifest_path, without_grants(&manifest, name)));
+    match done {
+        Ok(()) => {
+            println!("removed {} and its grants", t(&path.display().to_string()));
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {}", t(&e.to_string()));
+            1
+        }
+    }
+}
+
+/// `demiurge mcp enable|disable NAME`.
+pub(crate) fn set_enabled(cli: &Cli, name: &str, enabled: bool) -> u8 {
+    let report = core::load_report(&cli.core_dir());
+    let Some(path) = declaration_path(cli, &report, name) else {
+        return unknown(&report, name);
+    };
+    let edited = std::fs::read_to_string(&path)
+        .and_then(|yaml| std::fs::write(&path, with_enabled(&yaml, enabled)));
+    match edited {
+        Ok(()) => {
+            let state = if enabled { "enabled" } else { "disabled" };
+            println!("{} {state}", t(name));
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {}", t(&e.to_string()));
+            1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grants_are_added_and_removed_by_line_edits_that_keep_comments() {
+        let manifest = "# my agent\nname: a\ncapabilities:\n  defaults:\n    # docs first\n    mcp.connect:docs: {scope: core}\n";
+        let added = with_grants(manifest, "git").unwrap();
+        assert!(added.starts_with("# my agent\n"));
+        assert!(added.contains("# docs first"));
+        assert!(added.contains("\"mcp.connect:git\": {scope: core}"));
+        assert!(added.contains("\"mcp.call:git\": {scope: core}"));
+        let removed = without_grants(&added, "git");
+        assert_eq!(removed, manifest);
+        // No capabilities yet: a section is appended.
+        let fresh = with_grants("name: a\n", "git").unwrap();
+        assert!(fresh.ends_with("capabilities:\n  defaults:\n    \"mcp.connect:git\": {scope: core}\n    \"mcp.call:git\": {scope: core}\n"));
+        // A block-form grant goes with its nested lines.
+        let block = "capabilities:\n  defaults:\n    mcp.call:git:\n      scope: core\n    mcp.call:docs: {scope: core}\n";
+        assert_eq!(
+            without_grants(block, "git"),
+            "capabilities:\n  defaults:\n    mcp.call:docs: {scope: core}\n"
+        );
+        // A flow-style section is not edited.
+        assert!(with_grants("capabilities: {defaults: {}}\n", "git").is_none());
+    }
+
+    #[test]
+    fn enabling_edits_one_line_and_keeps_its_comment() {
+        let yaml = "# docs\nenabled: true   # on\ncommand: x\n";
+        assert_eq!(
+            with_enabled(yaml, false),
+            "# docs\nenabled: false  # on\ncommand: x\n"
+        );
+        assert_eq!(
+            with_enabled("command: x\n", false),
+            "enabled: false\ncommand: x\n"
+        );
+    }
+}

@@ -1,0 +1,190 @@
+//! `demiurge mcp add|list|get|remove|enable|disable` on a real core: what they write
+//! loads, literal secrets are never written, edits keep the user's comments, and a
+//! server added this way connects.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+
+use common::{Core, exe};
+use serde_json::Value;
+
+fn run(core: &Core, home: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home)
+        .arg("--yes")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn servers_are_added_listed_shown_toggled_and_removed_without_writing_a_secret() {
+    let core = Core::new();
+    std::fs::write(
+        core.root().join("agent.yaml"),
+        "# my agent, my comments\nname: test\ncapabilities:\n  defaults:\n    # keep me\n",
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let secret = "sk-live-5b1e9a0c33";
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "mcp",
+            "add",
+            "demo",
+            "--env",
+            &format!("API_KEY={secret}"),
+            "--env",
+            "REGION=${REGION:-eu}",
+            "--",
+            exe(),
+            "demo-server",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("set API_KEY in the host environment"));
+    let written = std::fs::read_to_string(core.mcp_dir().join("demo.yaml")).unwrap();
+    let manifest = std::fs::read_to_string(core.root().join("agent.yaml")).unwrap();
+    for file in [&written, &manifest] {
+        assert!(
+            !file.contains(secret),
+            "a literal secret was written: {file}"
+        );
+    }
+    assert!(written.contains("API_KEY: \"${API_KEY}\""), "{written}");
+    assert!(written.contains("REGION: \"${REGION:-eu}\""), "{written}");
+    assert!(manifest.starts_with("# my agent, my comments\n") && manifest.contains("# keep me"));
+    // An HTTP server: the header's scheme word stays, the credential is referenced.
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "mcp",
+            "add",
+            "issues",
+            "--url",
+            "https://issues.example.test/mcp",
+            "--header",
+            &format!("Authorization=Bearer {secret}"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let issues = std::fs::read_to_string(core.mcp_dir().join("issues.yaml")).unwrap();
+    assert!(
+        issues.contains("Authorization: \"Bearer ${ISSUES_AUTHORIZATION}\""),
+        "{issues}"
+    );
+    assert!(!issues.contains(secret));
+    // Both load and are granted; the stdio one connects and lists tools.
+    let out = run(&core, home.path(), &["mcp", "list", "--json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let servers = listed["servers"].as_array().unwrap();
+    assert_eq!(servers.len(), 2);
+    assert!(
+        servers
+            .iter()
+            .all(|s| s["granted"] == true && s["enabled"] == true)
+    );
+    let out = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args([
+            "--yes",
+            "call",
+            "demo__echo",
+            "--args",
+            r#"{"message":"added"}"#,
+        ])
+        .env("API_KEY", "from-the-host")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // get: the approval's view, no values.
+    let out = run(&core, home.path(), &["mcp", "get", "issues"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("headers: Authorization") && !shown.contains(secret),
+        "{shown}"
+    );
+    // disable / enable edit one line; a comment on it stays.
+    let path = core.mcp_dir().join("demo.yaml");
+    std::fs::write(&path, format!("# mine\n{written}")).unwrap();
+    assert!(
+        run(&core, home.path(), &["mcp", "disable", "demo"])
+            .status
+            .success()
+    );
+    let toggled = std::fs::read_to_string(&path).unwrap();
+    assert!(toggled.starts_with("enabled: false\n# mine\n"), "{toggled}");
+    assert!(
+        run(&core, home.path(), &["mcp", "enable", "demo"])
+            .status
+            .success()
+    );
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("enabled: true")
+    );
+    // remove: the file and its grants, the rest of agent.yaml as it was.
+    assert!(
+        run(&core, home.path(), &["mcp", "remove", "demo"])
+            .status
+            .success()
+    );
+    assert!(!path.exists());
+    let manifest = std::fs::read_to_string(core.root().join("agent.yaml")).unwrap();
+    assert!(!manifest.contains("mcp.connect:demo") && manifest.contains("mcp.call:issues"));
+    assert!(manifest.contains("# keep me"));
+    // Unknown names get a hint; adding twice, or a bad id, is refused.
+    let out = run(&core, home.path(), &["mcp", "get", "isues"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("did you mean `issues`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(
+        &core,
+        home.path(),
+        &["mcp", "add", "issues", "--url", "https://x.test/mcp"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let out = run(
+        &core,
+        home.path(),
+        &["mcp", "add", "../escape", "--url", "https://x.test/mcp"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!core.root().join("agent/escape.yaml").exists());
+}
+
+#[test]
+fn an_addition_that_would_not_load_is_not_kept() {
+    let core = Core::new();
+    let home = tempfile::tempdir().unwrap();
+    let out = run(
+        &core,
+        home.path(),
+        &["mcp", "add", "bad", "--url", "ftp://x.test/"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("url"), "{}", text(&out.stderr));
+    assert!(!core.mcp_dir().join("bad.yaml").exists());
+    let manifest = std::fs::read_to_string(core.root().join("agent.yaml")).unwrap();
+    assert!(!manifest.contains("mcp.connect:bad"), "{manifest}");
+}
