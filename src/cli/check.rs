@@ -111,6 +111,21 @@ fn warnings(report: &core::LoadReport) -> Vec<String> {
         .filter(|name| name.starts_with('.'))
         .collect();
     dotfiles.sort();
+    let mut configs: Vec<String> = std::fs::read_dir(&mcp)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".json") || name.ends_with(".toml"))
+        .collect();
+    configs.sort();
+    for name in configs {
+        out.push(format!(
+            "{} in {} is not a declaration; if it is another host's MCP configuration, `demiurge mcp import` it",
+            t(&name),
+            t(&report.core.mcp_root)
+        ));
+    }
     for name in dotfiles {
         out.push(format!(
             "{} in {} is ignored (a dotfile is never a declaration)",

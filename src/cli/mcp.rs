@@ -254,28 +254,6 @@ fn unknown(report: &core::LoadReport, name: &str) -> u8 {
 
 /// `demiurge mcp add`.
 pub(crate) fn add(cli: &Cli, addition: &Addition<'_>) -> u8 {
-    let report = core::load_report(&cli.core_dir());
-    if !report.manifest_errors.is_empty() {
-        eprintln!("error: agent.yaml does not load; fix it first (`demiurge init --check`)");
-        return 1;
-    }
-    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if addition.name.is_empty() || !addition.name.chars().all(plain) {
-        eprintln!(
-            "error: `{}` is not a server id; use letters, digits, `-` and `_`",
-            t(addition.name)
-        );
-        return 2;
-    }
-    let dir = cli.core_dir().join(&report.core.mcp_root);
-    let path = dir.join(format!("{}.yaml", addition.name));
-    if declaration_path(cli, &report, addition.name).is_some() {
-        eprintln!(
-            "error: `{}` is already declared; `demiurge mcp remove` it first",
-            t(addition.name)
-        );
-        return 1;
-    }
     let declared = match declaration(addition) {
         Ok(d) => d,
         Err(e) => {
@@ -283,45 +261,89 @@ pub(crate) fn add(cli: &Cli, addition: &Addition<'_>) -> u8 {
             return 2;
         }
     };
+    match write_declaration(cli, addition.name, &declared.yaml) {
+        Ok(path) => {
+            println!("added {} and its grants", t(&path.display().to_string()));
+            for variable in &declared.variables {
+                println!(
+                    "set {} in the host environment (the core only names it)",
+                    t(variable)
+                );
+            }
+            0
+        }
+        Err(Refused::Usage(e)) => {
+            eprintln!("error: {e}");
+            2
+        }
+        Err(Refused::Invalid(errors)) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            1
+        }
+    }
+}
+
+/// Why a declaration was not written.
+pub(crate) enum Refused {
+    /// A bad id.
+    Usage(String),
+    /// It exists, the core does not load, or what would be written does not load.
+    Invalid(Vec<String>),
+}
+
+/// Writes `agent/mcp/<name>.yaml` with `yaml` and grants it in agent.yaml; undone when
+/// the result does not load as a turn would read it.
+pub(crate) fn write_declaration(cli: &Cli, name: &str, yaml: &str) -> Result<PathBuf, Refused> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if name.is_empty() || !name.chars().all(plain) {
+        return Err(Refused::Usage(format!(
+            "`{}` is not a server id; use letters, digits, `-` and `_`",
+            t(name)
+        )));
+    }
+    let report = core::load_report(&cli.core_dir());
+    if !report.manifest_errors.is_empty() {
+        return Err(Refused::Invalid(vec![
+            "agent.yaml does not load; fix it first (`demiurge init --check`)".into(),
+        ]));
+    }
+    if declaration_path(cli, &report, name).is_some() {
+        return Err(Refused::Invalid(vec![format!(
+            "`{}` is already declared; `demiurge mcp remove` it first",
+            t(name)
+        )]));
+    }
+    let dir = cli.core_dir().join(&report.core.mcp_root);
+    let path = dir.join(format!("{name}.yaml"));
     let manifest_path = cli.core_dir().join("agent.yaml");
     let manifest = std::fs::read_to_string(&manifest_path).unwrap_or_default();
-    let Some(granted) = with_grants(&manifest, addition.name) else {
-        eprintln!(
-            "error: agent.yaml's capabilities are in a shape this command does not edit; add `mcp.connect:{0}` and `mcp.call:{0}` under capabilities.defaults by hand",
-            t(addition.name)
-        );
-        return 1;
+    let Some(granted) = with_grants(&manifest, name) else {
+        return Err(Refused::Invalid(vec![format!(
+            "agent.yaml's capabilities are in a shape this command does not edit; add `mcp.connect:{0}` and `mcp.call:{0}` under capabilities.defaults by hand",
+            t(name)
+        )]));
     };
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(&path, &declared.yaml))
-        .and_then(|()| std::fs::write(&manifest_path, &granted));
-    if let Err(e) = written {
-        eprintln!("error: cannot write the core: {}", t(&e.to_string()));
-        return 1;
-    }
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&path, yaml))
+        .and_then(|()| std::fs::write(&manifest_path, &granted))
+        .map_err(|e| {
+            Refused::Invalid(vec![format!(
+                "cannot write the core: {}",
+                t(&e.to_string())
+            )])
+        })?;
     // What was written must load, exactly as a turn would read it.
     let after = core::load_report(&cli.core_dir());
-    if let Some(broken) = after
-        .core
-        .broken
-        .iter()
-        .find(|b| b.server_id == addition.name)
-    {
+    if let Some(broken) = after.core.broken.iter().find(|b| b.server_id == name) {
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::write(&manifest_path, &manifest);
-        for e in &broken.errors {
-            eprintln!("error: {e}");
-        }
-        return 1;
+        return Err(Refused::Invalid(
+            broken.errors.iter().map(ToString::to_string).collect(),
+        ));
     }
-    println!("added {} and its grants", t(&path.display().to_string()));
-    for variable in &declared.variables {
-        println!(
-            "set {} in the host environment (the core only names it)",
-            t(variable)
-        );
-    }
-    0
+    Ok(path)
 }
 
 /// `demiurge mcp list [--json]`.

@@ -7,6 +7,7 @@ mod check;
 mod conformance;
 mod demo;
 mod evolution;
+mod import;
 mod mcp;
 mod resources;
 mod shell;
@@ -202,6 +203,12 @@ enum McpAction {
         /// The program and its arguments, after `--`.
         #[arg(last = true)]
         command: Vec<String>,
+    },
+    /// Import servers from a Claude Code / Claude Desktop `mcpServers` JSON, a VS Code
+    /// `mcp.json` or a Codex `config.toml` (shows what it will write; --yes to write).
+    Import {
+        /// The configuration file.
+        file: PathBuf,
     },
     /// Every declared server.
     List {
@@ -455,6 +462,7 @@ async fn run(cli: Cli) -> u8 {
                     command,
                 },
             ),
+            McpAction::Import { file } => import::run(&cli, file),
             McpAction::List { json } => mcp::list(&cli, *json),
             McpAction::Get { name, json } => mcp::get(&cli, name, *json),
             McpAction::Remove { name } => mcp::remove(&cli, name),

@@ -1,0 +1,370 @@
+//! `demiurge mcp import FILE`: bring an existing MCP configuration. Reads Claude Code
+//! and Claude Desktop `mcpServers` JSON (`.mcp.json`, `claude_desktop_config.json`),
+//! VS Code `mcp.json` (`servers`, `inputs`) and Codex `config.toml`
+//! (`[mcp_servers.*]`), shows what it will write, and writes one declaration per server
+//! with its grants (`--yes`, or a `y` on a terminal). A core is usually committed, so
+//! no literal env or header value is written: each becomes a `${NAME}` reference and
+//! the variables to set are printed. What the runtime cannot express is reported,
+//! never dropped in silence.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::mcp::{Addition, Declared, Refused, declaration, variable_name, write_declaration};
+use super::{Cli, t};
+
+/// One server found in the file, before it is written.
+pub(crate) struct Found {
+    /// The server id it will have.
+    pub name: String,
+    /// Its declaration, or why it cannot be imported.
+    pub declared: Result<Declared, String>,
+    /// What did not carry over, in words.
+    pub notes: Vec<String>,
+}
+
+/// The servers of `text` (the file at `path`), in the file's order.
+///
+/// # Errors
+/// A file that is none of the known formats, in words.
+pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<Found>, String> {
+    if path.extension().is_some_and(|e| e == "toml") {
+        let value: toml::Value = toml::from_str(text).map_err(|_| {
+            "not valid TOML; expected a Codex config.toml with [mcp_servers.NAME] tables"
+                .to_string()
+        })?;
+        let json = serde_json::to_value(value).map_err(|e| e.to_string())?;
+        let servers = json
+            .get("mcp_servers")
+            .and_then(Value::as_object)
+            .ok_or("no [mcp_servers.NAME] tables in this TOML file")?;
+        return Ok(servers.iter().map(|(n, s)| codex(n, s)).collect());
+    }
+    let json: Value = serde_json::from_str(text).map_err(|_| {
+        "not valid JSON; expected `mcpServers` (Claude) or `servers` (VS Code)".to_string()
+    })?;
+    let servers = json
+        .get("mcpServers")
+        .or_else(|| json.get("servers"))
+        .and_then(Value::as_object)
+        .ok_or("no `mcpServers` (Claude) or `servers` (VS Code) object in this file")?;
+    Ok(servers
+        .iter()
+        .map(|(name, server)| json_server(name, server))
+        .collect())
+}
+
+/// A server id from a configuration key: `[A-Za-z0-9_-]`.
+fn id_of(name: &str) -> String {
+    let id: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if id.is_empty() { "server".into() } else { id }
+}
+
+/// `${input:ID}` (VS Code) and `${env:NAME}` forms as the runtime's `${NAME}`; other
+/// VS Code variables are reported.
+fn references(value: &str, notes: &mut Vec<String>, field: &str) -> String {
+    let mut out = String::new();
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let inner = &after[..end];
+        if let Some(id) = inner.strip_prefix("input:") {
+            let name = variable_name(&[id]);
+            notes.push(format!(
+                "{field}: the VS Code input `{}` becomes the host variable {name}",
+                t(id)
+            ));
+            out.push_str(&format!("${{{name}}}"));
+        } else if let Some(name) = inner.strip_prefix("env:") {
+            out.push_str(&format!("${{{name}}}"));
+        } else if inner == "workspaceFolder" && field == "args" {
+            // A stdio server starts in the workspace (its default `cwd`).
+            notes.push(
+                "args: `${workspaceFolder}` became `.` (servers start in the workspace)".into(),
+            );
+            out.push('.');
+        } else if inner.contains(':') || inner == "workspaceFolder" || inner == "userHome" {
+            let fate = if field == "args" {
+                "passed to the server as written (arguments are not interpolated)"
+            } else {
+                "written as it is, so the declaration will not load until you replace it"
+            };
+            notes.push(format!(
+                "{field}: `${{{}}}` has no counterpart here; {fate}",
+                t(inner)
+            ));
+            out.push_str(&format!("${{{inner}}}"));
+        } else {
+            out.push_str(&format!("${{{inner}}}"));
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn pairs(v: Option<&Value>, notes: &mut Vec<String>, what: &str) -> Vec<String> {
+    v.and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let field = format!("{what}.{}", t(k));
+                    format!(
+                        "{k}={}",
+                        references(v.as_str().unwrap_or_default(), notes, &field)
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A Claude (`mcpServers`) or VS Code (`servers`) entry.
+fn json_server(name: &str, server: &Value) -> Found {
+    let mut notes = Vec::new();
+    let kind = server.get("type").and_then(Value::as_str).unwrap_or("");
+    let url = server
+        .get("url")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    if kind == "sse" {
+        return Found {
+            name: id_of(name),
+            declared: Err("uses the legacy HTTP+SSE transport, which this runtime does not speak; use the server's streamable HTTP endpoint".into()),
+            notes,
+        };
+    }
+    let mut command: Vec<String> = server
+        .get("command")
+        .and_then(Value::as_str)
+        .map(|c| vec![c.to_string()])
+        .unwrap_or_default();
+    command.extend(strings(server.get("args")));
+    let command: Vec<String> = command
+        .iter()
+        .map(|a| references(a, &mut notes, "args"))
+        .collect();
+    let env = pairs(server.get("env"), &mut notes, "env");
+    let headers = pairs(server.get("headers"), &mut notes, "headers");
+    for unsupported in ["envFile", "cwd", "disabled", "alwaysAllow", "autoApprove"] {
+        if server.get(unsupported).is_some() {
+            notes.push(format!(
+                "`{unsupported}` is not imported; see the README for its counterpart"
+            ));
+        }
+    }
+    let addition = Addition {
+        name,
+        url: url.as_deref(),
+        env: &env,
+        headers: &headers,
+        command: if url.is_some() { &[] } else { &command },
+    };
+    Found {
+        name: id_of(name),
+        declared: declaration(&addition),
+        notes,
+    }
+}
+
+/// A Codex `[mcp_servers.NAME]` table.
+fn codex(name: &str, server: &Value) -> Found {
+    let mut notes = Vec::new();
+    let url = server
+        .get("url")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let mut command: Vec<String> = server
+        .get("command")
+        .and_then(Value::as_str)
+        .map(|c| vec![c.to_string()])
+        .unwrap_or_default();
+    command.extend(strings(server.get("args")));
+    let env = pairs(server.get("env"), &mut notes, "env");
+    let mut headers = pairs(server.get("http_headers"), &mut notes, "http_headers");
+    if let Some(m) = server.get("env_http_headers").and_then(Value::as_object) {
+        headers.extend(
+            m.iter()
+                .filter_map(|(h, v)| Some(format!("{h}=${{{}}}", v.as_str()?))),
+        );
+    }
+    if let Some(var) = server.get("bearer_token_env_var").and_then(Value::as_str) {
+        headers.push(format!("Authorization=Bearer ${{{var}}}"));
+    }
+    let addition = Addition {
+        name,
+        url: url.as_deref(),
+        env: &env,
+        headers: &headers,
+        command: if url.is_some() { &[] } else { &command },
+    };
+    let declared = declaration(&addition).map(|mut d| {
+        let mut extra = String::new();
+        if server.get("enabled").and_then(Value::as_bool) == Some(false) {
+            extra.push_str("enabled: false\n");
+        }
+        for (from, to) in [
+            ("startup_timeout_sec", "connect_timeout_seconds"),
+            ("tool_timeout_sec", "timeout_seconds"),
+        ] {
+            if let Some(n) = server.get(from).and_then(Value::as_f64) {
+                extra.push_str(&format!("{to}: {n}\n"));
+            }
+        }
+        let list = |k: &str| strings(server.get(k));
+        let (include, exclude) = (list("enabled_tools"), list("disabled_tools"));
+        if !include.is_empty() || !exclude.is_empty() {
+            let quoted = |v: &[String]| {
+                v.iter()
+                    .map(|s| serde_json::to_string(s).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            extra.push_str(&format!(
+                "tools:\n  include: [{}]\n  exclude: [{}]\n",
+                quoted(&include),
+                quoted(&exclude)
+            ));
+        }
+        d.yaml.push_str(&extra);
+        d
+    });
+    let known = [
+        "command",
+        "args",
+        "env",
+        "url",
+        "http_headers",
+        "env_http_headers",
+        "bearer_token_env_var",
+        "enabled",
+        "startup_timeout_sec",
+        "tool_timeout_sec",
+        "enabled_tools",
+        "disabled_tools",
+    ];
+    if let Some(m) = server.as_object() {
+        for key in m.keys().filter(|k| !known.contains(&k.as_str())) {
+            notes.push(format!("`{}` is not imported", t(key)));
+        }
+    }
+    Found {
+        name: id_of(name),
+        declared,
+        notes,
+    }
+}
+
+/// `demiurge mcp import FILE`.
+pub(crate) fn run(cli: &Cli, file: &Path) -> u8 {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!(
+                "error: cannot read {}: {}",
+                t(&file.display().to_string()),
+                t(&e.to_string())
+            );
+            return 1;
+        }
+    };
+    let found = match parse(file, &text) {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("error: {}: {e}", t(&file.display().to_string()));
+            return 1;
+        }
+    };
+    if found.is_empty() {
+        println!("no servers in {}", t(&file.display().to_string()));
+        return 0;
+    }
+    for f in &found {
+        match &f.declared {
+            Ok(d) => {
+                println!("agent/mcp/{}.yaml:", t(&f.name));
+                for line in d.yaml.lines() {
+                    println!("  {}", t(line));
+                }
+            }
+            Err(why) => println!("{}: not imported: {}", t(&f.name), t(why)),
+        }
+        for note in &f.notes {
+            println!("  note: {note}");
+        }
+    }
+    if !cli.yes && !confirmed() {
+        eprintln!("nothing written; run again with --yes to write these declarations");
+        return 1;
+    }
+    let mut code = 0;
+    let mut variables = Vec::new();
+    for f in found {
+        let Ok(declared) = f.declared else {
+            code = 1;
+            continue;
+        };
+        match write_declaration(cli, &f.name, &declared.yaml) {
+            Ok(path) => {
+                println!("wrote {}", t(&path.display().to_string()));
+                variables.extend(declared.variables);
+            }
+            Err(Refused::Usage(e)) => {
+                eprintln!("{}: not written: {e}", t(&f.name));
+                code = 1;
+            }
+            Err(Refused::Invalid(errors)) => {
+                eprintln!("{}: not written: {}", t(&f.name), t(&errors.join("; ")));
+                code = 1;
+            }
+        }
+    }
+    variables.sort();
+    variables.dedup();
+    for v in variables {
+        println!(
+            "set {} in the host environment (the core only names it)",
+            t(&v)
+        );
+    }
+    code
+}
+
+/// A `y` on a terminal.
+fn confirmed() -> bool {
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return false;
+    }
+    eprint!("write these declarations? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut answer);
+    matches!(answer.trim(), "y" | "Y" | "yes")
+}

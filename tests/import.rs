@@ -1,0 +1,202 @@
+//! `demiurge mcp import`: the configurations of Claude Code, Claude Desktop, VS Code and
+//! Codex become declarations and grants; no literal secret is ever written; what
+//! cannot be expressed is reported; without `--yes` (and no terminal) nothing is
+//! written.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::{Core, exe};
+
+/// Literal values in the fixtures: none may reach the core.
+const LITERALS: [&str; 3] = [
+    "ghp-literal-fixture-0001",
+    "lit-header-fixture-0002",
+    "literal-codex-fixture-0003",
+];
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/import")
+        .join(name)
+}
+
+fn import(core: &Core, file: &Path, yes: bool) -> Output {
+    let home = tempfile::tempdir().unwrap();
+    let mut command = Command::new(exe());
+    command
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path());
+    if yes {
+        command.arg("--yes");
+    }
+    command
+        .args(["mcp", "import"])
+        .arg(file)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn read(core: &Core, id: &str) -> String {
+    std::fs::read_to_string(core.mcp_dir().join(format!("{id}.yaml")))
+        .unwrap_or_else(|_| panic!("{id} was not written"))
+}
+
+fn no_literal_in(core: &Core) {
+    for entry in std::fs::read_dir(core.mcp_dir()).unwrap().flatten() {
+        let written = std::fs::read_to_string(entry.path()).unwrap();
+        for literal in LITERALS {
+            assert!(!written.contains(literal), "{literal} written: {written}");
+        }
+    }
+    let manifest = std::fs::read_to_string(core.root().join("agent.yaml")).unwrap();
+    for literal in LITERALS {
+        assert!(!manifest.contains(literal));
+    }
+}
+
+#[test]
+fn claude_code_servers_are_imported_with_secrets_as_references() {
+    let core = Core::new();
+    let out = import(&core, &fixture("claude.mcp.json"), true);
+    let stdout = text(&out.stdout);
+    // `legacy` speaks HTTP+SSE: reported, not written; the others are.
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("legacy: not imported"), "{stdout}");
+    let fs = read(&core, "filesystem");
+    assert!(
+        fs.contains("GITHUB_TOKEN: \"${GITHUB_TOKEN}\"") && fs.contains("MODE: \"${MODE}\""),
+        "{fs}"
+    );
+    let issues = read(&core, "issues");
+    assert!(
+        issues.contains("Authorization: \"Bearer ${ISSUES_AUTHORIZATION}\""),
+        "{issues}"
+    );
+    assert!(
+        stdout.contains("set GITHUB_TOKEN in the host environment"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("set ISSUES_AUTHORIZATION in the host environment"),
+        "{stdout}"
+    );
+    no_literal_in(&core);
+    // What was written loads, and is granted.
+    let loaded = demiurge_mcp::core::load(&core.root()).unwrap();
+    let ids: Vec<&str> = loaded
+        .declarations
+        .iter()
+        .map(|d| d.server_id.as_str())
+        .collect();
+    assert_eq!(ids, ["filesystem", "issues"]);
+    assert!(loaded.grants.contains("mcp.call:issues"));
+}
+
+#[test]
+fn claude_desktop_vscode_and_codex_files_are_read_too() {
+    let core = Core::new();
+    let out = import(&core, &fixture("claude_desktop_config.json"), true);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(read(&core, "memory").contains("server-memory"));
+
+    let out = import(&core, &fixture("vscode.mcp.json"), true);
+    let stdout = text(&out.stdout);
+    let perplexity = read(&core, "perplexity");
+    assert!(
+        perplexity.contains("PERPLEXITY_API_KEY: \"${PERPLEXITY_KEY}\""),
+        "{perplexity}"
+    );
+    assert!(perplexity.contains("HOME_DIR: \"${HOME}\""), "{perplexity}");
+    assert!(
+        stdout.contains(
+            "the VS Code input `perplexity-key` becomes the host variable PERPLEXITY_KEY"
+        ),
+        "{stdout}"
+    );
+    assert!(read(&core, "docs").contains("X-Api-Key: \"${PERPLEXITY_KEY}\""));
+    // `${workspaceFolder}` in an argument is the workspace servers start in: reported.
+    assert!(
+        stdout.contains("`${workspaceFolder}` became `.`"),
+        "{stdout}"
+    );
+    assert!(read(&core, "ws").contains("\"./server.js\""));
+    assert!(out.status.success(), "{stdout}");
+
+    let out = import(&core, &fixture("codex.config.toml"), true);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let context7 = read(&core, "context7");
+    for line in [
+        "API_KEY: \"${API_KEY}\"",
+        "connect_timeout_seconds: 20",
+        "timeout_seconds: 90",
+        "include: [\"resolve-library-id\"]",
+    ] {
+        assert!(context7.contains(line), "{line}: {context7}");
+    }
+    let linear = read(&core, "linear");
+    assert!(
+        linear.contains("Authorization: \"Bearer ${LINEAR_TOKEN}\""),
+        "{linear}"
+    );
+    assert!(
+        linear.contains("X-Workspace: \"${LINEAR_WORKSPACE}\""),
+        "{linear}"
+    );
+    assert!(read(&core, "off").contains("enabled: false"));
+    assert!(
+        stdout.contains("`experimental_thing` is not imported"),
+        "{stdout}"
+    );
+    no_literal_in(&core);
+    let loaded = demiurge_mcp::core::load(&core.root()).unwrap();
+    assert!(loaded.broken.is_empty(), "{:?}", loaded.broken);
+}
+
+#[test]
+fn without_yes_or_a_terminal_nothing_is_written() {
+    let core = Core::new();
+    let out = import(&core, &fixture("claude.mcp.json"), false);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("agent/mcp/filesystem.yaml:"));
+    assert!(text(&out.stderr).contains("nothing written"));
+    assert_eq!(std::fs::read_dir(core.mcp_dir()).unwrap().count(), 0);
+    // And the shown plan carries no literal either.
+    for literal in LITERALS {
+        assert!(!text(&out.stdout).contains(literal));
+    }
+}
+
+#[test]
+fn a_json_file_in_the_mcp_root_is_reported_with_the_import_hint() {
+    let core = Core::new();
+    std::fs::copy(
+        fixture("claude.mcp.json"),
+        core.mcp_dir().join("servers.json"),
+    )
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["init", "--check"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("servers.json") && stderr.contains("demiurge mcp import"),
+        "{stderr}"
+    );
+}
