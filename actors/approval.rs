@@ -113,6 +113,8 @@ pub(crate) struct BrokerArgs {
     /// How long a question may wait for the approver; `None`: as long as it takes.
     pub deadline: Option<Duration>,
     pub hub: Arc<EventHub>,
+    /// Answers a person gave "always" (the runtime home's `approvals.json`).
+    pub remembered: crate::authority::RememberedApprovals,
 }
 
 impl BrokerArgs {
@@ -124,6 +126,7 @@ impl BrokerArgs {
             ttl: config.approval_session_ttl,
             deadline: config.approval_deadline,
             hub: Arc::clone(hub),
+            remembered: crate::authority::RememberedApprovals::open(&config.home),
         }
     }
 }
@@ -169,6 +172,11 @@ impl BrokerState {
             ApprovalPolicy::Prompt if self.cached(&key) => {
                 immediate(true, ApprovalAnswer::AllowSession, ApprovalSource::Cache)
             }
+            ApprovalPolicy::Prompt if self.remembered(&key) => immediate(
+                true,
+                ApprovalAnswer::AllowAlways,
+                ApprovalSource::Remembered,
+            ),
             ApprovalPolicy::Prompt => None,
         };
         match decided {
@@ -208,9 +216,25 @@ impl BrokerState {
         let Some(Asking { pending, .. }) = lane.asking.take() else {
             return;
         };
-        if answer == Some(ApprovalAnswer::AllowSession) {
+        if matches!(
+            answer,
+            Some(ApprovalAnswer::AllowSession | ApprovalAnswer::AllowAlways)
+        ) {
             let until = self.args.clock.now() + self.args.ttl;
             self.cache.insert(pending.key.clone(), until);
+        }
+        if answer == Some(ApprovalAnswer::AllowAlways) {
+            let k = &pending.key;
+            let remembered = self.args.remembered.remember(
+                k.action,
+                &k.server,
+                k.tool.as_deref(),
+                &k.fingerprint,
+            );
+            if remembered.is_err() {
+                // Still allowed now; the next session asks again.
+                tracing::warn!(server = %k.server, "could not store an \"always\" approval");
+            }
         }
         let approval = match answer {
             Some(answer) => Approval {
@@ -269,6 +293,15 @@ impl BrokerState {
         }
     }
 
+    fn remembered(&mut self, key: &CacheKey) -> bool {
+        self.args.remembered.covers(
+            key.action,
+            &key.server,
+            key.tool.as_deref(),
+            &key.fingerprint,
+        )
+    }
+
     fn cached(&self, key: &CacheKey) -> bool {
         self.cache
             .get(key)
@@ -305,11 +338,18 @@ impl BrokerState {
             if next.reply.is_closed() {
                 continue;
             }
-            if self.cached(&next.key) {
+            let earlier = if self.cached(&next.key) {
+                Some((ApprovalAnswer::AllowSession, ApprovalSource::Cache))
+            } else if self.remembered(&next.key) {
+                Some((ApprovalAnswer::AllowAlways, ApprovalSource::Remembered))
+            } else {
+                None
+            };
+            if let Some((answer, source)) = earlier {
                 let approval = Approval {
                     allowed: true,
-                    answer: ApprovalAnswer::AllowSession,
-                    source: ApprovalSource::Cache,
+                    answer,
+                    source,
                 };
                 self.decided(&next.request, approval);
                 let _ = next.reply.send(approval);
@@ -598,6 +638,7 @@ mod tests {
             ttl: TTL,
             deadline,
             hub: Arc::new(EventHub::new(Arc::new(events.clone()), None)),
+            remembered: crate::authority::RememberedApprovals::in_memory(),
         };
         let (actor, _) = Actor::spawn(None, Broker, args).await.unwrap();
         let core = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Core, Recorder, count, demo, demo_counting, harness, names};
+use common::{Core, Recorder, count, demo, demo_counting, harness, harness_with, names};
 use demiurge_mcp::ApprovalAnswer;
 use demiurge_mcp::actors::Action;
 use demiurge_mcp::core::ApprovalPolicy;
@@ -364,4 +364,72 @@ async fn a_call_approval_shows_the_arguments_redacted_and_the_prompt_escapes_and
     );
     assert!(prompt.contains(" characters, sha256:"), "{prompt}");
     h.finish().await;
+}
+
+#[tokio::test]
+async fn an_always_answer_survives_a_restart_until_the_declaration_changes() {
+    let home = tempfile::tempdir().unwrap();
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &demo("approval_policy: auto\n"));
+    let at = home.path().to_path_buf();
+    let always = harness_with(
+        Recorder::new(|_| ApprovalAnswer::AllowAlways),
+        move |mut c| {
+            c.home = at;
+            c
+        },
+    )
+    .await;
+    let (session, _) = always.runtime.start_session(core.spec()).await.unwrap();
+    assert!(session.prepare_turn().await.unwrap().denied().is_empty());
+    assert_eq!(always.approver.asked_for("docs"), 1);
+    always.finish().await;
+    // A new runtime on the same home: nobody is asked (a deny would refuse).
+    let at = home.path().to_path_buf();
+    let denying = harness_with(Recorder::new(|_| ApprovalAnswer::Deny), move |mut c| {
+        c.home = at;
+        c
+    })
+    .await;
+    let (session, _) = denying.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(catalog.denied().is_empty(), "{:?}", catalog.denied());
+    assert_eq!(denying.approver.asked_for("docs"), 0);
+    denying.runtime.flush_events().await;
+    let decided = denying.sink.of_type("approval.decided");
+    assert!(
+        decided
+            .iter()
+            .any(|e| serde_json::to_value(e).unwrap()["source"] == "remembered"),
+        "{decided:?}"
+    );
+    // Any change of the declaration asks again.
+    core.write("docs", &demo("approval_policy: auto\nrisk: high\n"));
+    let catalog = session.prepare_turn().await.unwrap();
+    assert_eq!(catalog.denied().len(), 1);
+    assert_eq!(denying.approver.asked_for("docs"), 1);
+    denying.finish().await;
+    // The CLI lists it and revokes it.
+    let list = std::process::Command::new(common::exe())
+        .arg("--home")
+        .arg(home.path())
+        .args(["approvals", "list", "--json"])
+        .output()
+        .unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let id = listed["approvals"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(listed["approvals"][0]["approval"]["server"], "docs");
+    let revoke = std::process::Command::new(common::exe())
+        .arg("--home")
+        .arg(home.path())
+        .args(["approvals", "revoke", &id])
+        .output()
+        .unwrap();
+    assert!(revoke.status.success());
+    assert!(
+        demiurge_mcp::authority::RememberedApprovals::open(home.path())
+            .list()
+            .is_empty()
+    );
 }

@@ -160,6 +160,8 @@ pub enum ApprovalSource {
     Approver,
     /// The approver did not answer within `RuntimeConfig::approval_deadline`: denied.
     Deadline,
+    /// A person's earlier "always", for this exact declaration.
+    Remembered,
 }
 
 /// An approver's answer.
@@ -170,6 +172,9 @@ pub enum ApprovalAnswer {
     AllowOnce,
     /// For the rest of the session (until the declaration changes).
     AllowSession,
+    /// Always, across sessions and restarts, until the declaration changes or the
+    /// operator revokes it (`demiurge approvals revoke`). Only a person should answer it.
+    AllowAlways,
     /// Refused this time; nothing is remembered, the next turn asks again.
     Deny,
 }
@@ -180,6 +185,7 @@ impl ApprovalAnswer {
         match self {
             ApprovalAnswer::AllowOnce => "allow_once",
             ApprovalAnswer::AllowSession => "allow_session",
+            ApprovalAnswer::AllowAlways => "allow_always",
             ApprovalAnswer::Deny => "deny",
         }
     }

@@ -9,6 +9,7 @@ mod cwd;
 mod elicit;
 mod policy;
 pub mod preview;
+mod remembered;
 
 pub use approval::{
     Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, FixedApprover,
@@ -23,3 +24,4 @@ pub use elicit::{
 };
 pub use policy::HostPolicy;
 pub use preview::ConnectPreview;
+pub use remembered::{MAX_REMEMBERED, Remembered, RememberedApprovals};

@@ -130,7 +130,7 @@ impl Approver for TerminalApprover {
         let asked = (!yes && interactive && request.arguments_fit()).then(|| {
             self.terminal.ask(
                 request.render(),
-                format!("  allow? [o]nce / {session} / [N]o: "),
+                format!("  allow? [o]nce / {session} / [a]lways (until the declaration changes) / [N]o: "),
                 what.clone(),
             )
         });
@@ -155,6 +155,7 @@ impl Approver for TerminalApprover {
             match line.to_lowercase().as_str() {
                 "o" | "once" | "y" | "yes" => ApprovalAnswer::AllowOnce,
                 "s" | "session" => ApprovalAnswer::AllowSession,
+                "a" | "always" => ApprovalAnswer::AllowAlways,
                 _ => ApprovalAnswer::Deny,
             }
         })

@@ -1,5 +1,6 @@
 //! The `demiurge` command line: argument parsing and dispatch; one file per subcommand.
 
+mod approvals;
 mod approver;
 mod auth;
 mod call;
@@ -135,6 +136,11 @@ enum Command {
         #[arg(long = "review-token", value_name = "TOKEN")]
         review_token: Option<String>,
     },
+    /// The approvals a person answered "always": list them or revoke them.
+    Approvals {
+        #[command(subcommand)]
+        action: ApprovalsAction,
+    },
     /// Manage declarations: add, list, get, remove, enable, disable.
     Mcp {
         #[command(subcommand)]
@@ -181,6 +187,24 @@ enum Command {
         /// Misbehave for fault-injection tests: MODE, then an optional count N (see the README's fault table).
         #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"])]
         fault: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ApprovalsAction {
+    /// Every remembered approval, with its id.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget one remembered approval (its id), or every one.
+    Revoke {
+        /// The id from `approvals list`.
+        id: Option<String>,
+        /// Every remembered approval.
+        #[arg(long)]
+        all: bool,
     },
 }
 
@@ -445,6 +469,10 @@ async fn run(cli: Cli) -> u8 {
             resources::prompt(&cli, name, args, *json).await
         }
         Some(Command::Demo) => demo::run(&cli).await,
+        Some(Command::Approvals { action }) => Ok(match action {
+            ApprovalsAction::List { json } => approvals::list(&cli, *json),
+            ApprovalsAction::Revoke { id, all } => approvals::revoke(&cli, id.as_deref(), *all),
+        }),
         Some(Command::Mcp { action }) => Ok(match action {
             McpAction::Add {
                 name,

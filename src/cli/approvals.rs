@@ -1,0 +1,72 @@
+//! `demiurge approvals list [--json]` and `demiurge approvals revoke ID|--all`: the
+//! "always" answers kept in the runtime home.
+
+use demiurge_mcp::authority::RememberedApprovals;
+
+use super::{Cli, t};
+
+/// `approvals list [--json]`.
+pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
+    let mut store =
+        RememberedApprovals::open(&cli.home_dir(&demiurge_mcp::HostEnv::from_process()));
+    let entries = store.list();
+    if as_json {
+        let rows: Vec<_> = entries
+            .iter()
+            .map(|e| serde_json::json!({"id": e.id(), "approval": e}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "approvals": rows }))
+                .unwrap_or_default()
+        );
+        return 0;
+    }
+    if entries.is_empty() {
+        println!("no remembered approvals");
+    }
+    for e in entries {
+        println!(
+            "{}  {:<9} {:<24} {}  (declaration {})",
+            e.id(),
+            e.action,
+            t(&e.server),
+            t(e.tool.as_deref().unwrap_or("-")),
+            &e.fingerprint[..12.min(e.fingerprint.len())]
+        );
+    }
+    0
+}
+
+/// `approvals revoke ID|--all`.
+pub(crate) fn revoke(cli: &Cli, id: Option<&str>, all: bool) -> u8 {
+    let mut store =
+        RememberedApprovals::open(&cli.home_dir(&demiurge_mcp::HostEnv::from_process()));
+    let revoked = match (id, all) {
+        (_, true) => store.revoke(|_| true),
+        (Some(id), false) => store.revoke(|e| e.id() == id),
+        (None, false) => {
+            eprintln!(
+                "error: name the approval to revoke (its id from `demiurge approvals list`) or pass --all"
+            );
+            return super::USAGE;
+        }
+    };
+    match revoked {
+        Ok(0) => {
+            eprintln!(
+                "error: no remembered approval `{}`",
+                t(id.unwrap_or_default())
+            );
+            1
+        }
+        Ok(n) => {
+            println!("revoked {n} approval(s)");
+            0
+        }
+        Err(e) => {
+            eprintln!("error: {}", t(&e.to_string()));
+            1
+        }
+    }
+}
