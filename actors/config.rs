@@ -39,6 +39,11 @@ pub struct RuntimeConfig {
     pub approver: Arc<dyn Approver>,
     /// Where events go (besides the JSONL log).
     pub events: Arc<dyn EventSink>,
+    /// How events reach `events`: through a bounded queue on a thread of its own by
+    /// default (a slow host loses events, counted, rather than slowing calls).
+    pub event_delivery: crate::events::EventDelivery,
+    /// The JSONL session logs: on, rotated at 16 MiB, by default.
+    pub event_log: crate::events::EventLog,
     /// What the failure cache and the allow-for-session cache read the time from (a
     /// [`crate::ManualClock`] makes their expiry testable).
     pub clock: Arc<dyn Clock>,
@@ -109,6 +114,8 @@ impl RuntimeConfig {
             close_grace: Duration::from_secs(2),
             approver: Arc::new(FixedApprover(ApprovalAnswer::Deny)),
             events: Arc::new(NullSink),
+            event_delivery: crate::events::EventDelivery::default(),
+            event_log: crate::events::EventLog::default(),
             clock: Arc::new(SystemClock),
             host_env: HostEnv::from_process(),
             host_policy: HostPolicy::default(),

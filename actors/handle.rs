@@ -63,7 +63,12 @@ impl Runtime {
         )
         .map_err(RuntimeError::Unavailable)?;
         let log_dir = config.home.join("runtime").join("session-events");
-        let hub = Arc::new(EventHub::new(Arc::clone(&config.events), Some(log_dir)));
+        let hub = Arc::new(EventHub::with(
+            Arc::clone(&config.events),
+            Some(log_dir),
+            config.event_delivery,
+            config.event_log,
+        ));
         let (limiter, _) = Actor::spawn(None, Limiter, config.discovery_limit)
             .await
             .map_err(unavailable)?;
@@ -188,7 +193,13 @@ impl Runtime {
         self.shared.hub.log_path(session)
     }
 
-    /// Waits until every event emitted so far is in the JSONL logs.
+    /// Events dropped so far because the host's sink (or the session log) could not
+    /// keep up with the runtime.
+    pub fn dropped_events(&self) -> u64 {
+        self.shared.hub.dropped()
+    }
+
+    /// Waits until every event emitted so far reached the sink and the session log.
     pub async fn flush_events(&self) {
         let hub = Arc::clone(&self.shared.hub);
         let _ = tokio::task::spawn_blocking(move || hub.flush()).await;

@@ -182,6 +182,13 @@ pub enum EventKind {
         /// Server id.
         server: String,
     },
+    /// The host's sink could not keep up: this many events were dropped before this
+    /// one (the session log, when on, has them unless its own queue was full too).
+    #[serde(rename = "mcp.events_dropped")]
+    EventsDropped {
+        /// How many.
+        count: u64,
+    },
     /// A server's resource or prompt list changed; applied at the next turn boundary.
     #[serde(rename = "mcp.list_changed")]
     ListChanged {
@@ -429,13 +436,74 @@ pub struct EventHub {
     sink: Arc<dyn EventSink>,
     log_dir: Option<PathBuf>,
     writer: Option<Writer>,
+    /// The sink's own thread and bounded queue, when delivery is queued.
+    delivery: Option<Delivery>,
+    /// Events the sink or the log never got because a queue was full.
+    dropped: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// How events reach the host's sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventDelivery {
+    /// On the emitting task, synchronously (a slow sink slows the runtime; for tests
+    /// and sinks that only push to a queue of their own).
+    Direct,
+    /// Through a bounded queue to a thread of its own: the hot path pays a queue push;
+    /// a host slower than the runtime loses events past `capacity`, counted, and told
+    /// by an `mcp.events_dropped` event once it catches up.
+    Queued {
+        /// Most events waiting for the sink.
+        capacity: usize,
+    },
+}
+
+impl Default for EventDelivery {
+    fn default() -> Self {
+        EventDelivery::Queued { capacity: 10_000 }
+    }
+}
+
+/// The JSONL session logs under the runtime home.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EventLog {
+    /// No session log is written.
+    Off,
+    /// One file per session; at `max_bytes` it is renamed `<session>.jsonl.1` (the one
+    /// before that goes) and a new file begins.
+    On {
+        /// The size at which a session's log rotates.
+        max_bytes: u64,
+    },
+}
+
+impl Default for EventLog {
+    fn default() -> Self {
+        EventLog::On {
+            max_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// Most log operations waiting for the writer thread; past it, events are dropped
+/// (and counted) rather than held.
+pub const LOG_QUEUE: usize = 65_536;
+
+enum DeliveryOp {
+    Event(Box<Event>),
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+struct Delivery {
+    tx: std::sync::mpsc::SyncSender<DeliveryOp>,
 }
 
 /// The writer thread's queue. Senders never wake the thread: it wakes on its own every
 /// [`LOG_BATCH`] (or when unparked by a flush), so events on the hot path cost a queue
 /// push, not a context switch.
 struct Writer {
-    tx: Mutex<std::sync::mpsc::Sender<LogOp>>,
+    tx: Mutex<std::sync::mpsc::SyncSender<LogOp>>,
     thread: std::thread::Thread,
 }
 
@@ -461,23 +529,63 @@ enum LogOp {
 impl EventHub {
     /// A hub writing JSONL under `log_dir` (created 0700) when given.
     pub fn new(sink: Arc<dyn EventSink>, log_dir: Option<PathBuf>) -> Self {
+        Self::with(sink, log_dir, EventDelivery::Direct, EventLog::default())
+    }
+
+    /// A hub delivering to `sink` as `delivery` says and logging under `log_dir` as
+    /// `log` says.
+    pub fn with(
+        sink: Arc<dyn EventSink>,
+        log_dir: Option<PathBuf>,
+        delivery: EventDelivery,
+        log: EventLog,
+    ) -> Self {
+        let log_dir = match log {
+            EventLog::Off => None,
+            EventLog::On { .. } => log_dir,
+        };
+        let max_bytes = match log {
+            EventLog::On { max_bytes } => max_bytes,
+            EventLog::Off => u64::MAX,
+        };
         let writer = log_dir.clone().and_then(|dir| {
-            let (tx, rx) = std::sync::mpsc::channel();
+            let (tx, rx) = std::sync::mpsc::sync_channel(LOG_QUEUE);
             std::thread::Builder::new()
                 .name("demiurge-event-log".into())
                 .stack_size(256 * 1024)
-                .spawn(move || write_logs(&dir, rx))
+                .spawn(move || write_logs(&dir, rx, max_bytes))
                 .ok()
                 .map(|handle| Writer {
                     tx: Mutex::new(tx),
                     thread: handle.thread().clone(),
                 })
         });
+        let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let delivery = match delivery {
+            EventDelivery::Direct => None,
+            EventDelivery::Queued { capacity } => {
+                let (tx, rx) = std::sync::mpsc::sync_channel(capacity.max(1));
+                let (sink, dropped) = (Arc::clone(&sink), Arc::clone(&dropped));
+                std::thread::Builder::new()
+                    .name("demiurge-event-sink".into())
+                    .stack_size(256 * 1024)
+                    .spawn(move || deliver(&*sink, &rx, &dropped))
+                    .ok()
+                    .map(|_| Delivery { tx })
+            }
+        };
         EventHub {
             sink,
             log_dir,
             writer,
+            delivery,
+            dropped,
         }
+    }
+
+    /// Events dropped so far because the host's sink (or the log) could not keep up.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Path of a session's JSONL log.
@@ -492,8 +600,23 @@ impl EventHub {
     /// take a turn down.
     pub fn emit(&self, session: &str, kind: EventKind) {
         let event = Event::new(session, kind);
-        self.sink.emit(&event);
+        match &self.delivery {
+            Some(d) => {
+                if d.tx
+                    .try_send(DeliveryOp::Event(Box::new(event.clone())))
+                    .is_err()
+                {
+                    self.count_drop();
+                }
+            }
+            None => self.sink.emit(&event),
+        }
         self.send(LogOp::Write(Box::new(event)));
+    }
+
+    fn count_drop(&self) {
+        self.dropped
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn send(&self, op: LogOp) {
@@ -501,7 +624,15 @@ impl EventHub {
             && let Ok(tx) = w.tx.lock()
         {
             let flush = matches!(op, LogOp::Flush(_));
-            let _ = tx.send(op);
+            let sent = if flush {
+                // A flush waits for room: it is what a caller blocks on anyway.
+                tx.send(op).is_ok()
+            } else {
+                tx.try_send(op).is_ok()
+            };
+            if !sent && !flush {
+                self.count_drop();
+            }
             if flush {
                 w.thread.unpark();
             }
@@ -513,17 +644,55 @@ impl EventHub {
         self.send(LogOp::Close(session.to_string()));
     }
 
-    /// Waits (at most five seconds) until everything emitted so far is on disk.
+    /// Waits (at most five seconds each) until everything emitted so far reached the
+    /// sink and is on disk.
     pub fn flush(&self) {
+        if let Some(d) = &self.delivery {
+            let (tx, rx) = std::sync::mpsc::channel();
+            if d.tx.send(DeliveryOp::Flush(tx)).is_ok() {
+                let _ = rx.recv_timeout(std::time::Duration::from_secs(5));
+            }
+        }
         let (tx, rx) = std::sync::mpsc::channel();
         self.send(LogOp::Flush(tx));
         let _ = rx.recv_timeout(std::time::Duration::from_secs(5));
     }
 }
 
-/// The writer thread: appends events to their session's file, flushing after each batch.
-fn write_logs(dir: &std::path::Path, rx: std::sync::mpsc::Receiver<LogOp>) {
+/// The sink's thread: delivers queued events in order, telling the sink first how many
+/// were dropped since the last one it got.
+fn deliver(
+    sink: &dyn EventSink,
+    rx: &std::sync::mpsc::Receiver<DeliveryOp>,
+    dropped: &std::sync::atomic::AtomicU64,
+) {
+    let mut told = 0;
+    while let Ok(op) = rx.recv() {
+        match op {
+            DeliveryOp::Event(event) => {
+                let now = dropped.load(std::sync::atomic::Ordering::Relaxed);
+                if now > told {
+                    let note = Event::new(
+                        &event.session,
+                        EventKind::EventsDropped { count: now - told },
+                    );
+                    sink.emit(&note);
+                    told = now;
+                }
+                sink.emit(&event);
+            }
+            DeliveryOp::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// The writer thread: appends events to their session's file, flushing after each
+/// batch; a file that reaches `max_bytes` is rotated to `<name>.1`.
+fn write_logs(dir: &std::path::Path, rx: std::sync::mpsc::Receiver<LogOp>, max_bytes: u64) {
     let mut files: HashMap<String, std::io::BufWriter<File>> = HashMap::new();
+    let mut sizes: HashMap<String, u64> = HashMap::new();
     let mut waiting: Vec<std::sync::mpsc::Sender<()>> = Vec::new();
     loop {
         std::thread::park_timeout(LOG_BATCH);
@@ -553,12 +722,25 @@ fn write_logs(dir: &std::path::Path, rx: std::sync::mpsc::Receiver<LogOp>) {
                         if let Err(e) = file.write_all(&line) {
                             tracing::warn!("cannot write event log {}: {e}", path.display());
                         }
+                        let size = sizes.entry(event.session.clone()).or_insert_with(|| {
+                            std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
+                        });
+                        *size += line.len() as u64;
+                        if *size >= max_bytes {
+                            // Rotate: the full file becomes `.1`, the next event opens anew.
+                            if let Some(mut full) = files.remove(&event.session) {
+                                let _ = full.flush();
+                            }
+                            let _ = std::fs::rename(&path, path.with_extension("jsonl.1"));
+                            sizes.remove(&event.session);
+                        }
                     }
                 }
                 LogOp::Close(session) => {
                     if let Some(mut f) = files.remove(&session) {
                         let _ = f.flush();
                     }
+                    sizes.remove(&session);
                 }
                 LogOp::Flush(done) => waiting.push(done),
             }

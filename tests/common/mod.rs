@@ -233,6 +233,9 @@ pub async fn harness_with(
         .with_events(sink.clone())
         .with_host_env(host_env(&[]));
     config.close_grace = Duration::from_millis(500);
+    // Tests read the sink right after what they do: deliver on the emitting task. The
+    // queued default has its own test (tests/events.rs).
+    config.event_delivery = demiurge_mcp::events::EventDelivery::Direct;
     // Tests never ask real DNS: names resolve only where a test says so.
     config.resolver = Arc::new(demiurge_mcp::net::StaticResolver::new());
     let runtime = Runtime::start(tweak(config)).await.unwrap();
