@@ -292,12 +292,17 @@ impl Session {
         // A core that follows its live revision runs exactly that commit, read as the
         // review read it: nothing in the working tree (untracked, ignored or edited
         // files) runs without a review. Without a live revision yet, the working tree.
-        let core = match &live {
-            Some(Some(commit)) => {
+        let core = match (&spec.inline, &live) {
+            (Some(inline), _) if inline.only => Arc::new(inline.merged(None, &root)),
+            (inline, Some(Some(commit))) => {
                 let root = cache.canonical(&root);
-                self.runtime.shared.live_cores.load(&root, commit)?
+                let core = self.runtime.shared.live_cores.load(&root, commit)?;
+                with_inline(core, inline.as_deref(), &root)
             }
-            _ => crate::core::load_cached(&root, &cache)?,
+            (inline, _) => {
+                let core = crate::core::load_cached(&root, &cache)?;
+                with_inline(core, inline.as_deref(), &root)
+            }
         };
         let revision = live.map(|live| format!("live:{}", live.as_deref().unwrap_or("none")));
         // Dropping this future cancels the token: the catalog ends the turn's connects
@@ -455,6 +460,18 @@ impl Drop for ChildSession {
 fn dummy_port<T>() -> RpcReplyPort<T> {
     let (tx, _rx) = ractor::concurrency::oneshot();
     tx.into()
+}
+
+/// `core` with the host's in-memory servers added, when the spec has any.
+fn with_inline(
+    core: Arc<crate::core::AgentCore>,
+    inline: Option<&super::session::InlineServers>,
+    root: &std::path::Path,
+) -> Arc<crate::core::AgentCore> {
+    match inline {
+        Some(inline) => Arc::new(inline.merged(Some(&core), root)),
+        None => core,
+    }
 }
 
 #[cfg(test)]

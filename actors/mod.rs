@@ -75,7 +75,7 @@ pub use resources::{
     ServerIdentity, TemplateInfo,
 };
 pub use runtime::{Eviction, RESUMABLE, RuntimeError};
-pub use session::{EvictionReport, LIVE_REVISION, SessionSpec};
+pub use session::{EvictionReport, InlineServers, LIVE_REVISION, SessionSpec};
 pub use status::{ServerState, ServerStatus};
 pub use turn::{
     CallError, Denial, Diagnostic, PrepareError, StaleReason, ToolEntry, ToolHints, TurnCatalog,

@@ -44,6 +44,89 @@ pub struct SessionSpec {
     pub lane: String,
     /// Approval floors of this session; the runtime's when `None`.
     pub policy: Option<HostPolicy>,
+    /// Servers the host gives as values, beside the core's (or instead of them).
+    pub inline: Option<Arc<InlineServers>>,
+}
+
+/// Declarations a host gives a session in memory: validated exactly as files are (the
+/// same reader, through a [`crate::core::MemoryTree`]), their errors naming
+/// `provenance:agent/mcp/<id>.yaml`. An id the core declares too is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InlineServers {
+    /// What errors and previews call where these came from (`host`, a config path).
+    pub provenance: String,
+    /// `(server id, declaration YAML)`, in order.
+    pub declarations: Vec<(String, String)>,
+    /// Only these: the core directory's declarations and grants are not read (the
+    /// session's `capabilities` must then grant what these need).
+    pub only: bool,
+}
+
+impl InlineServers {
+    /// Servers from `provenance`, beside the core's.
+    pub fn new(provenance: impl Into<String>) -> Self {
+        InlineServers {
+            provenance: provenance.into(),
+            declarations: Vec::new(),
+            only: false,
+        }
+    }
+
+    /// Adds the declaration of server `id`.
+    pub fn with(mut self, id: impl Into<String>, yaml: impl Into<String>) -> Self {
+        self.declarations.push((id.into(), yaml.into()));
+        self
+    }
+
+    /// Only these servers: no core directory is read.
+    pub fn only(mut self) -> Self {
+        self.only = true;
+        self
+    }
+
+    /// `core` with these servers added (or, with `only`, an empty core rooted at
+    /// `root` holding just them).
+    pub(crate) fn merged(&self, core: Option<&AgentCore>, root: &std::path::Path) -> AgentCore {
+        let mut tree =
+            crate::core::MemoryTree::new(self.provenance.clone()).with_file("agent.yaml", "{}\n");
+        for (id, yaml) in &self.declarations {
+            tree = tree.with_file(format!("agent/mcp/{id}.yaml"), yaml.as_bytes().to_vec());
+        }
+        let report =
+            crate::core::read_revision(&tree, std::path::Path::new(&self.provenance), None);
+        let mut merged = match core {
+            Some(core) => core.clone(),
+            None => AgentCore {
+                root: root.to_path_buf(),
+                mcp_root: "agent/mcp".into(),
+                grants: Default::default(),
+                declarations: Vec::new(),
+                broken: Vec::new(),
+            },
+        };
+        let taken: Vec<String> = merged
+            .declarations
+            .iter()
+            .map(|d| d.server_id.clone())
+            .chain(merged.broken.iter().map(|b| b.server_id.clone()))
+            .collect();
+        for declaration in report.core.declarations {
+            if taken.contains(&declaration.server_id) {
+                merged
+                    .broken
+                    .push(std::sync::Arc::new(crate::core::Broken::duplicate_inline(
+                        &declaration.server_id,
+                        &declaration.path,
+                        &self.provenance,
+                    )));
+            } else {
+                merged.declarations.push(declaration);
+            }
+        }
+        merged.broken.extend(report.core.broken);
+        merged
+    }
 }
 
 impl SessionSpec {
@@ -59,6 +142,7 @@ impl SessionSpec {
             capabilities: None,
             lane: "main".into(),
             policy: None,
+            inline: None,
         }
     }
 }

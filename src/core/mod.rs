@@ -22,7 +22,7 @@ pub use declaration::{
     Endpoint, Fingerprint, LogLevel, OAuthDeclared, OAuthGrant, Risk, SigningAlgorithm,
     TokenAuthMethod, ToolFilter, TransportKind, fingerprint,
 };
-pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, ReadRefusal};
+pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, MemoryTree, ReadRefusal};
 pub use yaml::YamlError;
 
 /// Default MCP root, relative to the core.
@@ -132,6 +132,24 @@ pub struct Broken {
     /// sha256 of the bytes read, or of the kind of entry when nothing was read: what the
     /// evolution review's token binds for a file that does not load.
     pub digest: Fingerprint,
+}
+
+impl Broken {
+    /// A host's in-memory declaration whose id the core declares too.
+    pub(crate) fn duplicate_inline(server_id: &str, path: &str, provenance: &str) -> Self {
+        let file = PathBuf::from(format!("{provenance}:{path}"));
+        Broken {
+            server_id: server_id.to_string(),
+            path: path.to_string(),
+            errors: vec![LoadError::new(
+                &file,
+                None,
+                None,
+                "the core declares this server id too; give the host's server another id".into(),
+            )],
+            digest: Fingerprint::of(format!("inline-duplicate:{server_id}").as_bytes()),
+        }
+    }
 }
 
 /// A core as far as it loaded, plus every error found.

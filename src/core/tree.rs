@@ -274,3 +274,79 @@ pub(crate) fn join(dir: &str, name: &str) -> String {
         format!("{dir}/{name}")
     }
 }
+
+/// A core held in memory (a host's servers as values): files by `/`-separated path,
+/// read through the same [`read_revision`](super::read_revision) as a checkout, so
+/// they are validated exactly as files are. Errors name `provenance:path`.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryTree {
+    files: std::collections::BTreeMap<String, Vec<u8>>,
+    provenance: String,
+}
+
+impl MemoryTree {
+    /// An empty tree whose paths are shown as `provenance:path`.
+    pub fn new(provenance: impl Into<String>) -> Self {
+        MemoryTree {
+            files: std::collections::BTreeMap::new(),
+            provenance: provenance.into(),
+        }
+    }
+
+    /// Adds (or replaces) the file at `path`.
+    pub fn with_file(mut self, path: impl Into<String>, bytes: impl Into<Vec<u8>>) -> Self {
+        self.files.insert(path.into(), bytes.into());
+        self
+    }
+}
+
+impl CoreTree for MemoryTree {
+    fn kind(&self, rel: &str) -> EntryKind {
+        if let Some(bytes) = self.files.get(rel) {
+            return EntryKind::File {
+                len: bytes.len() as u64,
+                stamp: None,
+            };
+        }
+        let dir = format!("{}/", rel.trim_end_matches('/'));
+        if rel.is_empty() || self.files.keys().any(|k| k.starts_with(&dir)) {
+            EntryKind::Dir
+        } else {
+            EntryKind::Missing
+        }
+    }
+
+    fn list(&self, rel: &str) -> Result<Vec<DirEntry>, String> {
+        let prefix = if rel.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", rel.trim_end_matches('/'))
+        };
+        let mut names: Vec<String> = self
+            .files
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .map(|rest| rest.split('/').next().unwrap_or_default().to_string())
+            .collect();
+        names.dedup();
+        Ok(names
+            .into_iter()
+            .map(|name| {
+                let kind = self.kind(&format!("{prefix}{name}"));
+                (Ok(name), kind)
+            })
+            .collect())
+    }
+
+    fn read(&self, rel: &str, max: u64) -> Result<Vec<u8>, ReadRefusal> {
+        match self.files.get(rel) {
+            Some(bytes) if bytes.len() as u64 > max => Err(ReadRefusal::TooLarge { max }),
+            Some(bytes) => Ok(bytes.clone()),
+            None => Err(ReadRefusal::NotAFile(self.kind(rel))),
+        }
+    }
+
+    fn display(&self, rel: &str) -> PathBuf {
+        PathBuf::from(format!("{}:{rel}", self.provenance))
+    }
+}

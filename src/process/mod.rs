@@ -103,7 +103,8 @@ fn pieces(value: &str) -> Result<Vec<Piece<'_>>, UnsupportedReference> {
     Ok(out)
 }
 
-/// Checks that every `${...}` of `value` is a form [`interpolate`] knows.
+/// Checks that every `${...}` of `value` is a form interpolation knows (`${NAME}`,
+/// `${NAME:-default}`).
 ///
 /// # Errors
 /// [`UnsupportedReference`].
