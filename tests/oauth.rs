@@ -429,8 +429,8 @@ async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
     assert!(String::from_utf8_lossy(&status.stdout).contains("not logged in"));
     // Logged out and no terminal: `tools` fails closed and names the command.
     let tools = cli(&["tools"]).output().await.unwrap();
-    let listed = String::from_utf8_lossy(&tools.stdout).to_string();
-    assert!(listed.contains("demiurge auth login docs"), "{listed}");
+    let diagnostics = String::from_utf8_lossy(&tools.stderr).to_string();
+    assert!(diagnostics.contains("demiurge auth login docs"), "{diagnostics}");
 }
 
 #[tokio::test]
