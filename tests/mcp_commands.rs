@@ -91,11 +91,9 @@ fn servers_are_added_listed_shown_toggled_and_removed_without_writing_a_secret()
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     let servers = listed["servers"].as_array().unwrap();
     assert_eq!(servers.len(), 2);
-    assert!(
-        servers
-            .iter()
-            .all(|s| s["granted"] == true && s["enabled"] == true)
-    );
+    assert!(servers.iter().all(|s| s["connect_granted"] == true
+        && s["call_granted"] == true
+        && s["enabled"] == true));
     let out = Command::new(exe())
         .arg("--core")
         .arg(core.root())

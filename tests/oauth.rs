@@ -430,7 +430,10 @@ async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
     // Logged out and no terminal: `tools` fails closed and names the command.
     let tools = cli(&["tools"]).output().await.unwrap();
     let diagnostics = String::from_utf8_lossy(&tools.stderr).to_string();
-    assert!(diagnostics.contains("demiurge auth login docs"), "{diagnostics}");
+    assert!(
+        diagnostics.contains("demiurge auth login docs"),
+        "{diagnostics}"
+    );
 }
 
 #[tokio::test]

@@ -146,16 +146,7 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> u8 {
             .core
             .declarations
             .iter()
-            .map(|d| {
-                json!({
-                    "server": d.server_id,
-                    "path": d.path,
-                    "transport": d.transport().as_str(),
-                    "enabled": d.enabled,
-                    "connect_granted": grants.allows(&d.connect_capability()),
-                    "call_granted": grants.allows(&d.call_capability),
-                })
-            })
+            .map(|d| declaration_row(d, &grants))
             .collect();
         let errors: Vec<String> = report.errors.iter().map(ToString::to_string).collect();
         let out = json!({
@@ -211,4 +202,19 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> u8 {
         println!("invalid: {} error(s)", report.errors.len());
         1
     }
+}
+
+/// One declaration as `init --check --json` and `mcp list --json` show it.
+pub(crate) fn declaration_row(
+    d: &core::Declaration,
+    grants: &demiurge_mcp::authority::CapabilitySet,
+) -> serde_json::Value {
+    json!({
+        "server": d.server_id,
+        "path": d.path,
+        "transport": d.transport().as_str(),
+        "enabled": d.enabled,
+        "connect_granted": grants.allows(&d.connect_capability()),
+        "call_granted": grants.allows(&d.call_capability),
+    })
 }

@@ -119,6 +119,17 @@ fn references(value: &str, notes: &mut Vec<String>, field: &str) -> String {
     out
 }
 
+/// `command` then `args`, as one list.
+fn command_of(server: &Value) -> Vec<String> {
+    let mut command: Vec<String> = server
+        .get("command")
+        .and_then(Value::as_str)
+        .map(|c| vec![c.to_string()])
+        .unwrap_or_default();
+    command.extend(strings(server.get("args")));
+    command
+}
+
 fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
         .map(|a| {
@@ -161,13 +172,7 @@ fn json_server(name: &str, server: &Value) -> Found {
             notes,
         };
     }
-    let mut command: Vec<String> = server
-        .get("command")
-        .and_then(Value::as_str)
-        .map(|c| vec![c.to_string()])
-        .unwrap_or_default();
-    command.extend(strings(server.get("args")));
-    let command: Vec<String> = command
+    let command: Vec<String> = command_of(server)
         .iter()
         .map(|a| references(a, &mut notes, "args"))
         .collect();
@@ -201,12 +206,7 @@ fn codex(name: &str, server: &Value) -> Found {
         .get("url")
         .and_then(Value::as_str)
         .map(str::to_string);
-    let mut command: Vec<String> = server
-        .get("command")
-        .and_then(Value::as_str)
-        .map(|c| vec![c.to_string()])
-        .unwrap_or_default();
-    command.extend(strings(server.get("args")));
+    let command = command_of(server);
     let env = pairs(server.get("env"), &mut notes, "env");
     let mut headers = pairs(server.get("http_headers"), &mut notes, "http_headers");
     if let Some(m) = server.get("env_http_headers").and_then(Value::as_object) {

@@ -354,18 +354,14 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
         .core
         .declarations
         .iter()
-        .map(|d| {
-            json!({
-                "server": d.server_id,
-                "path": d.path,
-                "transport": d.transport().as_str(),
-                "enabled": d.enabled,
-                "granted": grants.allows(&d.connect_capability()) && grants.allows(&d.call_capability),
-            })
-        })
-        .chain(report.core.broken.iter().map(|b| {
-            json!({"server": b.server_id, "path": b.path, "broken": true})
-        }))
+        .map(|d| super::check::declaration_row(d, &grants))
+        .chain(
+            report
+                .core
+                .broken
+                .iter()
+                .map(|b| json!({"server": b.server_id, "path": b.path, "broken": true})),
+        )
         .collect();
     if as_json {
         println!(
@@ -387,7 +383,7 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
                 } else {
                     "disabled"
                 },
-                if row["granted"] == true {
+                if row["connect_granted"] == true && row["call_granted"] == true {
                     "granted"
                 } else {
                     "not granted"
