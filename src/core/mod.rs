@@ -6,6 +6,10 @@
 
 mod declaration;
 mod tree;
+#[cfg(not(target_os = "linux"))]
+#[path = "watch_stat.rs"]
+mod watch;
+#[cfg(target_os = "linux")]
 mod watch;
 mod yaml;
 

@@ -225,9 +225,16 @@ impl Registry {
     /// becomes a child subreaper (Linux), so orphans of its servers are reparented to it
     /// instead of to init.
     pub fn new(server_home: &Path, adopt: bool) -> Arc<Registry> {
+        #[cfg(target_os = "linux")]
         if adopt && let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
             tracing::warn!(
                 "cannot make the host a child subreaper ({e}); an orphan of a server may outlive its connection"
+            );
+        }
+        #[cfg(not(target_os = "linux"))]
+        if adopt {
+            tracing::warn!(
+                "child subreapers are Linux only: an orphan of a server that leaves its process group may outlive its connection"
             );
         }
         let marker = format!("HOME={}", server_home.display()).into_bytes();
