@@ -270,7 +270,7 @@ impl Pipeline {
         match self
             .shared
             .broker
-            .decide(request, declaration.fingerprint, policy)
+            .decide(request, declaration.approval_identity(), policy)
             .await
         {
             Ok(approval) if approval.allowed => Ok(()),

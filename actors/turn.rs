@@ -642,7 +642,7 @@ impl TurnCatalog {
         match self
             .shared
             .broker
-            .decide(request, declaration.fingerprint, policy)
+            .decide(request, declaration.approval_identity(), policy)
             .await
         {
             Ok(approval) if approval.allowed => Ok(()),

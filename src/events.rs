@@ -503,7 +503,7 @@ struct Delivery {
 /// [`LOG_BATCH`] (or when unparked by a flush), so events on the hot path cost a queue
 /// push, not a context switch.
 struct Writer {
-    tx: Mutex<std::sync::mpsc::SyncSender<LogOp>>,
+    tx: std::sync::mpsc::SyncSender<LogOp>,
     thread: std::thread::Thread,
 }
 
@@ -556,7 +556,7 @@ impl EventHub {
                 .spawn(move || write_logs(&dir, rx, max_bytes))
                 .ok()
                 .map(|handle| Writer {
-                    tx: Mutex::new(tx),
+                    tx,
                     thread: handle.thread().clone(),
                 })
         });
@@ -620,21 +620,18 @@ impl EventHub {
     }
 
     fn send(&self, op: LogOp) {
-        if let Some(w) = &self.writer
-            && let Ok(tx) = w.tx.lock()
-        {
-            let flush = matches!(op, LogOp::Flush(_));
-            let sent = if flush {
-                // A flush waits for room: it is what a caller blocks on anyway.
-                tx.send(op).is_ok()
-            } else {
-                tx.try_send(op).is_ok()
-            };
-            if !sent && !flush {
-                self.count_drop();
-            }
-            if flush {
+        let Some(w) = &self.writer else { return };
+        match op {
+            LogOp::Flush(_) => {
+                // A flush waits for room, but only so long: a writer stuck on a slow
+                // disk must not hold the caller (or anyone else) for ever.
+                let _ = send_within(&w.tx, op, FLUSH_WAIT);
                 w.thread.unpark();
+            }
+            op => {
+                if w.tx.try_send(op).is_err() {
+                    self.count_drop();
+                }
             }
         }
     }
@@ -649,13 +646,38 @@ impl EventHub {
     pub fn flush(&self) {
         if let Some(d) = &self.delivery {
             let (tx, rx) = std::sync::mpsc::channel();
-            if d.tx.send(DeliveryOp::Flush(tx)).is_ok() {
-                let _ = rx.recv_timeout(std::time::Duration::from_secs(5));
+            if send_within(&d.tx, DeliveryOp::Flush(tx), FLUSH_WAIT) {
+                let _ = rx.recv_timeout(FLUSH_WAIT);
             }
         }
         let (tx, rx) = std::sync::mpsc::channel();
         self.send(LogOp::Flush(tx));
-        let _ = rx.recv_timeout(std::time::Duration::from_secs(5));
+        let _ = rx.recv_timeout(FLUSH_WAIT);
+    }
+}
+
+/// The longest a flush waits, for room in a queue and then for its answer.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Sends `op` when the queue has room within `wait`; `false` when it never had.
+fn send_within<T>(
+    tx: &std::sync::mpsc::SyncSender<T>,
+    mut op: T,
+    wait: std::time::Duration,
+) -> bool {
+    let until = std::time::Instant::now() + wait;
+    loop {
+        match tx.try_send(op) {
+            Ok(()) => return true,
+            Err(std::sync::mpsc::TrySendError::Disconnected(_)) => return false,
+            Err(std::sync::mpsc::TrySendError::Full(back)) => {
+                if std::time::Instant::now() >= until {
+                    return false;
+                }
+                op = back;
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        }
     }
 }
 

@@ -433,3 +433,33 @@ async fn an_always_answer_survives_a_restart_until_the_declaration_changes() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn an_always_answer_does_not_cover_a_copy_of_the_declaration_in_another_core() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let home = tempfile::tempdir().unwrap();
+    let yaml = demo("");
+    let first = Core::new().grant_servers(&["docs"]).server("docs", &yaml);
+    let copy = Core::new().grant_servers(&["docs"]).server("docs", &yaml);
+    let asked = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = std::sync::Arc::clone(&asked);
+    let at = home.path().to_path_buf();
+    let h = harness_with(
+        Recorder::new(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            ApprovalAnswer::AllowAlways
+        }),
+        move |mut c| {
+            c.home = at;
+            c
+        },
+    )
+    .await;
+    let (one, _) = h.runtime.start_session(first.spec_in("one")).await.unwrap();
+    one.prepare_turn().await.unwrap();
+    let (two, _) = h.runtime.start_session(copy.spec_in("two")).await.unwrap();
+    two.prepare_turn().await.unwrap();
+    // The same declaration, byte for byte, in another core: asked again.
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    h.finish().await;
+}

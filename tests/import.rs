@@ -79,7 +79,7 @@ fn claude_code_servers_are_imported_with_secrets_as_references() {
     );
     let issues = read(&core, "issues");
     assert!(
-        issues.contains("Authorization: \"Bearer ${ISSUES_AUTHORIZATION}\""),
+        issues.contains("\"Authorization\": \"Bearer ${ISSUES_AUTHORIZATION}\""),
         "{issues}"
     );
     assert!(
@@ -123,7 +123,7 @@ fn claude_desktop_vscode_and_codex_files_are_read_too() {
         ),
         "{stdout}"
     );
-    assert!(read(&core, "docs").contains("X-Api-Key: \"${PERPLEXITY_KEY}\""));
+    assert!(read(&core, "docs").contains("\"X-Api-Key\": \"${PERPLEXITY_KEY}\""));
     // `${workspaceFolder}` in an argument is the workspace servers start in: reported.
     assert!(
         stdout.contains("`${workspaceFolder}` became `.`"),
@@ -146,11 +146,11 @@ fn claude_desktop_vscode_and_codex_files_are_read_too() {
     }
     let linear = read(&core, "linear");
     assert!(
-        linear.contains("Authorization: \"Bearer ${LINEAR_TOKEN}\""),
+        linear.contains("\"Authorization\": \"Bearer ${LINEAR_TOKEN}\""),
         "{linear}"
     );
     assert!(
-        linear.contains("X-Workspace: \"${LINEAR_WORKSPACE}\""),
+        linear.contains("\"X-Workspace\": \"${LINEAR_WORKSPACE}\""),
         "{linear}"
     );
     assert!(read(&core, "off").contains("enabled: false"));

@@ -63,7 +63,8 @@ fn servers_are_added_listed_shown_toggled_and_removed_without_writing_a_secret()
         );
     }
     assert!(written.contains("API_KEY: \"${API_KEY}\""), "{written}");
-    assert!(written.contains("REGION: \"${REGION:-eu}\""), "{written}");
+    // A default is a literal committed with the core: not kept.
+    assert!(written.contains("REGION: \"${REGION}\""), "{written}");
     assert!(manifest.starts_with("# my agent, my comments\n") && manifest.contains("# keep me"));
     // An HTTP server: the header's scheme word stays, the credential is referenced.
     let out = run(
@@ -82,7 +83,7 @@ fn servers_are_added_listed_shown_toggled_and_removed_without_writing_a_secret()
     assert!(out.status.success(), "{}", text(&out.stderr));
     let issues = std::fs::read_to_string(core.mcp_dir().join("issues.yaml")).unwrap();
     assert!(
-        issues.contains("Authorization: \"Bearer ${ISSUES_AUTHORIZATION}\""),
+        issues.contains("\"Authorization\": \"Bearer ${ISSUES_AUTHORIZATION}\""),
         "{issues}"
     );
     assert!(!issues.contains(secret));
@@ -107,6 +108,7 @@ fn servers_are_added_listed_shown_toggled_and_removed_without_writing_a_secret()
             r#"{"message":"added"}"#,
         ])
         .env("API_KEY", "from-the-host")
+        .env("REGION", "eu")
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -185,4 +187,95 @@ fn an_addition_that_would_not_load_is_not_kept() {
     assert!(!core.mcp_dir().join("bad.yaml").exists());
     let manifest = std::fs::read_to_string(core.root().join("agent.yaml")).unwrap();
     assert!(!manifest.contains("mcp.connect:bad"), "{manifest}");
+}
+
+#[test]
+fn hostile_names_values_and_links_write_nothing_outside_and_no_literal() {
+    let core = Core::new();
+    let home = tempfile::tempdir().unwrap();
+    // Keys that would inject YAML fields are refused; nothing is written.
+    for bad in ["X: \"${X}\"\napproval_policy: auto\n#=v", "A B=v", "1X=v"] {
+        let out = run(
+            &core,
+            home.path(),
+            &["mcp", "add", "inj", "--env", bad, "--", "x"],
+        );
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out.stderr));
+        assert!(!core.mcp_dir().join("inj.yaml").exists());
+    }
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "mcp",
+            "add",
+            "inj",
+            "--url",
+            "https://x.test/mcp",
+            "--header",
+            "X-A\nrisk: low=v",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    // A literal next to a reference, or behind a default, is still a literal.
+    let secret = "sk-live-7c0ffee1234";
+    for value in [
+        format!("{secret}${{X}}"),
+        format!("${{X}} {secret}"),
+        format!("${{X:-{secret}}}"),
+    ] {
+        let _ = std::fs::remove_file(core.mcp_dir().join("lit.yaml"));
+        let out = run(
+            &core,
+            home.path(),
+            &[
+                "mcp",
+                "add",
+                "lit",
+                "--env",
+                &format!("KEY={value}"),
+                "--",
+                "x",
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let written = std::fs::read_to_string(core.mcp_dir().join("lit.yaml")).unwrap();
+        assert!(
+            !written.contains(secret) && written.contains("KEY: \"${KEY}\""),
+            "{written}"
+        );
+        assert!(
+            run(&core, home.path(), &["mcp", "remove", "lit"])
+                .status
+                .success()
+        );
+    }
+    // Credentials in a URL or a secret option's value would be committed: refused.
+    for args in [
+        &["mcp", "add", "u", "--url", "https://user:pw@x.test/mcp"][..],
+        &["mcp", "add", "u", "--url", "https://x.test/mcp?token=abc"][..],
+        &["mcp", "add", "u", "--", "srv", "--api-key", "abc123"][..],
+    ] {
+        let out = run(&core, home.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(!core.mcp_dir().join("u.yaml").exists());
+    }
+    // A dangling link where the declaration would go: never written through.
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("planted");
+    std::os::unix::fs::symlink(&target, core.mcp_dir().join("link.yaml")).unwrap();
+    let out = run(&core, home.path(), &["mcp", "add", "link", "--", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!target.exists(), "written through a symlink");
+    // Names that are not plain ids reach no file.
+    for name in ["../agent", "a/b", ".."] {
+        for verb in ["enable", "disable", "remove", "get"] {
+            let out = run(&core, home.path(), &["mcp", verb, name]);
+            assert_eq!(out.status.code(), Some(1), "{verb} {name}");
+        }
+    }
+    // A link posing as a declaration is not edited either.
+    let out = run(&core, home.path(), &["mcp", "disable", "link"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!target.exists());
 }

@@ -26,7 +26,9 @@ pub struct Remembered {
     /// The tool, resource or prompt, for everything but connect.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
-    /// The declaration's fingerprint (64 hex): a changed declaration is not covered.
+    /// The approval identity (64 hex): the declaration's fingerprint and the file it is
+    /// declared in, so neither a changed declaration nor a copy in another core is
+    /// covered.
     pub fingerprint: String,
     /// When it was answered (seconds since the epoch).
     pub at: u64,
@@ -64,9 +66,10 @@ impl Remembered {
 pub struct RememberedApprovals {
     path: Option<PathBuf>,
     entries: Vec<Remembered>,
-    /// The file's modification time when last read: another process (`approvals
-    /// revoke`) may change it under a running runtime.
-    seen: Option<SystemTime>,
+    /// The file's modification time, length and inode when last read: another process
+    /// (`approvals revoke`) may change it under a running runtime, and a rename always
+    /// brings a new inode.
+    seen: Option<(SystemTime, u64, u64)>,
 }
 
 impl RememberedApprovals {
@@ -88,15 +91,13 @@ impl RememberedApprovals {
 
     fn reload(&mut self) {
         let Some(path) = &self.path else { return };
-        let modified = std::fs::symlink_metadata(path)
-            .ok()
-            .filter(|m| m.file_type().is_file())
-            .and_then(|m| m.modified().ok());
-        if modified == self.seen && modified.is_some() {
+        let stamp = stamp_of(path);
+        if stamp == self.seen && stamp.is_some() {
             return;
         }
-        self.seen = modified;
-        self.entries = modified
+        self.seen = stamp;
+        self.entries = stamp
+            .filter(|(_, len, _)| *len <= MAX_FILE)
             .and_then(|_| std::fs::read(path).ok())
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default();
@@ -186,9 +187,22 @@ impl RememberedApprovals {
         let mut file = tempfile::NamedTempFile::new_in(dir)?;
         std::io::Write::write_all(&mut file, &text)?;
         file.persist(path).map_err(|e| e.error)?;
-        self.seen = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        self.seen = stamp_of(path);
         Ok(())
     }
+}
+
+/// Most bytes of `approvals.json` read (1,000 entries fit in far less).
+const MAX_FILE: u64 = 4 * 1024 * 1024;
+
+/// What identifies one version of the file: modification time, length, inode.
+fn stamp_of(path: &Path) -> Option<(SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    meta.file_type()
+        .is_file()
+        .then(|| (meta.modified().ok(), meta.len(), meta.ino()))
+        .and_then(|(m, len, ino)| Some((m?, len, ino)))
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
             e.action,
             t(&e.server),
             t(e.tool.as_deref().unwrap_or("-")),
-            &e.fingerprint[..12.min(e.fingerprint.len())]
+            t(&e.fingerprint.chars().take(12).collect::<String>())
         );
     }
     0

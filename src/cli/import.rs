@@ -103,7 +103,7 @@ fn references(value: &str, notes: &mut Vec<String>, field: &str) -> String {
             let fate = if field == "args" {
                 "passed to the server as written (arguments are not interpolated)"
             } else {
-                "written as it is, so the declaration will not load until you replace it"
+                "the value becomes a host variable named after its key"
             };
             notes.push(format!(
                 "{field}: `${{{}}}` has no counterpart here; {fate}",
@@ -284,6 +284,15 @@ fn codex(name: &str, server: &Value) -> Found {
 
 /// `demiurge mcp import FILE`.
 pub(crate) fn run(cli: &Cli, file: &Path) -> u8 {
+    /// Configuration files are small; a larger one is not parsed.
+    const MAX_FILE: u64 = 1024 * 1024;
+    if std::fs::metadata(file).is_ok_and(|m| m.len() > MAX_FILE) {
+        eprintln!(
+            "error: {} is over 1 MiB; not an MCP configuration",
+            t(&file.display().to_string())
+        );
+        return 1;
+    }
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) => {

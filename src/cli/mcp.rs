@@ -44,10 +44,26 @@ pub(crate) fn variable_name(parts: &[&str]) -> String {
     name
 }
 
-/// Whether `value` already references the host (`${NAME}` forms only): kept as
-/// written; anything else is a literal that would be committed.
-fn is_reference_only(value: &str) -> bool {
-    value.contains("${") && demiurge_mcp::core::check_references(value).is_ok()
+/// Whether `value` is exactly one `${NAME}` reference (no default: a default is a
+/// literal committed with the core, and may be a secret).
+fn is_reference(value: &str) -> bool {
+    value
+        .strip_prefix("${")
+        .and_then(|v| v.strip_suffix('}'))
+        .is_some_and(is_env_name)
+}
+
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn is_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// The YAML of an `mcp add`, every literal value turned into a reference.
@@ -56,10 +72,22 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
     let mut yaml = String::new();
     match (add.url, add.command.split_first()) {
         (Some(url), None) => {
+            // A URL's userinfo or query would be committed with the core.
+            let parsed = url::Url::parse(url).map_err(|_| "--url is not a URL".to_string())?;
+            if !parsed.username().is_empty()
+                || parsed.password().is_some()
+                || parsed.query().is_some()
+            {
+                return Err("the URL carries credentials or a query, which would be committed with the core; declare them as a header with a `${NAME}` reference".into());
+            }
             yaml.push_str("transport: streamable_http\n");
             yaml.push_str(&format!("url: {}\n", yaml_string(url)));
         }
         (None, Some((program, args))) => {
+            let secret_args = demiurge_mcp::authority::preview::secret_arg_values(args);
+            if secret_args.iter().any(|(_, v)| !is_reference(v)) {
+                return Err("an argument passes a secret-looking option's value, which would be committed with the core; pass it through an environment variable instead".into());
+            }
             yaml.push_str(&format!("command: {}\n", yaml_string(program)));
             let args: Vec<String> = args.iter().map(|a| yaml_string(a)).collect();
             yaml.push_str(&format!("args: [{}]\n", args.join(", ")));
@@ -87,13 +115,20 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
         }
         yaml.push_str("env:\n");
         for (key, value) in env {
-            let value = if is_reference_only(&value) {
+            if !is_env_name(&key) {
+                return Err(
+                    "an env name uses letters, digits and `_` and does not start with a digit"
+                        .into(),
+                );
+            }
+            let value = if is_reference(&value) {
                 value
             } else {
                 // The value stays in the host: the core only names it.
                 variables.push(key.clone());
                 format!("${{{key}}}")
             };
+            // An env name is letters, digits and `_`: plain YAML.
             yaml.push_str(&format!("  {key}: {}\n", yaml_string(&value)));
         }
     }
@@ -104,7 +139,13 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
         }
         yaml.push_str("headers:\n");
         for (key, value) in headers {
-            let value = if is_reference_only(&value) {
+            if !is_header_name(&key) {
+                return Err("a header name uses letters, digits and `-`".into());
+            }
+            let scheme_and_reference = value.split_once(' ').is_some_and(|(scheme, rest)| {
+                scheme.chars().all(|c| c.is_ascii_alphabetic()) && is_reference(rest)
+            });
+            let value = if is_reference(&value) || scheme_and_reference {
                 value
             } else {
                 let name = variable_name(&[add.name, &key]);
@@ -117,7 +158,11 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
                     _ => format!("${{{name}}}"),
                 }
             };
-            yaml.push_str(&format!("  {key}: {}\n", yaml_string(&value)));
+            yaml.push_str(&format!(
+                "  {}: {}\n",
+                yaml_string(&key),
+                yaml_string(&value)
+            ));
         }
     }
     Ok(Declared { yaml, variables })
@@ -145,10 +190,16 @@ pub(crate) fn with_grants(manifest: &str, server: &str) -> Option<String> {
     let entry = |g: &str| format!("    {}: {{scope: core}}", yaml_string(g));
     let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
     let mentioned = lines.iter().any(|l| l.starts_with("capabilities"));
-    match (
-        lines.iter().position(|l| l.trim_end() == "capabilities:"),
-        lines.iter().position(|l| l.trim_end() == "  defaults:"),
-    ) {
+    let capabilities = lines.iter().position(|l| l.trim_end() == "capabilities:");
+    // `  defaults:` of that section: after it, before the next top-level key.
+    let defaults = capabilities.and_then(|c| {
+        lines[c + 1..]
+            .iter()
+            .take_while(|l| l.is_empty() || l.starts_with(' ') || l.starts_with('#'))
+            .position(|l| l.trim_end() == "  defaults:")
+            .map(|i| c + 1 + i)
+    });
+    match (capabilities, defaults) {
         (None, None) if mentioned => return None,
         (Some(_), Some(defaults)) => {
             for (i, g) in missing.iter().enumerate() {
@@ -230,12 +281,48 @@ pub(crate) fn with_enabled(yaml: &str, enabled: bool) -> String {
     out.join("\n") + "\n"
 }
 
+/// The declaration file of `name`: any entry at `<name>.yaml` or `.yml` (a symlink or
+/// a directory too, so nothing is ever written through one).
 fn declaration_path(cli: &Cli, report: &core::LoadReport, name: &str) -> Option<PathBuf> {
+    if !is_plain_id(name) {
+        return None;
+    }
     let dir = cli.core_dir().join(&report.core.mcp_root);
     ["yaml", "yml"]
         .iter()
         .map(|ext| dir.join(format!("{name}.{ext}")))
-        .find(|p| p.is_file())
+        .find(|p| std::fs::symlink_metadata(p).is_ok())
+}
+
+/// A server id these commands accept: `[A-Za-z0-9_-]`, so it names one file in the MCP
+/// root and nothing else.
+fn is_plain_id(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// The regular file of a declaration that loaded (or is broken), never a link.
+fn editable(cli: &Cli, report: &core::LoadReport, name: &str) -> Option<PathBuf> {
+    let path = declaration_path(cli, report, name)?;
+    std::fs::symlink_metadata(&path)
+        .ok()
+        .filter(|m| m.file_type().is_file())
+        .map(|_| path)
+}
+
+/// Replaces `path` with `text` through a temporary file and a rename in its directory:
+/// a symlink at `path` is replaced, never written through.
+fn replace_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    // The declaration and agent.yaml are ordinary, readable files of the core.
+    use std::os::unix::fs::PermissionsExt;
+    file.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    file.persist(path).map(drop).map_err(|e| e.error)
 }
 
 fn unknown(report: &core::LoadReport, name: &str) -> u8 {
@@ -296,8 +383,7 @@ pub(crate) enum Refused {
 /// Writes `agent/mcp/<name>.yaml` with `yaml` and grants it in agent.yaml; undone when
 /// the result does not load as a turn would read it.
 pub(crate) fn write_declaration(cli: &Cli, name: &str, yaml: &str) -> Result<PathBuf, Refused> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if name.is_empty() || !name.chars().all(plain) {
+    if !is_plain_id(name) {
         return Err(Refused::Usage(format!(
             "`{}` is not a server id; use letters, digits, `-` and `_`",
             t(name)
@@ -309,7 +395,9 @@ pub(crate) fn write_declaration(cli: &Cli, name: &str, yaml: &str) -> Result<Pat
             "agent.yaml does not load; fix it first (`demiurge init --check`)".into(),
         ]));
     }
-    if declaration_path(cli, &report, name).is_some() {
+    if declaration_path(cli, &report, name).is_some()
+        || report.core.broken.iter().any(|b| b.server_id == name)
+    {
         return Err(Refused::Invalid(vec![format!(
             "`{}` is already declared; `demiurge mcp remove` it first",
             t(name)
@@ -325,9 +413,18 @@ pub(crate) fn write_declaration(cli: &Cli, name: &str, yaml: &str) -> Result<Pat
             t(name)
         )]));
     };
-    std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::write(&path, yaml))
-        .and_then(|()| std::fs::write(&manifest_path, &granted))
+    let created = std::fs::create_dir_all(&dir).and_then(|()| {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)?
+            .write_all(yaml.as_bytes())
+    });
+    created
+        .and_then(|()| replace_file(&manifest_path, &granted))
         .map_err(|e| {
             Refused::Invalid(vec![format!(
                 "cannot write the core: {}",
@@ -336,12 +433,19 @@ pub(crate) fn write_declaration(cli: &Cli, name: &str, yaml: &str) -> Result<Pat
         })?;
     // What was written must load, exactly as a turn would read it.
     let after = core::load_report(&cli.core_dir());
-    if let Some(broken) = after.core.broken.iter().find(|b| b.server_id == name) {
+    let broken = after.core.broken.iter().find(|b| b.server_id == name);
+    if broken.is_some() || !after.manifest_errors.is_empty() {
         let _ = std::fs::remove_file(&path);
-        let _ = std::fs::write(&manifest_path, &manifest);
-        return Err(Refused::Invalid(
-            broken.errors.iter().map(ToString::to_string).collect(),
-        ));
+        let _ = replace_file(&manifest_path, &manifest);
+        let errors = match broken {
+            Some(b) => b.errors.iter().map(ToString::to_string).collect(),
+            None => after
+                .manifest_errors
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+        };
+        return Err(Refused::Invalid(errors));
     }
     Ok(path)
 }
@@ -425,13 +529,17 @@ pub(crate) fn get(cli: &Cli, name: &str, as_json: bool) -> u8 {
 /// `demiurge mcp remove NAME`: the declaration and its grants.
 pub(crate) fn remove(cli: &Cli, name: &str) -> u8 {
     let report = core::load_report(&cli.core_dir());
-    let Some(path) = declaration_path(cli, &report, name) else {
+    let Some(path) = editable(cli, &report, name) else {
         return unknown(&report, name);
     };
+    if !report.manifest_errors.is_empty() {
+        eprintln!("error: agent.yaml does not load; fix it first (`demiurge init --check`)");
+        return 1;
+    }
     let manifest_path = cli.core_dir().join("agent.yaml");
     let manifest = std::fs::read_to_string(&manifest_path).unwrap_or_default();
     let done = std::fs::remove_file(&path)
-        .and_then(|()| std::fs::write(&manifest_path, without_grants(&manifest, name)));
+        .and_then(|()| replace_file(&manifest_path, &without_grants(&manifest, name)));
     match done {
         Ok(()) => {
             println!("removed {} and its grants", t(&path.display().to_string()));
@@ -447,11 +555,11 @@ pub(crate) fn remove(cli: &Cli, name: &str) -> u8 {
 /// `demiurge mcp enable|disable NAME`.
 pub(crate) fn set_enabled(cli: &Cli, name: &str, enabled: bool) -> u8 {
     let report = core::load_report(&cli.core_dir());
-    let Some(path) = declaration_path(cli, &report, name) else {
+    let Some(path) = editable(cli, &report, name) else {
         return unknown(&report, name);
     };
     let edited = std::fs::read_to_string(&path)
-        .and_then(|yaml| std::fs::write(&path, with_enabled(&yaml, enabled)));
+        .and_then(|yaml| replace_file(&path, &with_enabled(&yaml, enabled)));
     match edited {
         Ok(()) => {
             let state = if enabled { "enabled" } else { "disabled" };

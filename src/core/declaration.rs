@@ -734,7 +734,10 @@ impl Declaration {
             }
         });
         for (i, root) in roots.iter().flatten().enumerate() {
-            if root.trim().is_empty() || std::path::Path::new(root).is_absolute() {
+            let climbs = std::path::Path::new(root)
+                .components()
+                .any(|c| c == std::path::Component::ParentDir);
+            if root.trim().is_empty() || std::path::Path::new(root).is_absolute() || climbs {
                 errors.push(err(
                     &format!("roots[{i}]"),
                     "a root is a path relative to the workspace; write `.` for the workspace itself".into(),
@@ -823,6 +826,15 @@ impl Declaration {
             Endpoint::Stdio { .. } => TransportKind::Stdio,
             Endpoint::StreamableHttp { .. } => TransportKind::StreamableHttp,
         }
+    }
+
+    /// What an approval of this server is bound to: its fingerprint and where it was
+    /// declared (the absolute file, or the host's provenance for an in-memory one), so
+    /// an answer given for one core never covers a copy of the declaration in another.
+    pub fn approval_identity(&self) -> Fingerprint {
+        let mut bytes = self.fingerprint.0.to_vec();
+        bytes.extend_from_slice(self.file.display().to_string().as_bytes());
+        Fingerprint::of(&bytes)
     }
 
     /// `mcp.connect:<server_id>`: required to spawn, connect and list tools.
