@@ -9,7 +9,7 @@ use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig};
 pub const EXE: &str = env!("CARGO_BIN_EXE_demiurge");
 
 /// Tools of the built-in demo server.
-pub const DEMO_TOOLS: usize = 11;
+pub const DEMO_TOOLS: usize = 16;
 
 /// A core with `servers` demo servers, each offering `DEMO_TOOLS + extra` tools; calls
 /// `auto`.
