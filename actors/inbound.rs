@@ -117,12 +117,15 @@ impl Pipeline {
     /// Where this server's log messages, progress and resource updates go: events,
     /// redacted in the event view and capped.
     pub(super) fn notices(&self, declaration: &Declaration, redactor: &Redactor) -> Notices {
-        Notices::new(notice_route(
-            &self.shared.hub,
-            &self.session,
-            &declaration.server_id,
+        let (hub, session, server) = (
+            Arc::clone(&self.shared.hub),
+            self.session.clone(),
+            declaration.server_id.clone(),
+        );
+        Notices::new(
+            Arc::new(move |redactor| notice_route(&hub, &session, &server, redactor)),
             redactor,
-        ))
+        )
     }
 
     /// The roots this server is shown: each declared root resolved inside the

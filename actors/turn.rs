@@ -558,9 +558,10 @@ impl TurnCatalog {
                 sink(progress);
             })
         });
-        let route =
-            super::inbound::notice_route(&self.shared.hub, &self.session, &entry.server, &redactor);
-        let watch = CallWatch { sink, route };
+        let watch = CallWatch {
+            sink,
+            redactor: redactor.clone(),
+        };
         let called = binding.dispatch.call(&entry.tool, arguments, watch).await;
         let provenance = |reached| Provenance {
             server: entry.server.clone(),

@@ -62,16 +62,21 @@ pub type NoticeRoute = Arc<dyn Fn(Notice, u64) + Send + Sync>;
 /// Where one call's progress goes.
 pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
 
-/// What one call does with its progress: the caller's sink, if any, and the route of
-/// its events (the call's own redactor: a server echoing a sensitive argument in a
-/// progress message is redacted like the result would be).
+/// What one call does with its progress: the caller's sink, if any, and the redactor
+/// of its events (the call's own: a server echoing a sensitive argument in a progress
+/// message is redacted like the result would be). The event route is made from it only
+/// when progress arrives, so a call without progress pays for nothing but the watch.
 #[derive(Clone)]
 pub struct CallWatch {
     /// The caller's sink.
     pub sink: Option<ProgressSink>,
-    /// Where the call's progress events go (paced with the connection's notices).
-    pub route: NoticeRoute,
+    /// The call's redactor.
+    pub redactor: crate::redact::Redactor,
 }
+
+/// Makes the route of a connection's notices for one redactor (the connection's, or a
+/// call's).
+pub type RouteFactory = Arc<dyn Fn(&crate::redact::Redactor) -> NoticeRoute + Send + Sync>;
 
 /// A token bucket: [`NOTICE_BURST`] at once, [`NOTICES_PER_SECOND`] after.
 #[derive(Debug)]
@@ -113,6 +118,7 @@ impl Pace {
 #[derive(Default)]
 pub struct Notices {
     route: Option<NoticeRoute>,
+    factory: Option<RouteFactory>,
     pace: Mutex<Pace>,
     sinks: Mutex<HashMap<String, CallWatch>>,
 }
@@ -126,10 +132,12 @@ impl std::fmt::Debug for Notices {
 }
 
 impl Notices {
-    /// Notices passed on to `route`.
-    pub fn new(route: NoticeRoute) -> Self {
+    /// Notices passed on to the route `factory` makes for `redactor` (a call's
+    /// progress: for that call's redactor).
+    pub fn new(factory: RouteFactory, redactor: &crate::redact::Redactor) -> Self {
         Notices {
-            route: Some(route),
+            route: Some(factory(redactor)),
+            factory: Some(factory),
             ..Notices::default()
         }
     }
@@ -161,8 +169,8 @@ impl Notices {
             sink(progress.clone());
         }
         let admitted = self.pace.lock().map(|mut p| p.admit()).unwrap_or(None);
-        if let Some(dropped) = admitted {
-            (watch.route)(Notice::Progress(progress), dropped);
+        if let (Some(dropped), Some(factory)) = (admitted, &self.factory) {
+            factory(&watch.redactor)(Notice::Progress(progress), dropped);
         }
     }
 
@@ -214,10 +222,14 @@ mod tests {
         let passed = Arc::new(AtomicU64::new(0));
         let reported = Arc::new(AtomicU64::new(0));
         let (p, r) = (Arc::clone(&passed), Arc::clone(&reported));
-        let notices = Notices::new(Arc::new(move |_, dropped| {
+        let route: NoticeRoute = Arc::new(move |_, dropped| {
             p.fetch_add(1, Ordering::SeqCst);
             r.fetch_add(dropped, Ordering::SeqCst);
-        }));
+        });
+        let notices = Notices::new(
+            Arc::new(move |_| Arc::clone(&route)),
+            &crate::redact::Redactor::new(),
+        );
         let log = || Notice::Log {
             level: "info".into(),
             logger: None,
@@ -240,16 +252,21 @@ mod tests {
 
     #[test]
     fn progress_reaches_its_call_until_the_guard_goes() {
-        let notices = Arc::new(Notices::default());
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let s = Arc::clone(&seen);
         let events = Arc::new(Mutex::new(0));
         let e = Arc::clone(&events);
+        let route: NoticeRoute = Arc::new(move |_, _| *e.lock().unwrap() += 1);
+        let redactor = crate::redact::Redactor::new();
+        let notices = Arc::new(Notices::new(
+            Arc::new(move |_| Arc::clone(&route)),
+            &redactor,
+        ));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
         let watch = CallWatch {
             sink: Some(Arc::new(move |p: Progress| {
                 s.lock().unwrap().push(p.progress)
             })),
-            route: Arc::new(move |_, _| *e.lock().unwrap() += 1),
+            redactor,
         };
         let guard = notices.watch("n1".into(), watch).unwrap();
         let at = |progress| Progress {
@@ -262,6 +279,8 @@ mod tests {
         drop(guard);
         notices.progress("n1", at(3.0));
         assert_eq!(*seen.lock().unwrap(), [1.0]);
-        assert_eq!(*events.lock().unwrap(), 1);
+        // Every notification is an event: the watched one through the call's route,
+        // the others through the connection's.
+        assert_eq!(*events.lock().unwrap(), 3);
     }
 }
