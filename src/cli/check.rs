@@ -103,33 +103,31 @@ fn warnings(report: &core::LoadReport) -> Vec<String> {
         }
     }
     let mcp = report.core.root.join(&report.core.mcp_root);
-    let mut dotfiles: Vec<String> = std::fs::read_dir(&mcp)
+    let mut names: Vec<String> = std::fs::read_dir(&mcp)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with('.'))
         .collect();
-    dotfiles.sort();
-    let mut configs: Vec<String> = std::fs::read_dir(&mcp)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".json") || name.ends_with(".toml"))
-        .collect();
-    configs.sort();
+    names.sort();
+    let (dotfiles, configs): (Vec<&String>, Vec<&String>) = (
+        names.iter().filter(|n| n.starts_with('.')).collect(),
+        names
+            .iter()
+            .filter(|n| n.ends_with(".json") || n.ends_with(".toml"))
+            .collect(),
+    );
     for name in configs {
         out.push(format!(
             "{} in {} is not a declaration; if it is another host's MCP configuration, `demiurge mcp import` it",
-            t(&name),
+            t(name),
             t(&report.core.mcp_root)
         ));
     }
     for name in dotfiles {
         out.push(format!(
             "{} in {} is ignored (a dotfile is never a declaration)",
-            t(&name),
+            t(name),
             t(&report.core.mcp_root)
         ));
     }

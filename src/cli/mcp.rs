@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use demiurge_mcp::core;
+use demiurge_mcp::core::{self, is_env_name, is_header_name};
 use serde_json::json;
 
 use super::{Cli, t};
@@ -51,19 +51,6 @@ fn is_reference(value: &str) -> bool {
         .strip_prefix("${")
         .and_then(|v| v.strip_suffix('}'))
         .is_some_and(is_env_name)
-}
-
-fn is_env_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn is_header_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// The YAML of an `mcp add`, every literal value turned into a reference.

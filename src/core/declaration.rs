@@ -883,15 +883,21 @@ fn env_name_problem(name: &str) -> Option<String> {
             "`{name}` is set by the runtime (a dedicated home for MCP servers); remove it"
         ));
     }
-    let valid = !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    (!valid).then(|| {
+    (!is_env_name(name)).then(|| {
         "environment names use letters, digits and `_` and do not start with a digit".into()
     })
 }
 
-fn is_header_name(name: &str) -> bool {
+/// Whether `name` can name an environment variable here: letters, digits and `_`, not
+/// starting with a digit.
+pub fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Whether `name` is an HTTP header name (an RFC 9110 token).
+pub fn is_header_name(name: &str) -> bool {
     !name.is_empty()
         && name
             .bytes()

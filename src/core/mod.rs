@@ -24,7 +24,7 @@ pub use crate::process::{UnsupportedReference, check_references};
 pub use declaration::{
     ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, DeclaredUrl,
     Endpoint, Fingerprint, LogLevel, OAuthDeclared, OAuthGrant, Risk, SigningAlgorithm,
-    TokenAuthMethod, ToolFilter, TransportKind, fingerprint,
+    TokenAuthMethod, ToolFilter, TransportKind, fingerprint, is_env_name, is_header_name,
 };
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, MemoryTree, ReadRefusal};
 pub use yaml::YamlError;
