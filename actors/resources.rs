@@ -348,7 +348,7 @@ impl TurnCatalog {
                     .collect();
                 let shaped = json!({"content": content});
                 let shape = &self.shared().config.result_shape;
-                ToolResult::from_mcp(provenance(true), &shaped, &redactor, shape)
+                ToolResult::from_mcp(provenance(true), shaped, &redactor, shape)
             }
             Err(failure) => {
                 self.failed_effect(binding, provenance, failure, &redactor, &subject)?

@@ -572,7 +572,7 @@ impl TurnCatalog {
         };
         let shape = &self.shared.config.result_shape;
         let mut result = match called {
-            Ok(raw) => ToolResult::from_mcp(provenance(true), &raw, &redactor, shape),
+            Ok(raw) => ToolResult::from_mcp(provenance(true), raw, &redactor, shape),
             // A connection closed before the call left is a stale entry; one that dies
             // during the call is that call's error.
             Err(CallFailure::NotSent(_) | CallFailure::Closed(_))

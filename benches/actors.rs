@@ -12,10 +12,8 @@
 //!   with and without `supports_parallel_tool_calls` (one iteration = 16 calls).
 //! - `prepare/warm_16x50`: a turn for a session whose 16 servers (50 tools each) are all
 //!   connected and unchanged. Target: under 100 microseconds.
-//! - `prepare/cold_1`, `prepare/cold_4`, `prepare/cold_16`: the first turn of a session
-//!   with 1, 4 and 16 servers under the limit of 4. Target: cold_16 within 1.15x of four
-//!   waves; a wave is one server's start (cold_1) where cores allow four at once, and
-//!   cold_4 (one full wave, measured) on a machine with fewer cores than the limit.
+//! - Cold turns (`prepare/cold_*`) are in `benches/pairs.rs`, each beside bare rmcp
+//!   doing the same work.
 //! - `stress/sessions_64`: 64 sessions preparing a turn and calling once, all at once;
 //!   the limiter bound is asserted after the run.
 
@@ -121,7 +119,7 @@ fn calls(c: &mut Criterion) {
     rt.block_on(async {
         let seen = |c: &demiurge_mcp::TurnCatalog, tool: &'static str| {
             let c = c.clone();
-            async move { c.call(tool, json!({"ms": 0})).await.unwrap().views.operator.data["max_concurrent"].as_u64().unwrap() }
+            async move { c.call(tool, json!({"ms": 0})).await.unwrap().view(demiurge_mcp::redact::View::Operator).data["max_concurrent"].as_u64().unwrap() }
         };
         let (serial, par) = (seen(&catalog, "s1__sleep").await, seen(&parallel, "s0__sleep").await);
         println!("call/serial_16: the server saw at most {serial} call(s) at once (must be 1)");
@@ -152,31 +150,6 @@ fn prepare(c: &mut Criterion) {
             .iter(|| async { session.prepare_turn().await.unwrap() })
     });
 
-    // Cold turns: every iteration is a fresh session (its own processes), evicted
-    // outside the measured time.
-    for (name, servers) in [("cold_1", 1usize), ("cold_4", 4), ("cold_16", 16)] {
-        let core = common::core(dir.path(), servers, 0, false);
-        group.sample_size(10);
-        group.bench_function(name, |b| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let (runtime, core) = (runtime.clone(), core.clone());
-                async move {
-                    let mut total = Duration::ZERO;
-                    for i in 0..iters {
-                        let mut spec = SessionSpec::new(&core);
-                        spec.lane = format!("cold-{i}");
-                        let (s, _) = runtime.start_session(spec).await.unwrap();
-                        let started = Instant::now();
-                        let turn = s.prepare_turn().await.unwrap();
-                        total += started.elapsed();
-                        assert_eq!(turn.tools().len(), servers * common::DEMO_TOOLS);
-                        s.evict().await.unwrap();
-                    }
-                    total
-                }
-            })
-        });
-    }
     group.finish();
     rt.block_on(runtime.shutdown());
 }

@@ -14,33 +14,129 @@ pub const DEMO_TOOLS: usize = 16;
 /// A core with `servers` demo servers, each offering `DEMO_TOOLS + extra` tools; calls
 /// `auto`.
 pub fn core(dir: &Path, servers: usize, extra: usize, parallel: bool) -> PathBuf {
-    let core = dir.join(format!("core-{servers}-{extra}-{parallel}"));
+    let yaml = stdio_yaml(&format!("--extra-tools, \"{extra}\""), parallel);
+    let yamls = vec![yaml; servers];
+    core_with(dir, &format!("core-{servers}-{extra}-{parallel}"), &yamls)
+}
+
+/// A demo server's declaration over stdio, `args` added after `demo-server`.
+pub fn stdio_yaml(args: &str, parallel: bool) -> String {
+    format!(
+        "command: {}\nargs: [demo-server, {args}]\napproval_policy: auto\nsupports_parallel_tool_calls: {parallel}\n",
+        serde_json::to_string(EXE).unwrap()
+    )
+}
+
+/// A core named `name` whose servers `s0`, `s1`, ... are declared by `yamls`; every
+/// server may connect and be called.
+pub fn core_with(dir: &Path, name: &str, yamls: &[String]) -> PathBuf {
+    let core = dir.join(name);
     std::fs::create_dir_all(core.join("agent/mcp")).unwrap();
-    let mut manifest = String::from(
-        "capabilities:\n  defaults:\n    mcp.connect:*: {scope: core}\n    mcp.call:*: {scope: core}\n",
-    );
-    manifest.push('\n');
-    for i in 0..servers {
-        std::fs::write(
-            core.join(format!("agent/mcp/s{i}.yaml")),
-            format!(
-                "command: {}\nargs: [demo-server, --extra-tools, \"{extra}\"]\napproval_policy: auto\nsupports_parallel_tool_calls: {parallel}\n",
-                serde_json::to_string(EXE).unwrap()
-            ),
-        )
-        .unwrap();
+    let manifest = "capabilities:\n  defaults:\n    mcp.connect:*: {scope: core}\n    mcp.call:*: {scope: core}\n";
+    for (i, yaml) in yamls.iter().enumerate() {
+        std::fs::write(core.join(format!("agent/mcp/s{i}.yaml")), yaml).unwrap();
     }
     std::fs::write(core.join("agent.yaml"), manifest).unwrap();
     core
 }
 
+/// The demo server over streamable HTTP in its own process, killed when dropped.
+pub struct HttpServer {
+    /// Its MCP endpoint.
+    pub url: String,
+    /// Its process id.
+    pub pid: u32,
+    _child: tokio::process::Child,
+}
+
+/// Starts `demiurge demo-server --http` on a free loopback port.
+pub async fn http_server() -> HttpServer {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(EXE)
+        .args(["demo-server", "--http", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines.next_line().await.unwrap().unwrap();
+    let url = line.rsplit(' ').next().unwrap().to_string();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let pid = child.id().unwrap();
+    HttpServer {
+        url,
+        pid,
+        _child: child,
+    }
+}
+
+/// Sockets `pid` holds open (its listener included).
+pub fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.filter_map(Result::ok)
+                .filter(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// A runtime that approves everything and drops events (no JSONL log cost either).
 pub async fn runtime(home: &Path, limit: usize) -> Runtime {
+    Runtime::start(config(home, limit)).await.unwrap()
+}
+
+/// [`runtime`]'s configuration: approves everything, drops events, trusts loopback
+/// (for the HTTP benches; stdio servers never meet the URL policy).
+pub fn config(home: &Path, limit: usize) -> RuntimeConfig {
     let mut config = RuntimeConfig::new(home)
         .with_approver(FixedApprover(ApprovalAnswer::AllowSession))
         .with_events(NullSink);
     config.discovery_limit = limit;
-    Runtime::start(config).await.unwrap()
+    config.url_policy =
+        demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
+    config
+}
+
+/// Alternates `rounds` measurements of a baseline and of the runtime (each closure
+/// returns the time it measured, so setup and teardown stay outside), first one then
+/// the other first, so both see the same state of a shared, noisy machine; prints the
+/// ratio of their medians and returns it.
+pub async fn paired<B, BF, S, SF>(
+    name: &str,
+    target: &str,
+    rounds: usize,
+    mut baseline: B,
+    mut runtime: S,
+) -> f64
+where
+    B: FnMut() -> BF,
+    BF: std::future::Future<Output = std::time::Duration>,
+    S: FnMut() -> SF,
+    SF: std::future::Future<Output = std::time::Duration>,
+{
+    let (mut base, mut ours) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            base.push(baseline().await);
+            ours.push(runtime().await);
+        } else {
+            ours.push(runtime().await);
+            base.push(baseline().await);
+        }
+    }
+    let (base_us, _) = median_p99(base);
+    let (ours_us, _) = median_p99(ours);
+    let ratio = ours_us / base_us;
+    println!(
+        "{name}: baseline {base_us:.1} us, runtime {ours_us:.1} us: {ratio:.3}x ({rounds} alternating rounds; target {target})"
+    );
+    ratio
 }
 
 /// Resident set size of this process, in KiB.

@@ -10,49 +10,18 @@
 
 #[path = "common.rs"]
 mod common;
+#[path = "counting.rs"]
+mod counting;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use demiurge_mcp::SessionSpec;
 use serde_json::json;
 
-/// Counts the bytes this process holds on its heap, so the per-connection figure can
-/// be given as live memory as well as RSS (which also keeps what the allocator freed
-/// but did not return to the system).
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: every call is forwarded unchanged to the system allocator; only a counter
-// is updated beside it.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(
-            new_size as isize - layout.size() as isize,
-            Ordering::Relaxed,
-        );
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: counting::Counting = counting::Counting;
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -80,7 +49,7 @@ async fn memory_per_connection() {
         .unwrap();
     s.prepare_turn().await.unwrap();
     let before = common::rss_kib(me);
-    let live_before = LIVE.load(Ordering::Relaxed);
+    let live_before = counting::live();
     let mut spec = SessionSpec::new(&core);
     spec.lane = "many".into();
     let (session, _) = runtime.start_session(spec).await.unwrap();
@@ -95,7 +64,7 @@ async fn memory_per_connection() {
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = common::rss_kib(me);
-    let live = (LIVE.load(Ordering::Relaxed) - live_before) as f64 / 1024.0 / 200.0;
+    let live = (counting::live() - live_before) as f64 / 1024.0 / 200.0;
     let per = (after.saturating_sub(before)) as f64 / 200.0;
     println!(
         "memory/idle_connection: {per:.1} KiB RSS per connection ({} KiB for 200, excluding the children; target < 64 KiB: {}), of it {live:.1} KiB live heap; 200 servers connected in {:.2} s",

@@ -41,7 +41,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .call("demo__echo", serde_json::json!({"message": "hello, host"}))
             .await?;
         // The model view is what a host hands to its model.
-        println!("model sees: {}", result.views.model.content);
+        println!(
+            "model sees: {}",
+            result.view(demiurge_mcp::redact::View::Model).content
+        );
     }
 
     let report = runtime.evict_session(session.id()).await?;

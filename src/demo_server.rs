@@ -63,6 +63,9 @@ pub enum Fault {
     HugeResult(usize),
     /// `huge-result` written as the TypeScript SDK writes: every message's `id` last.
     HugeResultIdLast(usize),
+    /// Answer every tool call with about N bytes of `structuredContent`: records of 256
+    /// bytes, each with a sensitive key (`api_token`) whose value its note repeats.
+    HugeStructured(usize),
     /// Write N bytes to stderr before serving.
     StderrFlood(usize),
     /// Write every answer one byte at a time.
@@ -121,6 +124,7 @@ impl Fault {
             "huge-tools" => Fault::HugeTools(size()?),
             "huge-result" => Fault::HugeResult(size()?),
             "huge-result-id-last" => Fault::HugeResultIdLast(size()?),
+            "huge-structured" => Fault::HugeStructured(size()?),
             "stderr-flood" => Fault::StderrFlood(size()?),
             "slow-drip" => Fault::SlowDrip,
             "fork-child" => Fault::ForkChild,
@@ -138,7 +142,7 @@ impl Fault {
             "ignore-eof" => Fault::IgnoreEof,
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof"
                 ));
             }
         })
@@ -666,6 +670,9 @@ impl ServerHandler for DemoServer {
                     ContentBlock::text(text),
                 ])));
             }
+            Some(Fault::HugeStructured(bytes)) => {
+                return Ok(CallToolResponse::Complete(huge_structured(bytes)));
+            }
             Some(Fault::NestedResult) => {
                 let mut value = json!("bottom");
                 // Deeper than any JSON parser's default limit (serde_json: 128), not so
@@ -699,6 +706,27 @@ impl ServerHandler for DemoServer {
             .call(ToolCallContext::new(self, request, context))
             .await
     }
+}
+
+/// About `bytes` of structured records, each with a secret its note repeats; the text
+/// content says how many (the records are not repeated as text, so the message stays
+/// near `bytes`).
+fn huge_structured(bytes: usize) -> CallToolResult {
+    const RECORD: usize = 256;
+    let records: Vec<Value> = (0..bytes / RECORD)
+        .map(|n| {
+            let token = format!("tok-{n:08}-{:x}", n.wrapping_mul(2_654_435_761));
+            json!({
+                "id": n,
+                "api_token": token,
+                "note": format!("record {n} was signed with {token}"),
+                "payload": "x".repeat(RECORD.saturating_sub(120)),
+            })
+        })
+        .collect();
+    let mut result = CallToolResult::structured(json!({ "records": records }));
+    result.content = vec![ContentBlock::text(format!("{} records", bytes / RECORD))];
+    result
 }
 
 /// Serves the demo server on stdin/stdout until the client closes stdin.

@@ -17,7 +17,7 @@
 //! not text and are not redacted; the event and durable views, which are logged, carry
 //! their size instead of their data.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rmcp::model::JsonObject;
 use serde::Serialize;
@@ -153,7 +153,11 @@ pub struct ResultView {
 }
 
 /// The outcome of one tool call.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// Its views are made when first asked for ([`ToolResult::view`]) and kept: a host that
+/// hands its model the model view never pays for the operator's copy of a megabyte
+/// result. Clones share what was made.
+#[derive(Clone)]
 pub struct ToolResult {
     /// Exposed tool name.
     pub tool: String,
@@ -162,65 +166,60 @@ pub struct ToolResult {
     /// What the call was.
     pub provenance: Provenance,
     /// The tool's declared schema of `structuredContent`, when it has one.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Arc<JsonObject>>,
-    /// The result in each view.
-    pub views: Views<ResultView>,
+    views: Lazy,
+}
+
+/// The views of a result: made from `source` when first asked for.
+#[derive(Clone)]
+struct Lazy {
+    source: Option<Arc<Source>>,
+    made: Arc<Views<OnceLock<ResultView>>>,
+}
+
+/// What a result's views are made from.
+struct Source {
+    raw: Value,
+    /// The connection's redactor with the result's own secrets.
+    redactor: Redactor,
+    shape: ResultShape,
+    is_error: bool,
+    /// Whether redaction cannot complete (oversized input, poisoned redactor): every
+    /// view is then the marker, decided once for all of them.
+    failed: bool,
+    /// Tokens of the result and characters of its structured data as sent (what the
+    /// capped views decide on), counted once.
+    sent: OnceLock<(usize, usize)>,
 }
 
 impl ToolResult {
     /// Converts a `CallToolResult` (as JSON) through `redactor`.
     pub fn from_mcp(
         provenance: Provenance,
-        raw: &Value,
+        raw: Value,
         redactor: &Redactor,
         shape: &ResultShape,
     ) -> Self {
         // What the result marks as secret is secret for the whole result.
-        let redactor = &redactor.with_result_secrets(raw);
+        let redactor = redactor.with_result_secrets(&raw);
         let is_error = raw.get("isError").and_then(Value::as_bool).unwrap_or(false);
-        let structured = raw.get("structuredContent").filter(|v| !v.is_null());
-        let blocks = blocks_views(raw.get("content"), redactor);
-        let has_text = blocks.model.iter().any(|b| {
-            matches!(
-                b,
-                Block::Text { .. } | Block::Resource { text: Some(_), .. }
-            )
-        });
-        let as_structured = structured.is_some() && (shape.prefer_structured || !has_text);
-        let texts = match structured {
-            Some(v) if as_structured => {
-                redactor.text_views(&serde_json::to_string_pretty(v).unwrap_or_default())
-            }
-            _ => Views::build(|v| render(blocks.get(v))),
-        };
-        let data = match structured {
-            Some(Value::Object(m)) => Value::Object(m.clone()),
-            Some(other) => serde_json::json!({ "value": other }),
-            None => Value::Object(Map::new()),
-        };
-        let datas = redactor.json_views(&data);
-        let mut blocks = blocks;
-        let views = Views::build(|v| {
-            let content = texts.get(v).clone();
-            let content = if is_error { cap(&content) } else { content };
-            let view = ResultView {
-                content,
-                data: datas.get(v).clone(),
-                blocks: std::mem::take(blocks_mut(&mut blocks, v)),
-                cut: false,
-            };
-            match v {
-                View::Model | View::Event => capped(view, shape.max_tokens, as_structured),
-                _ => view,
-            }
-        });
+        let failed = !redactor.can_redact(&raw);
         ToolResult {
             tool: provenance.exposed.clone(),
             is_error,
             provenance,
             output_schema: None,
-            views: failed_if_any(views),
+            views: Lazy {
+                source: Some(Arc::new(Source {
+                    raw,
+                    redactor,
+                    shape: *shape,
+                    is_error,
+                    failed,
+                    sent: OnceLock::new(),
+                })),
+                made: Arc::new(Views::build(|_| OnceLock::new())),
+            },
         }
     }
 
@@ -228,70 +227,189 @@ impl ToolResult {
     /// with the call's context and capped.
     pub fn error(provenance: Provenance, message: &str, redactor: &Redactor) -> Self {
         let texts = redactor.text_views(message);
+        let made = Views::build(|v| {
+            let content = cap(texts.get(v));
+            OnceLock::from(ResultView {
+                blocks: vec![Block::Text {
+                    text: content.clone(),
+                }],
+                content,
+                data: Value::Object(Map::new()),
+                cut: false,
+            })
+        });
         ToolResult {
             tool: provenance.exposed.clone(),
             is_error: true,
             provenance,
             output_schema: None,
-            views: Views::build(|v| {
-                let content = cap(texts.get(v));
-                ResultView {
-                    blocks: vec![Block::Text {
-                        text: content.clone(),
-                    }],
-                    content,
-                    data: Value::Object(Map::new()),
-                    cut: false,
-                }
-            }),
+            views: Lazy {
+                source: None,
+                made: Arc::new(made),
+            },
         }
     }
 
     /// The result as `view` may show it (model, transcript, event, ...), each redacted
-    /// for its audience.
+    /// for its audience; made on first use.
     pub fn view(&self, view: View) -> &ResultView {
-        self.views.get(view)
+        self.views
+            .made
+            .get(view)
+            .get_or_init(|| match &self.views.source {
+                Some(source) => source.view(view),
+                None => failed_view(),
+            })
+    }
+
+    /// Every view (each made now if it was not yet).
+    pub fn views(&self) -> Views<&ResultView> {
+        Views::build(|v| self.view(v))
     }
 }
 
-fn blocks_mut(views: &mut Views<Vec<Block>>, view: View) -> &mut Vec<Block> {
-    match view {
-        View::Model => &mut views.model,
-        View::Operator => &mut views.operator,
-        View::Event => &mut views.event,
-        View::Durable => &mut views.durable,
-        View::Debug => &mut views.debug,
+impl std::fmt::Debug for ToolResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolResult")
+            .field("tool", &self.tool)
+            .field("is_error", &self.is_error)
+            .field("provenance", &self.provenance)
+            .field("operator", self.view(View::Operator))
+            .finish_non_exhaustive()
     }
 }
 
-/// If any part of any view failed, every view is the failure marker.
-fn failed_if_any(views: Views<ResultView>) -> Views<ResultView> {
-    let marked = |s: &str| s == REDACTION_FAILED;
-    let failed = [
-        View::Model,
-        View::Operator,
-        View::Event,
-        View::Durable,
-        View::Debug,
-    ]
-    .iter()
-    .any(|&v| {
-        let r = views.get(v);
-        marked(&r.content)
-            || r.data == Value::String(REDACTION_FAILED.into())
-            || r.blocks
-                .iter()
-                .any(|b| block_strings(b).into_iter().any(marked))
-    });
-    if failed {
-        Views::build(|_| ResultView {
-            content: REDACTION_FAILED.into(),
-            data: Value::String(REDACTION_FAILED.into()),
-            blocks: Vec::new(),
+impl PartialEq for ToolResult {
+    fn eq(&self, other: &Self) -> bool {
+        self.tool == other.tool
+            && self.is_error == other.is_error
+            && self.provenance == other.provenance
+            && self.output_schema == other.output_schema
+            && self.views() == other.views()
+    }
+}
+
+impl Serialize for ToolResult {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Shown<'a> {
+            tool: &'a str,
+            is_error: bool,
+            provenance: &'a Provenance,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            output_schema: Option<&'a Arc<JsonObject>>,
+            views: Views<&'a ResultView>,
+        }
+        Shown {
+            tool: &self.tool,
+            is_error: self.is_error,
+            provenance: &self.provenance,
+            output_schema: self.output_schema.as_ref(),
+            views: self.views(),
+        }
+        .serialize(serializer)
+    }
+}
+
+/// Characters of a text a capped view redacts beyond its cap: a secret or shape that
+/// starts inside the cap is seen whole (up to this length past it) before the cut.
+const CUT_MARGIN: usize = 64 * 1024;
+
+impl Source {
+    /// One view; the marker view if redaction fails (or panics) anywhere in it.
+    fn view(&self, view: View) -> ResultView {
+        if self.failed {
+            return failed_view();
+        }
+        let made = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.make(view)));
+        match made {
+            Ok(made) if !has_marker(&made) => made,
+            _ => failed_view(),
+        }
+    }
+
+    fn make(&self, view: View) -> ResultView {
+        let (raw, redactor, shape) = (&self.raw, &self.redactor, &self.shape);
+        let capped_view = matches!(view, View::Model | View::Event);
+        let max_chars = shape.max_tokens.saturating_mul(CHARS_PER_TOKEN);
+        // A capped view redacts only the head of each text that it can show: what is
+        // past the cap is never rendered, so it is never copied.
+        let room = capped_view.then(|| {
+            max_chars
+                .saturating_add(redactor.longest_secret_chars())
+                .saturating_add(CUT_MARGIN)
+        });
+        let structured = raw.get("structuredContent").filter(|v| !v.is_null());
+        let blocks = block_view(raw.get("content"), redactor, view, room);
+        let has_text = blocks.iter().any(|b| {
+            matches!(
+                b,
+                Block::Text { .. } | Block::Resource { text: Some(_), .. }
+            )
+        });
+        let as_structured = structured.is_some() && (shape.prefer_structured || !has_text);
+        let content = match structured {
+            Some(v) if as_structured => {
+                let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
+                redactor.text(head(&pretty, room), view)
+            }
+            _ => render(&blocks),
+        };
+        let content = if self.is_error {
+            cap(&content)
+        } else {
+            content
+        };
+        // Structured data over the whole cap (as the server sent it) is not shown in a
+        // capped view; it is not redacted for it either.
+        let (sent_tokens, sent_data) = *self.sent.get_or_init(|| sent_size(raw));
+        let skipped = (capped_view && sent_data > max_chars).then_some(sent_data);
+        let data = match structured {
+            _ if skipped.is_some() => Value::Null,
+            Some(v @ Value::Object(_)) => redactor.json(v, view),
+            Some(other) => redactor.json(&serde_json::json!({ "value": other }), view),
+            None => Value::Object(Map::new()),
+        };
+        let made = ResultView {
+            content,
+            data,
+            blocks,
             cut: false,
-        })
-    } else {
-        views
+        };
+        if capped_view {
+            capped(made, shape.max_tokens, as_structured, sent_tokens, skipped)
+        } else {
+            made
+        }
+    }
+}
+
+fn failed_view() -> ResultView {
+    ResultView {
+        content: REDACTION_FAILED.into(),
+        data: Value::String(REDACTION_FAILED.into()),
+        blocks: Vec::new(),
+        cut: false,
+    }
+}
+
+/// Whether any part of a view is the failure marker (a part that could not be
+/// redacted): the whole view is the marker then, never partially redacted.
+fn has_marker(view: &ResultView) -> bool {
+    let marked = |s: &str| s == REDACTION_FAILED;
+    marked(&view.content)
+        || view.data == Value::String(REDACTION_FAILED.into())
+        || view
+            .blocks
+            .iter()
+            .any(|b| block_strings(b).into_iter().any(marked))
+}
+
+/// The first `room` characters of `text` (all of it without a room).
+fn head(text: &str, room: Option<usize>) -> &str {
+    match room.and_then(|r| text.char_indices().nth(r)) {
+        Some((at, _)) => &text[..at],
+        None => text,
     }
 }
 
@@ -324,105 +442,102 @@ fn block_strings(block: &Block) -> Vec<&str> {
     }
 }
 
-/// The content blocks of a result in every view: each string redacted once (five
-/// renderings of one scan), binary data shared between the views that carry it.
-fn blocks_views(content: Option<&Value>, redactor: &Redactor) -> Views<Vec<Block>> {
-    let mut views: Views<Vec<Block>> = Views::build(|_| Vec::new());
+/// The content blocks of a result in one view, each string redacted (texts cut to
+/// `room` characters first, for a capped view); binary data shared with the result.
+fn block_view(
+    content: Option<&Value>,
+    redactor: &Redactor,
+    v: View,
+    room: Option<usize>,
+) -> Vec<Block> {
     let Some(Value::Array(blocks)) = content else {
-        return views;
+        return Vec::new();
     };
-    let logged = |v: View| matches!(v, View::Event | View::Durable);
+    let logged = matches!(v, View::Event | View::Durable);
+    let mut made = Vec::with_capacity(blocks.len().min(MAX_BLOCKS) + 1);
     for block in blocks.iter().take(MAX_BLOCKS) {
         let field = |k: &str| block.get(k).and_then(Value::as_str);
-        let text = |k: &str| field(k).map(|s| redactor.text_views(s));
-        let shared = |k: &str| field(k).map(Arc::<str>::from);
-        let pick =
-            |views: &Option<Views<String>>, v: View| views.as_ref().map(|t| t.get(v).clone());
-        let one = |views: &Option<Views<String>>, v: View| pick(views, v).unwrap_or_default();
+        let text = |k: &str| field(k).map(|s| redactor.text(head(s, room), v));
+        let one = |k: &str| text(k).unwrap_or_default();
+        let shared = |k: &str| field(k).map(Arc::<str>::from).filter(|_| !logged);
         let kind = field("type").unwrap_or("");
-        let build: Box<dyn Fn(View) -> Block> = match kind {
-            "text" => {
-                let t = text("text");
-                Box::new(move |v| Block::Text { text: one(&t, v) })
-            }
+        made.push(match kind {
+            "text" => Block::Text { text: one("text") },
             "image" | "audio" => {
-                let (mime, data) = (text("mimeType"), shared("data"));
-                let bytes = data.as_ref().map_or(0, |d| d.len());
-                let audio = kind == "audio";
-                Box::new(move |v| {
-                    let (mime_type, data) = (one(&mime, v), data.clone().filter(|_| !logged(v)));
-                    if audio {
-                        Block::Audio {
-                            mime_type,
-                            data,
-                            bytes,
-                        }
-                    } else {
-                        Block::Image {
-                            mime_type,
-                            data,
-                            bytes,
-                        }
+                let bytes = field("data").map_or(0, str::len);
+                let (mime_type, data) = (one("mimeType"), shared("data"));
+                if kind == "audio" {
+                    Block::Audio {
+                        mime_type,
+                        data,
+                        bytes,
                     }
-                })
+                } else {
+                    Block::Image {
+                        mime_type,
+                        data,
+                        bytes,
+                    }
+                }
             }
-            "resource_link" => {
-                let (uri, name, title, mime) =
-                    (text("uri"), text("name"), text("title"), text("mimeType"));
-                Box::new(move |v| Block::ResourceLink {
-                    uri: one(&uri, v),
-                    name: one(&name, v),
-                    title: pick(&title, v),
-                    mime_type: pick(&mime, v),
-                })
-            }
+            "resource_link" => Block::ResourceLink {
+                uri: one("uri"),
+                name: one("name"),
+                title: text("title"),
+                mime_type: text("mimeType"),
+            },
             "resource" => {
                 let resource = block.get("resource");
                 let inner = |k: &str| resource.and_then(|r| r.get(k)).and_then(Value::as_str);
-                let (uri, mime, body) = (
-                    inner("uri").map(|s| redactor.text_views(s)),
-                    inner("mimeType").map(|s| redactor.text_views(s)),
-                    inner("text").map(|s| redactor.text_views(s)),
-                );
-                let blob = inner("blob").map(Arc::<str>::from);
-                Box::new(move |v| Block::Resource {
-                    uri: one(&uri, v),
-                    mime_type: pick(&mime, v),
-                    text: pick(&body, v),
-                    blob: blob.clone().filter(|_| !logged(v)),
-                })
+                let redacted = |k: &str| inner(k).map(|s| redactor.text(head(s, room), v));
+                Block::Resource {
+                    uri: redacted("uri").unwrap_or_default(),
+                    mime_type: redacted("mimeType"),
+                    text: redacted("text"),
+                    blob: inner("blob").map(Arc::<str>::from).filter(|_| !logged),
+                }
             }
-            other => {
-                let t = redactor.text_views(other);
-                Box::new(move |v| Block::Unknown {
-                    kind: cap_chars(t.get(v), 64),
-                })
-            }
-        };
-        for v in [
-            View::Model,
-            View::Operator,
-            View::Event,
-            View::Durable,
-            View::Debug,
-        ] {
-            blocks_mut(&mut views, v).push(build(v));
-        }
-    }
-    if blocks.len() > MAX_BLOCKS {
-        let dropped = format!(
-            "[{} more content blocks dropped: at most {MAX_BLOCKS} are kept]",
-            blocks.len() - MAX_BLOCKS
-        );
-        views = Views::build(|v| {
-            let mut kept = std::mem::take(blocks_mut(&mut views, v));
-            kept.push(Block::Text {
-                text: dropped.clone(),
-            });
-            kept
+            other => Block::Unknown {
+                kind: cap_chars(&redactor.text(other, v), 64),
+            },
         });
     }
-    views
+    if blocks.len() > MAX_BLOCKS {
+        made.push(Block::Text {
+            text: format!(
+                "[{} more content blocks dropped: at most {MAX_BLOCKS} are kept]",
+                blocks.len() - MAX_BLOCKS
+            ),
+        });
+    }
+    made
+}
+
+/// Tokens of a result as the server sent it, by the rule of [`tokens`], and characters
+/// of its structured data: what the cut marker reports, decided once for every view.
+fn sent_size(raw: &Value) -> (usize, usize) {
+    let chars = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, |s| s.chars().count());
+    let blocks: usize = raw
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|b| {
+            let inner = |k: &str| chars(b.get("resource").and_then(|r| r.get(k)));
+            1 + match b.get("type").and_then(Value::as_str) {
+                Some("image" | "audio") => MEDIA_TOKENS * CHARS_PER_TOKEN,
+                Some("resource") => inner("text").max(inner("uri")) + inner("blob"),
+                Some("resource_link") => chars(b.get("name")) + chars(b.get("uri")) + 3,
+                _ => chars(b.get("text")),
+            }
+        })
+        .sum();
+    let data = raw
+        .get("structuredContent")
+        .filter(|v| !v.is_null())
+        .map_or(0, data_chars);
+    let tokens = blocks.div_ceil(CHARS_PER_TOKEN) + data.div_ceil(CHARS_PER_TOKEN);
+    (tokens, data)
 }
 
 /// A view's text made from its blocks.
@@ -467,24 +582,49 @@ fn tokens(view: &ResultView) -> usize {
     text.div_ceil(CHARS_PER_TOKEN) + data_chars(&view.data).div_ceil(CHARS_PER_TOKEN)
 }
 
-/// Characters of structured data as JSON (an empty object costs nothing).
+/// Characters of structured data as JSON (an empty object costs nothing), counted as
+/// it is written, never held.
 fn data_chars(data: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
     match data {
         Value::Object(m) if m.is_empty() => 0,
-        other => other.to_string().len(),
+        other => {
+            let mut count = Count(0);
+            let _ = serde_json::to_writer(&mut count, other);
+            count.0
+        }
     }
 }
 
 /// `view` cut to `max_tokens`: its blocks in order, its text (the blocks' text, or the
 /// structured text cut by characters), its data replaced by a note when it alone is
 /// over the cap; a marker at the end says so.
-fn capped(mut view: ResultView, max_tokens: usize, structured_text: bool) -> ResultView {
-    let total = tokens(&view);
+///
+/// `sent` is the result's size as the server sent it (its texts may have been cut to
+/// what the view can show before redaction); `skipped` the size of structured data left
+/// unredacted because it is over the cap alone.
+fn capped(
+    mut view: ResultView,
+    max_tokens: usize,
+    structured_text: bool,
+    sent: usize,
+    skipped: Option<usize>,
+) -> ResultView {
+    let total = sent.max(tokens(&view));
     if total <= max_tokens {
         return view;
     }
     let max_chars = max_tokens.saturating_mul(CHARS_PER_TOKEN);
-    let data = data_chars(&view.data);
+    let data = skipped.unwrap_or_else(|| data_chars(&view.data));
     if data > max_chars / 2 {
         view.data = serde_json::json!({
             "cut": format!(
@@ -587,7 +727,7 @@ mod tests {
     }
 
     fn convert(raw: &Value, shape: &ResultShape) -> ToolResult {
-        ToolResult::from_mcp(of("t"), raw, &Redactor::new(), shape)
+        ToolResult::from_mcp(of("t"), raw.clone(), &Redactor::new(), shape)
     }
 
     #[test]
@@ -595,20 +735,20 @@ mod tests {
         let raw =
             json!({"content": [{"type": "text", "text": "x"}], "structuredContent": {"a": 1}});
         let r = convert(&raw, &ResultShape::default());
-        assert_eq!(r.views.model.content, "x");
-        assert_eq!(r.views.model.data, json!({"a": 1}));
+        assert_eq!(r.view(View::Model).content, "x");
+        assert_eq!(r.view(View::Model).data, json!({"a": 1}));
         let shape = ResultShape {
             prefer_structured: true,
             ..ResultShape::default()
         };
         let r = convert(&raw, &shape);
-        assert_eq!(r.views.model.content, "{\n  \"a\": 1\n}");
+        assert_eq!(r.view(View::Model).content, "{\n  \"a\": 1\n}");
         // Structured content without text is the text whatever the preference.
         let r = convert(
             &json!({"structuredContent": {"a": 1}}),
             &ResultShape::default(),
         );
-        assert_eq!(r.views.operator.content, "{\n  \"a\": 1\n}");
+        assert_eq!(r.view(View::Operator).content, "{\n  \"a\": 1\n}");
         assert!(!r.is_error);
         assert_eq!(r.provenance.exposed, "s__t");
     }
@@ -627,10 +767,10 @@ mod tests {
         let r = convert(&raw, &ResultShape::default());
         assert!(r.is_error);
         assert_eq!(
-            r.views.operator.content,
+            r.view(View::Operator).content,
             "one\n[image image/png]\n[audio audio/wav]\n[X] file:///x\nwhy\n[resource file:///z]\n[hologram content]"
         );
-        let blocks = &r.views.model.blocks;
+        let blocks = &r.view(View::Model).blocks;
         assert_eq!(blocks.len(), 7);
         assert!(
             matches!(&blocks[1], Block::Image { mime_type, data: Some(d), bytes: 4 }
@@ -651,7 +791,7 @@ mod tests {
         assert!(matches!(&blocks[4], Block::Resource { text: Some(t), .. } if t == "why"));
         assert!(matches!(&blocks[5], Block::Resource { blob: Some(_), .. }));
         // The logged views carry the size of binary data, never the data.
-        for view in [&r.views.event, &r.views.durable] {
+        for view in [&r.view(View::Event), &r.view(View::Durable)] {
             assert!(matches!(
                 &view.blocks[1],
                 Block::Image {
@@ -665,7 +805,7 @@ mod tests {
                 Block::Resource { blob: None, .. }
             ));
         }
-        let json = serde_json::to_value(&r.views.model.blocks[3]).unwrap();
+        let json = serde_json::to_value(&r.view(View::Model).blocks[3]).unwrap();
         assert_eq!(json["type"], "resource_link");
     }
 
@@ -679,7 +819,7 @@ mod tests {
             {"type": "resource", "resource": {"uri": "file:///y", "text": secret}}
         ]});
         let redactor = Redactor::new().with_secrets([("K", secret)]);
-        let r = ToolResult::from_mcp(of("t"), &raw, &redactor, &ResultShape::default());
+        let r = ToolResult::from_mcp(of("t"), raw.clone(), &redactor, &ResultShape::default());
         for view in [
             View::Model,
             View::Operator,
@@ -706,7 +846,7 @@ mod tests {
             {"type": "text", "text": "tail"}
         ]});
         let r = convert(&raw, &shape);
-        for view in [&r.views.model, &r.views.event] {
+        for view in [&r.view(View::Model), &r.view(View::Event)] {
             assert!(view.cut);
             assert!(
                 view.content.chars().count() < 100 * CHARS_PER_TOKEN + 300,
@@ -726,7 +866,11 @@ mod tests {
             );
             assert!(!view.blocks.iter().any(|b| matches!(b, Block::Image { .. })));
         }
-        for view in [&r.views.operator, &r.views.durable, &r.views.debug] {
+        for view in [
+            &r.view(View::Operator),
+            &r.view(View::Durable),
+            &r.view(View::Debug),
+        ] {
             assert!(!view.cut);
             assert!(view.content.ends_with("tail"));
         }
@@ -741,8 +885,7 @@ mod tests {
         };
         let r = convert(&images, &shape);
         let kept = r
-            .views
-            .model
+            .view(View::Model)
             .blocks
             .iter()
             .filter(|b| matches!(b, Block::Image { .. }))
@@ -757,20 +900,46 @@ mod tests {
                 ..ResultShape::default()
             },
         );
-        assert!(r.views.model.cut && r.views.model.content.contains("[output cut"));
+        assert!(r.view(View::Model).cut && r.view(View::Model).content.contains("[output cut"));
         assert!(
-            r.views.model.data.get("cut").is_some(),
+            r.view(View::Model).data.get("cut").is_some(),
             "{:?}",
-            r.views.model.data
+            r.view(View::Model).data
         );
         assert_eq!(
-            r.views.operator.data["k"].as_str().unwrap().len(),
+            r.view(View::Operator).data["k"].as_str().unwrap().len(),
             2_000,
             "whole elsewhere"
         );
     }
 
     /// Every way around the cap that a hostile result could try.
+    /// A capped view redacts only the head it can show (its texts are cut before
+    /// redaction, with a margin): a secret that starts inside the cap and runs past it
+    /// is still found whole, so no part of it is shown; the operator view keeps it all.
+    #[test]
+    fn a_secret_across_the_cap_is_hidden_and_nothing_past_the_cap_is_copied() {
+        let shape = ResultShape {
+            max_tokens: 100,
+            prefer_structured: false,
+        };
+        let secret = "s3cr3t-".repeat(50);
+        for before in [395, 399, 400, 401] {
+            let text = format!("{}{secret}{}", "a".repeat(before), "b".repeat(1_000_000));
+            let raw = json!({"content": [{"type": "text", "text": text}]});
+            let redactor = Redactor::new().with_secrets([("token", secret.as_str())]);
+            let r = ToolResult::from_mcp(of("t"), raw, &redactor, &shape);
+            for v in [View::Model, View::Event] {
+                let view = r.view(v);
+                assert!(view.cut, "{before}");
+                assert!(!view.content.contains("s3cr"), "{before}: {}", view.content);
+                assert!(view.content.len() < 1_000, "{before}");
+            }
+            let whole = &r.view(View::Operator).content;
+            assert!(whole.ends_with(&"b".repeat(1_000_000)) && !whole.contains("s3cr"));
+        }
+    }
+
     #[test]
     fn no_result_gets_around_the_cap() {
         let shape = ResultShape {
@@ -793,7 +962,7 @@ mod tests {
         ];
         for raw in &cases {
             let r = convert(raw, &shape);
-            for view in [&r.views.model, &r.views.event] {
+            for view in [&r.view(View::Model), &r.view(View::Event)] {
                 // The budget is 400 characters; the marker adds about 200.
                 let what = &raw.to_string()[..80];
                 let text: usize = view.blocks.iter().map(cost).sum();
@@ -814,10 +983,9 @@ mod tests {
         // At most MAX_BLOCKS blocks are kept, in every view.
         let many = json!({"content": (0..MAX_BLOCKS + 10).map(|_| json!({"type": "text", "text": "b"})).collect::<Vec<_>>()});
         let r = convert(&many, &ResultShape::default());
-        assert_eq!(r.views.operator.blocks.len(), MAX_BLOCKS + 1);
+        assert_eq!(r.view(View::Operator).blocks.len(), MAX_BLOCKS + 1);
         assert!(
-            r.views
-                .operator
+            r.view(View::Operator)
                 .content
                 .ends_with("[10 more content blocks dropped: at most 1000 are kept]")
         );
@@ -829,9 +997,9 @@ mod tests {
         let long = format!("{} {secret}", "x".repeat(600));
         let redactor = Redactor::new().with_secrets([("K", secret)]);
         let r = ToolResult::error(of("t"), &long, &redactor);
-        assert!(r.views.operator.content.chars().count() <= ERROR_TEXT_CAP + 1);
+        assert!(r.view(View::Operator).content.chars().count() <= ERROR_TEXT_CAP + 1);
         let r = ToolResult::error(of("t"), &format!("bad {secret}"), &redactor);
-        assert_eq!(r.views.operator.content, "bad <redacted:K>");
+        assert_eq!(r.view(View::Operator).content, "bad <redacted:K>");
     }
 }
 
@@ -851,7 +1019,7 @@ mod failure_tests {
             duration_ms: 0,
         };
         let shape = ResultShape::default();
-        let r = ToolResult::from_mcp(of.clone(), &raw, &Redactor::poisoned(), &shape);
+        let r = ToolResult::from_mcp(of.clone(), raw.clone(), &Redactor::poisoned(), &shape);
         for v in [
             View::Model,
             View::Operator,
@@ -863,6 +1031,6 @@ mod failure_tests {
             assert_eq!(r.view(v).data, Value::String(REDACTION_FAILED.into()));
         }
         let e = ToolResult::error(of, "raw secret", &Redactor::poisoned());
-        assert_eq!(e.views.operator.content, REDACTION_FAILED);
+        assert_eq!(e.view(View::Operator).content, REDACTION_FAILED);
     }
 }

@@ -121,7 +121,7 @@ async fn cwd_inside_the_workspace_is_where_the_server_runs() {
         .await
         .unwrap();
     assert_eq!(
-        result.views.operator.content,
+        result.view(demiurge_mcp::redact::View::Operator).content,
         core.root().join("sub/dir").display().to_string()
     );
     let preview = &h.approver.requests()[0].preview;
@@ -296,7 +296,11 @@ async fn a_call_approval_shows_the_arguments_redacted_and_the_prompt_escapes_and
     let message = format!("fetch https://example.test/a?b=c \u{1b}[2J tok-7f3a9c2e1b {long}");
     let args = serde_json::json!({"message": message, "api_key": "k-99887766"});
     let result = catalog.call("d__echo", args).await.unwrap();
-    assert!(!result.is_error, "{:?}", result.views.operator);
+    assert!(
+        !result.is_error,
+        "{:?}",
+        result.view(demiurge_mcp::redact::View::Operator)
+    );
     let asked = h.approver.requests();
     let call = asked.iter().find(|r| r.action == Action::Call).unwrap();
     let shown = call

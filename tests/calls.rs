@@ -55,23 +55,26 @@ async fn results_are_converted() {
         .await
         .unwrap();
     assert!(!echo.is_error);
-    assert_eq!(echo.views.model.content, "hi");
+    assert_eq!(echo.view(demiurge_mcp::redact::View::Model).content, "hi");
     let sum = catalog
         .call("d__add", json!({"a": 2, "b": 3}))
         .await
         .unwrap();
-    assert_eq!(sum.views.model.content, "5");
+    assert_eq!(sum.view(demiurge_mcp::redact::View::Model).content, "5");
     let fail = catalog
         .call("d__fail", json!({"message": "nope"}))
         .await
         .unwrap();
     assert!(fail.is_error);
-    assert_eq!(fail.views.operator.content, "nope");
+    assert_eq!(
+        fail.view(demiurge_mcp::redact::View::Operator).content,
+        "nope"
+    );
     let bad = catalog.call("d__add", json!({"a": "x"})).await.unwrap();
     assert!(
         bad.is_error,
         "invalid arguments come back as a tool error: {:?}",
-        bad.views.operator
+        bad.view(demiurge_mcp::redact::View::Operator)
     );
     assert_eq!(h.sink.of_type("mcp.tool_called").len(), 4);
     h.finish().await;
@@ -179,20 +182,29 @@ async fn a_call_timeout_ends_the_call_and_keeps_the_server() {
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(
-        slow.is_error && slow.views.operator.content.contains("timed out"),
+        slow.is_error
+            && slow
+                .view(demiurge_mcp::redact::View::Operator)
+                .content
+                .contains("timed out"),
         "{:?}",
-        slow.views.operator
+        slow.view(demiurge_mcp::redact::View::Operator)
     );
     let echo = catalog
         .call("d__echo", json!({"message": "still here"}))
         .await
         .unwrap();
-    assert_eq!(echo.views.operator.content, "still here");
+    assert_eq!(
+        echo.view(demiurge_mcp::redact::View::Operator).content,
+        "still here"
+    );
     // The timed-out request was cancelled on the server, not left running.
     let mut sleeping = u64::MAX;
     for _ in 0..100 {
         let r = catalog.call("d__in_flight", json!({})).await.unwrap();
-        sleeping = r.views.operator.data["sleeping"].as_u64().unwrap();
+        sleeping = r.view(demiurge_mcp::redact::View::Operator).data["sleeping"]
+            .as_u64()
+            .unwrap();
         if sleeping == 0 {
             break;
         }
@@ -254,7 +266,7 @@ async fn serial_servers_never_overlap_calls_and_parallel_ones_do() {
             results
                 .into_iter()
                 .map(|r| {
-                    r.unwrap().views.operator.data["max_concurrent"]
+                    r.unwrap().view(demiurge_mcp::redact::View::Operator).data["max_concurrent"]
                         .as_u64()
                         .unwrap()
                 })

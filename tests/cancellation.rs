@@ -349,7 +349,10 @@ async fn an_unanswered_prompt_in_one_session_stalls_no_other() {
     .await
     .expect("a call of session b waited on session a's prompt")
     .unwrap();
-    assert_eq!(echoed.views.operator.content, "b goes on");
+    assert_eq!(
+        echoed.view(demiurge_mcp::redact::View::Operator).content,
+        "b goes on"
+    );
     // Evicting a withdraws its question.
     h.runtime.evict_session("a").await.unwrap();
     let answer = tokio::time::timeout(AT_ONCE, stalled)
@@ -418,7 +421,9 @@ async fn a_dropped_call_is_cancelled_on_its_server() {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
         let r = catalog.call("d__in_flight", json!({})).await.unwrap();
-        sleeping = r.views.operator.data["sleeping"].as_u64().unwrap();
+        sleeping = r.view(demiurge_mcp::redact::View::Operator).data["sleeping"]
+            .as_u64()
+            .unwrap();
         if sleeping == 0 {
             break;
         }

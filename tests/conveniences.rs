@@ -99,7 +99,7 @@ async fn defaults_fill_in_tool_timeouts_bound_one_tool_and_required_servers_fail
         let catalog = catalog.clone();
         async move {
             let r = catalog.read_resource("demo", uri).await.unwrap();
-            r.views.debug.content.clone()
+            r.view(demiurge_mcp::redact::View::Debug).content.clone()
         }
     };
     let digest = |v: &str| {
@@ -124,7 +124,11 @@ async fn defaults_fill_in_tool_timeouts_bound_one_tool_and_required_servers_fail
         .call("demo__sleep", json!({"ms": 5000}))
         .await
         .unwrap();
-    assert!(slept.is_error, "{:?}", slept.views.operator);
+    assert!(
+        slept.is_error,
+        "{:?}",
+        slept.view(demiurge_mcp::redact::View::Operator)
+    );
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "the 1 s tool timeout did not hold: {:?}",

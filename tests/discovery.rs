@@ -56,7 +56,10 @@ async fn every_page_of_tools_is_listed() {
         .call("big__extra_119", serde_json::json!({}))
         .await
         .unwrap();
-    assert_eq!(result.views.operator.content, "extra tool 119");
+    assert_eq!(
+        result.view(demiurge_mcp::redact::View::Operator).content,
+        "extra tool 119"
+    );
     h.finish().await;
 }
 

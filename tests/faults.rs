@@ -68,7 +68,10 @@ where
         .call("ok__echo", json!({"message": "alive"}))
         .await
         .unwrap();
-    assert_eq!(r.views.operator.content, "alive");
+    assert_eq!(
+        r.view(demiurge_mcp::redact::View::Operator).content,
+        "alive"
+    );
     let h = check(h, catalog, took).await;
     h.finish().await;
     drop(h);
@@ -105,9 +108,12 @@ async fn refused_call(catalog: &TurnCatalog, within: Duration, needle: &str) {
         .unwrap();
     assert!(started.elapsed() < within, "took {:?}", started.elapsed());
     assert!(
-        r.is_error && r.views.operator.content.contains(needle),
+        r.is_error
+            && r.view(demiurge_mcp::redact::View::Operator)
+                .content
+                .contains(needle),
         "{:?}",
-        r.views.operator
+        r.view(demiurge_mcp::redact::View::Operator)
     );
 }
 
@@ -168,7 +174,11 @@ async fn a_crash_during_a_call_fails_that_call_and_is_noticed() {
         let outcome = catalog.call("bad__echo", json!({"message": "x"})).await;
         assert!(started.elapsed() < Duration::from_secs(10));
         match outcome {
-            Ok(r) => assert!(r.is_error, "{:?}", r.views.operator),
+            Ok(r) => assert!(
+                r.is_error,
+                "{:?}",
+                r.view(demiurge_mcp::redact::View::Operator)
+            ),
             Err(e) => assert!(e.to_string().contains("closed"), "{e}"),
         }
         assert!(
@@ -209,7 +219,10 @@ async fn garbage_on_stdout_is_contained() {
                     .call_entry(entry, json!({"message": "through"}))
                     .await
                     .unwrap();
-                assert_eq!(r.views.operator.content, "through");
+                assert_eq!(
+                    r.view(demiurge_mcp::redact::View::Operator).content,
+                    "through"
+                );
             } else {
                 assert!(!diagnostic(&catalog, "bad").is_empty());
             }
@@ -305,7 +318,7 @@ async fn a_server_answering_a_byte_at_a_time_still_works() {
             .call("bad__echo", json!({"message": "drip"}))
             .await
             .unwrap();
-        assert_eq!(r.views.operator.content, "drip");
+        assert_eq!(r.view(demiurge_mcp::redact::View::Operator).content, "drip");
         h
     })
     .await;
@@ -372,7 +385,10 @@ async fn hostile_tool_lists_are_normalized_and_capped() {
             catalog.diagnostics()
         );
         let r = catalog.call("bad__twin", json!({})).await.unwrap();
-        assert_eq!(r.views.operator.content, "hostile answer");
+        assert_eq!(
+            r.view(demiurge_mcp::redact::View::Operator).content,
+            "hostile answer"
+        );
         h
     })
     .await;

@@ -75,7 +75,10 @@ async fn an_http_server_works_end_to_end_through_the_pinned_client() {
         .call("web__echo", json!({"message": "over http secret-web-key"}))
         .await
         .unwrap();
-    assert_eq!(r.views.operator.content, "over http <redacted:WEB_KEY>");
+    assert_eq!(
+        r.view(demiurge_mcp::redact::View::Operator).content,
+        "over http <redacted:WEB_KEY>"
+    );
 
     // The preview shows the origin and the validated address, no path, no header value.
     let preview = &h.approver.requests()[0].preview;
@@ -122,6 +125,55 @@ async fn an_http_server_works_end_to_end_through_the_pinned_client() {
     h.finish().await;
 }
 
+/// The test server leaves Nagle's algorithm on, as hyper and axum do by default: it
+/// holds each small SSE write until its previous one is acknowledged. A client that
+/// delays its ACKs (Linux: 40 ms) made every call wait that long; the pinned client
+/// acknowledges at once. 25 calls took over a second before; the bound is half that.
+#[tokio::test]
+async fn calls_to_a_server_with_nagle_on_wait_for_no_delayed_ack() {
+    let server = serve(
+        "127.0.0.1:0",
+        Behaviour::Mcp(vec!["127.0.0.1".into()]),
+        None,
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{}/mcp", server.port());
+    let core = Core::new().grant_servers(&["web"]).server(
+        "web",
+        &format!("transport: http\nurl: {url}\napproval_policy: auto\n"),
+    );
+    let h = harness_with(
+        Recorder::allow(),
+        trusting(StaticResolver::new(), &["127.0.0.0/8"]),
+    )
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    catalog
+        .call("web__echo", json!({"message": "warm"}))
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..25 {
+        let r = catalog
+            .call("web__echo", json!({"message": "x"}))
+            .await
+            .unwrap();
+        assert!(!r.is_error);
+    }
+    let took = started.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(500),
+        "25 calls took {took:?}"
+    );
+    h.finish().await;
+}
+
 #[tokio::test]
 async fn https_connects_to_the_pinned_address_with_the_name_in_sni() {
     let pki = pki(&["mcp.test"]);
@@ -158,7 +210,10 @@ async fn https_connects_to_the_pinned_address_with_the_name_in_sni() {
         .call("tls__echo", json!({"message": "over tls"}))
         .await
         .unwrap();
-    assert_eq!(r.views.operator.content, "over tls");
+    assert_eq!(
+        r.view(demiurge_mcp::redact::View::Operator).content,
+        "over tls"
+    );
     assert!(server.sni.lock().unwrap().iter().all(|n| n == "mcp.test"));
     assert!(!server.sni.lock().unwrap().is_empty());
     h.finish().await;
@@ -427,7 +482,11 @@ async fn dns_rebinding_between_two_requests_of_one_session_is_refused() {
         .call("web__echo", json!({"message": "second"}))
         .await;
     match outcome {
-        Ok(r) => assert!(r.is_error, "{:?}", r.views.operator),
+        Ok(r) => assert!(
+            r.is_error,
+            "{:?}",
+            r.view(demiurge_mcp::redact::View::Operator)
+        ),
         Err(e) => assert!(matches!(e, CallError::Stale { .. }), "{e}"),
     }
     assert_eq!(
@@ -513,7 +572,10 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
             .call("web__echo", json!({"message": "one"}))
             .await
             .unwrap();
-        assert_eq!(first.views.operator.content, "one");
+        assert_eq!(
+            first.view(demiurge_mcp::redact::View::Operator).content,
+            "one"
+        );
         server.restart().await;
         let started = std::time::Instant::now();
         let again = catalog.call("web__echo", json!({"message": "two"})).await;
@@ -526,9 +588,10 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
             404 => {
                 let again = again.unwrap();
                 assert_eq!(
-                    again.views.operator.content, "two",
+                    again.view(demiurge_mcp::redact::View::Operator).content,
+                    "two",
                     "{status}: {:?}",
-                    again.views
+                    again.views()
                 );
             }
             _ => {
@@ -563,7 +626,11 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
                     .call("web__echo", json!({"message": "three"}))
                     .await
                     .unwrap();
-                assert_eq!(r.views.operator.content, "three", "{status}");
+                assert_eq!(
+                    r.view(demiurge_mcp::redact::View::Operator).content,
+                    "three",
+                    "{status}"
+                );
             }
         }
         h.finish().await;

@@ -124,9 +124,13 @@ async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
         .await
         .unwrap();
     assert!(
-        !echo.is_error && echo.views.operator.content.contains("interop"),
+        !echo.is_error
+            && echo
+                .view(demiurge_mcp::redact::View::Operator)
+                .content
+                .contains("interop"),
         "{:?}",
-        echo.views.operator
+        echo.view(demiurge_mcp::redact::View::Operator)
     );
     assert_eq!(echo.provenance.server, "everything");
     assert_eq!(echo.provenance.tool, "echo");
@@ -136,26 +140,39 @@ async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
         .call(&exposed(catalog, "get-tiny-image"), json!({}))
         .await
         .unwrap();
-    let found = image.views.model.blocks.iter().find_map(|b| match b {
-        Block::Image {
-            mime_type,
-            data: Some(data),
-            ..
-        } => Some((mime_type.clone(), data.len())),
-        _ => None,
+    let found = image
+        .view(demiurge_mcp::redact::View::Model)
+        .blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Image {
+                mime_type,
+                data: Some(data),
+                ..
+            } => Some((mime_type.clone(), data.len())),
+            _ => None,
+        });
+    let (mime, len) = found.unwrap_or_else(|| {
+        panic!(
+            "no image: {:?}",
+            image.view(demiurge_mcp::redact::View::Operator)
+        )
     });
-    let (mime, len) = found.unwrap_or_else(|| panic!("no image: {:?}", image.views.operator));
     assert_eq!(mime, "image/png");
     assert!(len > 100, "the image data was dropped");
-    assert!(image.views.operator.content.contains("[image image/png]"));
+    assert!(
+        image
+            .view(demiurge_mcp::redact::View::Operator)
+            .content
+            .contains("[image image/png]")
+    );
 
     let links = catalog
         .call(&exposed(catalog, "get-resource-links"), json!({"count": 2}))
         .await
         .unwrap();
     let uris: Vec<&str> = links
-        .views
-        .model
+        .view(demiurge_mcp::redact::View::Model)
         .blocks
         .iter()
         .filter_map(|b| match b {
@@ -163,17 +180,26 @@ async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
             _ => None,
         })
         .collect();
-    assert_eq!(uris.len(), 2, "{:?}", links.views.model.blocks);
+    assert_eq!(
+        uris.len(),
+        2,
+        "{:?}",
+        links.view(demiurge_mcp::redact::View::Model).blocks
+    );
     assert!(uris.iter().all(|u| u.starts_with("demo://")), "{uris:?}");
 
     let reference = catalog
         .call(&exposed(catalog, "get-resource-reference"), json!({}))
         .await
         .unwrap();
-    let embedded = reference.views.model.blocks.iter().any(
+    let embedded = reference.view(demiurge_mcp::redact::View::Model).blocks.iter().any(
         |b| matches!(b, Block::Resource { uri, text: Some(_), .. } if uri.starts_with("demo://")),
     );
-    assert!(embedded, "{:?}", reference.views.model.blocks);
+    assert!(
+        embedded,
+        "{:?}",
+        reference.view(demiurge_mcp::redact::View::Model).blocks
+    );
 
     let name = exposed(catalog, "get-structured-content");
     assert!(catalog.get(&name).unwrap().output_schema.is_some());
@@ -182,16 +208,19 @@ async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
         .await
         .unwrap();
     assert!(
-        weather.views.model.data["temperature"].is_number(),
+        weather.view(demiurge_mcp::redact::View::Model).data["temperature"].is_number(),
         "{:?}",
-        weather.views.model
+        weather.view(demiurge_mcp::redact::View::Model)
     );
     assert!(weather.output_schema.is_some());
     // Text and structured content both: the model reads the server's text.
     assert!(
-        !weather.views.model.content.contains("\n  "),
+        !weather
+            .view(demiurge_mcp::redact::View::Model)
+            .content
+            .contains("\n  "),
         "{}",
-        weather.views.model.content
+        weather.view(demiurge_mcp::redact::View::Model).content
     );
 }
 
@@ -241,7 +270,10 @@ async fn the_everything_server_beyond_tools() {
             .call(&exposed(&catalog, "get-roots-list"), json!({}))
             .await
             .unwrap();
-        roots = listed.views.operator.content.clone();
+        roots = listed
+            .view(demiurge_mcp::redact::View::Operator)
+            .content
+            .clone();
         if roots.contains(workspace.as_str().trim_end_matches('/')) {
             break;
         }
@@ -265,7 +297,11 @@ async fn the_everything_server_beyond_tools() {
         )
         .await
         .unwrap();
-    assert!(!long.is_error, "{:?}", long.views.operator);
+    assert!(
+        !long.is_error,
+        "{:?}",
+        long.view(demiurge_mcp::redact::View::Operator)
+    );
     assert_eq!(*steps.lock().unwrap(), [1.0, 2.0, 3.0]);
 
     // Logging: one message at once after the toggle.
@@ -290,15 +326,18 @@ async fn the_everything_server_beyond_tools() {
         .read_resource("everything", &document)
         .await
         .unwrap();
-    assert!(!read.is_error, "{:?}", read.views.operator);
     assert!(
-        read.views
-            .model
+        !read.is_error,
+        "{:?}",
+        read.view(demiurge_mcp::redact::View::Operator)
+    );
+    assert!(
+        read.view(demiurge_mcp::redact::View::Model)
             .blocks
             .iter()
             .any(|b| matches!(b, Block::Resource { uri, .. } if *uri == document)),
         "{:?}",
-        read.views.model.blocks
+        read.view(demiurge_mcp::redact::View::Model).blocks
     );
     assert!(
         catalog
@@ -309,7 +348,11 @@ async fn the_everything_server_beyond_tools() {
         .read_resource("everything", "demo://resource/dynamic/text/7")
         .await
         .unwrap();
-    assert!(!dynamic.is_error, "{:?}", dynamic.views.operator);
+    assert!(
+        !dynamic.is_error,
+        "{:?}",
+        dynamic.view(demiurge_mcp::redact::View::Operator)
+    );
 
     // Prompts, with and without arguments.
     let names: Vec<String> = catalog.prompts().map(|p| p.name.clone()).collect();
@@ -368,7 +411,10 @@ async fn the_filesystem_server_sees_the_workspace_through_roots() {
             .call(&read, json!({"path": file.display().to_string()}))
             .await
             .unwrap();
-        text = result.views.operator.content.clone();
+        text = result
+            .view(demiurge_mcp::redact::View::Operator)
+            .content
+            .clone();
         if !result.is_error {
             break;
         }
@@ -379,8 +425,17 @@ async fn the_filesystem_server_sees_the_workspace_through_roots() {
         .call(&read, json!({"path": secret.display().to_string()}))
         .await
         .unwrap();
-    assert!(denied.is_error, "{:?}", denied.views.operator);
-    assert!(!denied.views.operator.content.contains("not yours"));
+    assert!(
+        denied.is_error,
+        "{:?}",
+        denied.view(demiurge_mcp::redact::View::Operator)
+    );
+    assert!(
+        !denied
+            .view(demiurge_mcp::redact::View::Operator)
+            .content
+            .contains("not yours")
+    );
     h.finish().await;
 }
 

@@ -46,7 +46,10 @@ async fn a_changed_tool_list_is_applied_at_the_next_turn() {
         "filters still apply"
     );
     let r = turn2.call("d__fresh_tool", json!({})).await.unwrap();
-    assert_eq!(r.views.operator.content, "added tool fresh_tool");
+    assert_eq!(
+        r.view(demiurge_mcp::redact::View::Operator).content,
+        "added tool fresh_tool"
+    );
     assert_eq!(
         pid_of(&turn2, "d__whoami").await,
         pid,

@@ -209,9 +209,10 @@ async fn a_refused_token_is_refreshed_without_asking() {
         .await
         .unwrap();
     assert_eq!(
-        echoed.views.operator.content, "after revocation",
+        echoed.view(demiurge_mcp::redact::View::Operator).content,
+        "after revocation",
         "{:?}",
-        echoed.views.operator
+        echoed.view(demiurge_mcp::redact::View::Operator)
     );
     assert!(
         server.seen.grants().iter().any(|g| g == "refresh_token"),

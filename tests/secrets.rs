@@ -104,24 +104,21 @@ async fn no_canary_leaves_the_runtime_through_any_output() {
     // The declared secrets really were delivered to the server (it echoed them back).
     assert!(
         results[0]
-            .views
-            .operator
+            .view(demiurge_mcp::redact::View::Operator)
             .content
             .contains("<redacted:API_TOKEN>"),
         "{:?}",
-        results[0].views.operator
+        results[0].view(demiurge_mcp::redact::View::Operator)
     );
     assert!(
         results[0]
-            .views
-            .operator
+            .view(demiurge_mcp::redact::View::Operator)
             .content
             .contains("<redacted:LITERAL_SECRET>")
     );
     assert!(
         results[0]
-            .views
-            .operator
+            .view(demiurge_mcp::redact::View::Operator)
             .content
             .contains("<redacted:token>")
     );
@@ -140,15 +137,16 @@ async fn no_canary_leaves_the_runtime_through_any_output() {
             );
         }
         assert!(
-            !r.views.model.content.contains("<redacted:"),
+            !r.view(demiurge_mcp::redact::View::Model)
+                .content
+                .contains("<redacted:"),
             "the model view names nothing: {}",
-            r.views.model.content
+            r.view(demiurge_mcp::redact::View::Model).content
         );
     }
     assert!(
         results[0]
-            .views
-            .debug
+            .view(demiurge_mcp::redact::View::Debug)
             .content
             .contains("<redacted:API_TOKEN:"),
         "debug carries a fingerprint"
@@ -292,8 +290,7 @@ async fn a_server_sees_exactly_the_allowlist_home_and_its_declared_names() {
         .call("d__env_names", json!({}))
         .await
         .unwrap()
-        .views
-        .operator
+        .view(demiurge_mcp::redact::View::Operator)
         .data["names"]
         .clone();
     assert_eq!(
@@ -355,7 +352,7 @@ async fn no_canary_leaves_through_a_side_door() {
             .call("canary__echo_json", json!({ "message": data.to_string() }))
             .await
             .unwrap();
-        shown.push(serde_json::to_string(&result.views).unwrap());
+        shown.push(serde_json::to_string(&result.views()).unwrap());
     }
     for message in [
         format!("run it with --token {SPACED} and then {SPACED}"),
@@ -366,7 +363,7 @@ async fn no_canary_leaves_through_a_side_door() {
                 .call(tool, json!({ "message": message }))
                 .await
                 .unwrap();
-            shown.push(serde_json::to_string(&result.views).unwrap());
+            shown.push(serde_json::to_string(&result.views()).unwrap());
         }
     }
     for views in &shown {

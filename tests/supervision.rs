@@ -163,7 +163,7 @@ async fn in_flight_calls_fail_clearly_when_the_server_dies_and_it_reconnects_aft
     let mut running = false;
     for _ in 0..100 {
         let r = catalog.call("d__in_flight", json!({})).await.unwrap();
-        if r.views.operator.data["sleeping"] == 1 {
+        if r.view(demiurge_mcp::redact::View::Operator).data["sleeping"] == 1 {
             running = true;
             break;
         }
@@ -176,9 +176,13 @@ async fn in_flight_calls_fail_clearly_when_the_server_dies_and_it_reconnects_aft
     assert!(started.elapsed() < Duration::from_secs(10));
     match outcome {
         Ok(result) => assert!(
-            result.is_error && result.views.operator.content.contains("closed"),
+            result.is_error
+                && result
+                    .view(demiurge_mcp::redact::View::Operator)
+                    .content
+                    .contains("closed"),
             "{:?}",
-            result.views.operator
+            result.view(demiurge_mcp::redact::View::Operator)
         ),
         Err(refused) => assert!(refused.to_string().contains("closed"), "{refused}"),
     }

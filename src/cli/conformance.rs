@@ -115,14 +115,14 @@ async fn act(
                 eprintln!(
                     "{}: {}",
                     tool.name,
-                    super::t(&result.views.operator.content)
+                    super::t(&result.view(demiurge_mcp::redact::View::Operator).content)
                 )
             }
             Ok(result) => {
                 eprintln!(
                     "{}: error {}",
                     tool.name,
-                    super::t(&result.views.operator.content)
+                    super::t(&result.view(demiurge_mcp::redact::View::Operator).content)
                 );
                 code = 1;
             }

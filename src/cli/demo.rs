@@ -140,7 +140,7 @@ async fn same_pid(a: &demiurge_mcp::TurnCatalog, b: &demiurge_mcp::TurnCatalog) 
             c.call("demo__whoami", json!({}))
                 .await
                 .ok()
-                .map(|r| r.views.operator.data.clone())
+                .map(|r| r.view(demiurge_mcp::redact::View::Operator).data.clone())
         }
     };
     pid(a).await == pid(b).await

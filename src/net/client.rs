@@ -415,6 +415,7 @@ impl PinnedClient {
         .map_err(|_| fail("connect timed out".into()))?
         .map_err(|e| fail(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
+        let tcp = QuickAck(tcp);
         if target.scheme == "https" {
             let name = rustls::pki_types::ServerName::try_from(target.server_name())
                 .map_err(|e| fail(e.to_string()))?;
@@ -427,6 +428,67 @@ impl PinnedClient {
         } else {
             handshake(tcp, target).await
         }
+    }
+}
+
+/// A TCP stream that acknowledges what it reads at once. A server that leaves Nagle's
+/// algorithm on (hyper's and axum's default) holds each small write until the previous
+/// one is acknowledged; a client delaying its ACKs (Linux: up to 40 ms) would then wait
+/// that long for every SSE event after the first. Linux clears the flag as it goes, so
+/// it is set again after every read.
+struct QuickAck(TcpStream);
+
+impl QuickAck {
+    fn acknowledge_at_once(&self) {
+        #[cfg(target_os = "linux")]
+        let _ = socket2::SockRef::from(&self.0).set_tcp_quickack(true);
+    }
+}
+
+impl tokio::io::AsyncRead for QuickAck {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.0).poll_read(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.acknowledge_at_once();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for QuickAck {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, data)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write_vectored(cx, data)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.0.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }
 

@@ -94,8 +94,57 @@ impl<T> Views<T> {
 /// One known secret value and the name it is shown under.
 #[derive(Clone, PartialEq, Eq)]
 struct Secret {
-    name: String,
+    name: Arc<str>,
     value: String,
+}
+
+/// Secrets and the automaton that finds every one of them in a single pass over a text
+/// (Aho-Corasick, leftmost-longest): the cost of a search grows with the text, not with
+/// the text times the number of secrets, which a result with thousands of sensitive
+/// keys would otherwise make minutes.
+#[derive(Default)]
+struct Known {
+    /// Longest first; an automaton pattern's index is its index here.
+    secrets: Vec<Secret>,
+    finder: Option<aho_corasick::AhoCorasick>,
+}
+
+impl Known {
+    fn new(mut secrets: Vec<Secret>) -> Known {
+        secrets.sort_by(|a, b| b.value.len().cmp(&a.value.len()).then(a.name.cmp(&b.name)));
+        let finder = if secrets.is_empty() {
+            None
+        } else {
+            // Thousands of secrets (a result's own) build a contiguous NFA in a fraction
+            // of a DFA's time; a few (a connection's) get whatever searches fastest.
+            let kind =
+                (secrets.len() > 256).then_some(aho_corasick::AhoCorasickKind::ContiguousNFA);
+            aho_corasick::AhoCorasick::builder()
+                .kind(kind)
+                .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+                .build(secrets.iter().map(|s| s.value.as_str()))
+                .ok()
+        };
+        Known { secrets, finder }
+    }
+
+    /// Where the secrets occur in `text`, in order, none overlapping: at each place the
+    /// longest secret starting there.
+    fn find(&self, text: &str, hits: &mut Vec<Hit>) {
+        if let Some(finder) = &self.finder {
+            hits.extend(finder.find_iter(text).map(|m| Hit {
+                start: m.start(),
+                end: m.end(),
+                name: Arc::clone(&self.secrets[m.pattern().as_usize()].name),
+            }));
+        }
+    }
+}
+
+impl std::fmt::Debug for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.secrets).finish()
+    }
 }
 
 impl std::fmt::Debug for Secret {
@@ -117,7 +166,7 @@ pub struct RedactionFailed;
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
     /// Longest first, so a secret containing another is replaced whole.
-    secrets: Arc<Vec<Secret>>,
+    secrets: Arc<Known>,
     /// Secrets the connection learns after it started, shared by every clone.
     learned: Option<Arc<Learned>>,
     /// A redactor that always fails: exercises the fail-closed paths in tests.
@@ -127,7 +176,7 @@ pub struct Redactor {
 /// Secrets a connection learns once it runs (OAuth tokens from a refresh or a step-up),
 /// shared by every redactor of that connection: what one learns, all hide at once.
 #[derive(Debug, Default)]
-pub struct Learned(std::sync::RwLock<Vec<Secret>>);
+pub struct Learned(std::sync::RwLock<Arc<Known>>);
 
 impl Learned {
     /// Adds a secret (ignored when shorter than [`MIN_SECRET_LEN`] or already known).
@@ -136,13 +185,14 @@ impl Learned {
             return;
         }
         if let Ok(mut known) = self.0.write()
-            && !known.iter().any(|s| s.value == value)
+            && !known.secrets.iter().any(|s| s.value == value)
         {
-            known.push(Secret {
-                name: name.to_string(),
+            let mut secrets = known.secrets.clone();
+            secrets.push(Secret {
+                name: name.into(),
                 value: value.to_string(),
             });
-            known.sort_by_key(|s| std::cmp::Reverse(s.value.len()));
+            *known = Arc::new(Known::new(secrets));
         }
     }
 }
@@ -233,16 +283,22 @@ impl Redactor {
         N: Into<String>,
         V: Into<String>,
     {
-        let mut all: Vec<Secret> = self.secrets.as_ref().clone();
+        let mut all: Vec<Secret> = self.secrets.secrets.clone();
         for (name, value) in secrets {
-            let (name, value) = (name.into(), value.into());
-            if value.chars().count() >= MIN_SECRET_LEN && !all.iter().any(|s| s.value == value) {
-                all.push(Secret { name, value });
+            let (name, value): (String, String) = (name.into(), value.into());
+            if value.chars().count() >= MIN_SECRET_LEN {
+                all.push(Secret {
+                    name: name.into(),
+                    value,
+                });
             }
         }
-        all.sort_by(|a, b| b.value.len().cmp(&a.value.len()).then(a.name.cmp(&b.name)));
+        // One entry a value, the first given (known ones before new ones) keeping its
+        // name: a stable sort, then a dedup, instead of a lookup per value.
+        all.sort_by(|a, b| a.value.cmp(&b.value));
+        all.dedup_by(|later, first| later.value == first.value);
         Redactor {
-            secrets: Arc::new(all),
+            secrets: Arc::new(Known::new(all)),
             learned: self.learned.clone(),
             poisoned: self.poisoned,
         }
@@ -256,23 +312,20 @@ impl Redactor {
         }
     }
 
-    /// Every secret this redactor knows now: the declared ones, then those learned.
-    fn known(&self) -> std::borrow::Cow<'_, [Secret]> {
-        match self.learned.as_ref().and_then(|l| l.0.read().ok()) {
-            Some(learned) if !learned.is_empty() => {
-                let mut all = self.secrets.as_ref().clone();
-                all.extend(learned.iter().cloned());
-                all.sort_by_key(|s| std::cmp::Reverse(s.value.len()));
-                std::borrow::Cow::Owned(all)
-            }
-            _ => std::borrow::Cow::Borrowed(self.secrets.as_slice()),
-        }
+    /// What the connection learned so far, when it learned anything.
+    fn learned(&self) -> Option<Arc<Known>> {
+        let learned = self.learned.as_ref()?.0.read().ok()?;
+        (!learned.secrets.is_empty()).then(|| Arc::clone(&learned))
     }
 
     /// Characters of the longest known secret (0 when there is none).
     pub fn longest_secret_chars(&self) -> usize {
-        self.known()
+        let learned = self.learned();
+        let learned = learned.iter().flat_map(|l| l.secrets.iter());
+        self.secrets
+            .secrets
             .iter()
+            .chain(learned)
             .map(|s| s.value.chars().count())
             .max()
             .unwrap_or(0)
@@ -328,18 +381,21 @@ impl Redactor {
         collect_sensitive(result, None, &mut found);
         let mut texts = Vec::new();
         collect_strings(result, &mut texts);
+        let declared: std::collections::HashSet<&str> = self
+            .secrets
+            .secrets
+            .iter()
+            .map(|s| s.value.as_str())
+            .collect();
         for text in texts {
             if text.len() > MAX_REDACT_BYTES {
                 continue;
             }
             for hit in self.hits(text) {
                 // Declared secrets are known already; shapes reveal new ones.
-                if !self
-                    .secrets
-                    .iter()
-                    .any(|s| s.value == text[hit.start..hit.end])
-                {
-                    found.push((hit.name, text[hit.start..hit.end].to_string()));
+                let value = &text[hit.start..hit.end];
+                if !declared.contains(value) {
+                    found.push((hit.name.to_string(), value.to_string()));
                 }
             }
             let trimmed = text.trim_start();
@@ -370,28 +426,43 @@ impl Redactor {
         Ok(render(text, &self.hits(text), view))
     }
 
-    /// Where the secrets of `text` are: declared values first (longest first), then
-    /// shapes, which absorb any declared value they overlap. Found once, rendered per
-    /// view, so the five views cost one scan.
+    /// Where the secrets of `text` are: known values (at each place the longest one
+    /// starting there), then shapes, which absorb any known value they overlap. Found
+    /// once, rendered per view, so the five views cost one scan. Linear in the text and
+    /// in the hits: a text holding a secret a million times costs a million hits, not a
+    /// million squared.
     fn hits(&self, text: &str) -> Vec<Hit> {
         let mut hits: Vec<Hit> = Vec::new();
-        for secret in self.known().iter() {
-            for (start, m) in text.match_indices(secret.value.as_str()) {
-                let end = start + m.len();
-                if !hits.iter().any(|h| h.start < end && start < h.end) {
-                    hits.push(Hit {
-                        start,
-                        end,
-                        name: secret.name.clone(),
-                    });
+        self.secrets.find(text, &mut hits);
+        if let Some(learned) = self.learned() {
+            learned.find(text, &mut hits);
+            // Both lists are in order; the earliest, then longest, of two that overlap
+            // wins, as within one list.
+            hits.sort_by_key(|h| (h.start, std::cmp::Reverse(h.end)));
+            let mut end = 0;
+            hits.retain(|h| {
+                let keep = h.start >= end;
+                if keep {
+                    end = h.end;
                 }
-            }
+                keep
+            });
         }
+        let mut shapes: Vec<Hit> = Vec::new();
+        let mut shape = |start: usize, end: usize, name: &str| {
+            if start < end {
+                shapes.push(Hit {
+                    start,
+                    end,
+                    name: name.into(),
+                });
+            }
+        };
         // Each shape is tried only when its trigger characters occur at all.
         if text.contains("://") && text.contains('@') {
             for c in URL_CREDENTIALS.captures_iter(text) {
                 if let (Some(all), Some(scheme)) = (c.get(0), c.get(1)) {
-                    absorb(&mut hits, scheme.end(), all.end() - 1, "url_credentials");
+                    shape(scheme.end(), all.end() - 1, "url_credentials");
                 }
             }
         }
@@ -401,20 +472,13 @@ impl Redactor {
                     (Some(n), Some(v), _, _) | (_, _, Some(n), Some(v)) => (n, v),
                     _ => continue,
                 };
-                absorb(
-                    &mut hits,
-                    value.start(),
-                    value.end(),
-                    &name.as_str().to_lowercase(),
-                );
+                shape(value.start(), value.end(), &name.as_str().to_lowercase());
             }
         }
         if text.contains('"') {
             for c in JSON_FIELD.captures_iter(text) {
-                if let (Some(name), Some(value)) = (c.get(1), c.get(3))
-                    && !value.is_empty()
-                {
-                    absorb(&mut hits, value.start(), value.end(), name.as_str());
+                if let (Some(name), Some(value)) = (c.get(1), c.get(3)) {
+                    shape(value.start(), value.end(), name.as_str());
                 }
             }
         }
@@ -423,7 +487,7 @@ impl Redactor {
                 let value = c.get(2).or_else(|| c.get(3)).or_else(|| c.get(4));
                 if let (Some(name), Some(value)) = (c.get(1), value) {
                     let name = name.as_str().trim_start_matches('-');
-                    absorb(&mut hits, value.start(), value.end(), name);
+                    shape(value.start(), value.end(), name);
                 }
             }
         }
@@ -432,77 +496,92 @@ impl Redactor {
                 if let (Some(name), Some(value)) = (c.get(2), c.get(3))
                     && is_sensitive_assignment(name.as_str())
                 {
-                    absorb(&mut hits, value.start(), value.end(), name.as_str());
+                    shape(value.start(), value.end(), name.as_str());
                 }
             }
         }
-        hits.sort_by_key(|h| h.start);
-        hits
+        absorb(hits, shapes)
     }
 
     /// `value` in one view; the string [`REDACTION_FAILED`] if it cannot be redacted.
     pub fn json(&self, value: &Value, view: View) -> Value {
-        match self.try_json_views(value) {
-            Ok(views) => views.get(view).clone(),
-            Err(_) => Value::String(REDACTION_FAILED.into()),
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.try_json(value, view)))
+        {
+            Ok(Ok(v)) => v,
+            _ => Value::String(REDACTION_FAILED.into()),
         }
     }
 
-    /// `value` in every view at once: strings are redacted as text (one scan for all
-    /// views), sensitive fields replaced.
+    /// Whether every string and key of `value` can be redacted (none over
+    /// [`MAX_REDACT_BYTES`], the redactor not poisoned).
+    pub fn can_redact(&self, value: &Value) -> bool {
+        fn fits(value: &Value) -> bool {
+            match value {
+                Value::String(s) => s.len() <= MAX_REDACT_BYTES,
+                Value::Array(items) => items.iter().all(fits),
+                Value::Object(map) => map
+                    .iter()
+                    .all(|(k, v)| k.len() <= MAX_REDACT_BYTES && fits(v)),
+                _ => true,
+            }
+        }
+        !self.poisoned && fits(value)
+    }
+
+    /// `value` in one view: strings redacted as text, sensitive fields replaced.
+    ///
+    /// # Errors
+    /// [`RedactionFailed`] when any part cannot be redacted.
+    pub fn try_json(&self, value: &Value, view: View) -> Result<Value, RedactionFailed> {
+        self.check(0)?;
+        Ok(match value {
+            Value::String(s) => Value::String(self.try_text(s, view)?),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| self.try_json(i, view))
+                    .collect::<Result<_, _>>()?,
+            ),
+            Value::Object(map) => {
+                let mut out = Map::with_capacity(map.len());
+                for (key, v) in map {
+                    let key_out = self.try_text(key, view)?;
+                    // A list or map under a sensitive key is opaque: it is replaced whole.
+                    let v_out = if is_sensitive_field(key) && !v.is_null() {
+                        match view {
+                            View::Event | View::Durable => serde_json::json!({
+                                "redacted": true, "name": key_out, "source": "field"
+                            }),
+                            _ => {
+                                let raw = match v {
+                                    Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+                                    other => std::borrow::Cow::Owned(other.to_string()),
+                                };
+                                Value::String(marker(view, key, &raw))
+                            }
+                        }
+                    } else {
+                        self.try_json(v, view)?
+                    };
+                    out.insert(key_out, v_out);
+                }
+                Value::Object(out)
+            }
+            other => other.clone(),
+        })
+    }
+
+    /// `value` in every view at once.
     ///
     /// # Errors
     /// [`RedactionFailed`] when any part cannot be redacted.
     pub fn try_json_views(&self, value: &Value) -> Result<Views<Value>, RedactionFailed> {
-        self.check(0)?;
-        Ok(match value {
-            Value::String(s) => {
-                self.check(s.len())?;
-                let hits = self.hits(s);
-                Views::build(|v| Value::String(render(s, &hits, v)))
-            }
-            Value::Array(items) => {
-                let parts = items
-                    .iter()
-                    .map(|i| self.try_json_views(i))
-                    .collect::<Result<Vec<_>, _>>()?;
-                Views::build(|v| Value::Array(parts.iter().map(|p| p.get(v).clone()).collect()))
-            }
-            Value::Object(map) => {
-                let mut out = Views::build(|_| Map::with_capacity(map.len()));
-                for (key, v) in map {
-                    self.check(key.len())?;
-                    let key_hits = self.hits(key);
-                    // A list or map under a sensitive key is opaque: it is replaced whole.
-                    let sensitive = is_sensitive_field(key) && !v.is_null();
-                    let inner = if sensitive {
-                        None
-                    } else {
-                        Some(self.try_json_views(v)?)
-                    };
-                    for view in ALL_VIEWS {
-                        let key_out = render(key, &key_hits, view);
-                        let v_out = match &inner {
-                            Some(views) => views.get(view).clone(),
-                            None => {
-                                let raw = match v {
-                                    Value::String(s) => s.clone(),
-                                    other => other.to_string(),
-                                };
-                                match view {
-                                    View::Event | View::Durable => serde_json::json!({
-                                        "redacted": true, "name": key_out, "source": "field"
-                                    }),
-                                    _ => Value::String(marker(view, key, &raw)),
-                                }
-                            }
-                        };
-                        out.get_mut(view).insert(key_out, v_out);
-                    }
-                }
-                Views::build(|view| Value::Object(std::mem::take(out.get_mut(view))))
-            }
-            other => Views::build(|_| other.clone()),
+        Ok(Views {
+            model: self.try_json(value, View::Model)?,
+            operator: self.try_json(value, View::Operator)?,
+            event: self.try_json(value, View::Event)?,
+            durable: self.try_json(value, View::Durable)?,
+            debug: self.try_json(value, View::Debug)?,
         })
     }
 
@@ -532,9 +611,10 @@ impl Redactor {
 struct Hit {
     start: usize,
     end: usize,
-    name: String,
+    name: Arc<str>,
 }
 
+#[cfg(test)]
 const ALL_VIEWS: [View; 5] = [
     View::Model,
     View::Operator,
@@ -543,25 +623,31 @@ const ALL_VIEWS: [View; 5] = [
     View::Debug,
 ];
 
-/// Adds a shape hit; declared-secret hits it overlaps are absorbed into it.
-fn absorb(hits: &mut Vec<Hit>, start: usize, end: usize, name: &str) {
-    if start >= end {
-        return;
+/// Known-value hits (in order, none overlapping) merged with shape hits (in the order
+/// the shapes were tried): every run of hits that overlap, with at least one shape in
+/// it, becomes one hit spanning them all, named by the shape tried last. One sort and
+/// one sweep.
+fn absorb(known: Vec<Hit>, shapes: Vec<Hit>) -> Vec<Hit> {
+    if shapes.is_empty() {
+        return known;
     }
-    let (mut start, mut end) = (start, end);
-    hits.retain(|h| {
-        let overlaps = h.start < end && start < h.end;
-        if overlaps {
-            start = start.min(h.start);
-            end = end.max(h.end);
+    // A shape's rank is its place in the order shapes were tried, above any known value.
+    let mut all: Vec<(Hit, usize)> = known.into_iter().map(|h| (h, 0)).collect();
+    all.extend(shapes.into_iter().enumerate().map(|(i, h)| (h, i + 1)));
+    all.sort_by_key(|(h, _)| h.start);
+    let mut merged: Vec<(Hit, usize)> = Vec::with_capacity(all.len());
+    for (hit, rank) in all {
+        match merged.last_mut() {
+            Some((run, run_rank)) if hit.start < run.end => {
+                run.end = run.end.max(hit.end);
+                if rank > *run_rank {
+                    (run.name, *run_rank) = (hit.name, rank);
+                }
+            }
+            _ => merged.push((hit, rank)),
         }
-        !overlaps
-    });
-    hits.push(Hit {
-        start,
-        end,
-        name: name.to_string(),
-    });
+    }
+    merged.into_iter().map(|(h, _)| h).collect()
 }
 
 fn render(text: &str, hits: &[Hit], view: View) -> String {
@@ -577,18 +663,6 @@ fn render(text: &str, hits: &[Hit], view: View) -> String {
     }
     out.push_str(&text[at..]);
     out
-}
-
-impl<T> Views<T> {
-    fn get_mut(&mut self, view: View) -> &mut T {
-        match view {
-            View::Model => &mut self.model,
-            View::Operator => &mut self.operator,
-            View::Event => &mut self.event,
-            View::Durable => &mut self.durable,
-            View::Debug => &mut self.debug,
-        }
-    }
 }
 
 /// Runs a redaction; a failure (or a panic inside it) yields the failure marker in
@@ -793,6 +867,52 @@ mod tests {
     fn longer_secret_wins_over_its_substring() {
         let r = Redactor::new().with_secrets([("A", "abcd"), ("B", "abcdefgh")]);
         assert_eq!(r.text("abcdefgh", View::Operator), "<redacted:B>");
+    }
+
+    /// A hostile result: thousands of sensitive keys, each value repeated in a text,
+    /// and one secret repeated a million times. Searching each secret separately and
+    /// checking each hit against all hits before it took minutes for either; the bound
+    /// is far above what one pass costs.
+    #[test]
+    fn many_secrets_and_many_hits_cost_one_pass() {
+        let records: Vec<Value> = (0..20_000)
+            .map(|n| json!({"api_token": format!("tok-{n:06}-x"), "note": format!("uses tok-{n:06}-x")}))
+            .collect();
+        let result = json!({"structuredContent": {"records": records}});
+        let started = std::time::Instant::now();
+        let r = Redactor::new().with_result_secrets(&result);
+        let views = r.json_views(&result);
+        let notes = views.operator["structuredContent"]["records"]
+            .as_array()
+            .unwrap();
+        assert_eq!(notes.len(), 20_000);
+        assert!(
+            notes
+                .iter()
+                .all(|n| n["note"] == "uses <redacted:api_token>")
+        );
+        let flood = "abcdefgh ".repeat(1_000_000);
+        let r = Redactor::new().with_secrets([("key", "abcdefgh"), ("k2", "efgh abcd")]);
+        let text = r.text(&flood, View::Model);
+        assert!(!text.contains("abcd") && !text.contains("efgh"));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "redaction took {:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn overlapping_secrets_leave_no_secret_whole_and_shapes_absorb_them() {
+        // Two secrets overlapping: the earlier one wins where they meet; neither value
+        // is left whole.
+        let r = Redactor::new().with_secrets([("A", "xxabcd"), ("B", "abcdyy")]);
+        let out = r.text("xxabcdyy", View::Operator);
+        assert!(!out.contains("xxabcd") && !out.contains("abcdyy"), "{out}");
+        // A shape around a known value is one hit, named by the shape.
+        let r = Redactor::new().with_secrets([("declared", "s3cr3t-value")]);
+        let out = r.text("token=s3cr3t-value-and-more rest", View::Operator);
+        assert_eq!(out, "token=<redacted:token> rest");
     }
 
     #[test]

@@ -324,12 +324,13 @@ impl McpClient {
 /// # Errors
 /// The server's or transport's error, unredacted.
 pub async fn list_tools(peer: &Peer<RoleClient>) -> Result<ListedTools, String> {
-    let (tools, truncated) = paged(|p| async move {
+    // The lists are independent requests: asked at once, they cost one round trip.
+    let tools = paged(|p| async move {
         let r = peer.list_tools(Some(p)).await?;
         Ok((r.tools, r.next_cursor))
-    })
-    .await?;
-    let offer = list_offer(peer).await?;
+    });
+    let (tools, offer) = futures::join!(tools, list_offer(peer));
+    let ((tools, truncated), offer) = (tools?, offer?);
     Ok(ListedTools {
         tools,
         truncated,
@@ -384,13 +385,44 @@ pub async fn call_tool(
     abandoned.disarm();
     match response {
         Ok(ServerResult::CallToolResult(result)) => {
-            serde_json::to_value(result).map_err(|e| CallFailure::Protocol(e.to_string()))
+            into_json(result).map_err(|e| CallFailure::Protocol(e.to_string()))
         }
         Ok(_) => Err(CallFailure::Protocol(
             "unexpected response to tools/call".into(),
         )),
         Err(e) => Err(classify(&e, timeout)),
     }
+}
+
+/// A call's result as JSON, its texts and structured content moved rather than
+/// copied: a result of megabytes is held once, not twice, while it is converted.
+fn into_json(
+    mut result: rmcp::model::CallToolResult,
+) -> Result<serde_json::Value, serde_json::Error> {
+    use rmcp::model::ContentBlock;
+    use serde_json::Value;
+    let structured = result.structured_content.take();
+    let texts: Vec<Option<String>> = result
+        .content
+        .iter_mut()
+        .map(|block| match block {
+            ContentBlock::Text(t) => Some(std::mem::take(&mut t.text)),
+            _ => None,
+        })
+        .collect();
+    let mut value = serde_json::to_value(&result)?;
+    drop(result);
+    if let Some(blocks) = value.get_mut("content").and_then(Value::as_array_mut) {
+        for (block, text) in blocks.iter_mut().zip(texts) {
+            if let (Some(text), Some(block)) = (text, block.as_object_mut()) {
+                block.insert("text".into(), Value::String(text));
+            }
+        }
+    }
+    if let (Some(structured), Some(object)) = (structured, value.as_object_mut()) {
+        object.insert("structuredContent".into(), structured);
+    }
+    Ok(value)
 }
 
 /// Sends `notifications/cancelled` for a request whose caller went away before its

@@ -99,41 +99,47 @@ pub async fn list_offer(peer: &Peer<RoleClient>) -> Result<Offer, String> {
         logging: info.capabilities.logging.is_some(),
         ..Offer::default()
     };
-    // A list that fails is a note, not the server's failure: its tools still work.
-    if info.capabilities.resources.is_some() {
-        match paged(|p| async move {
+    // A list that fails is a note, not the server's failure: its tools still work. The
+    // three lists are asked at once.
+    let resources = info.capabilities.resources.is_some().then_some(async move {
+        let resources = paged(|p| async move {
             let r = peer.list_resources(Some(p)).await?;
             Ok((r.resources, r.next_cursor))
+        });
+        let templates = paged(|p| async move {
+            let r = peer.list_resource_templates(Some(p)).await?;
+            Ok((r.resource_templates, r.next_cursor))
+        });
+        futures::join!(resources, templates)
+    });
+    let prompts = info.capabilities.prompts.is_some().then(|| {
+        paged(|p| async move {
+            let r = peer.list_prompts(Some(p)).await?;
+            Ok((r.prompts, r.next_cursor))
         })
-        .await
-        {
+    });
+    let (resources, prompts) = futures::join!(
+        futures::future::OptionFuture::from(resources),
+        futures::future::OptionFuture::from(prompts)
+    );
+    if let Some((resources, templates)) = resources {
+        match resources {
             Ok((resources, cut)) => (offer.resources, offer.truncated) = (resources, cut),
             Err(e) => offer.failed.push(format!("resources/list failed: {e}")),
         }
         // Templates are optional even for a server with resources.
-        if let Ok((templates, cut)) = paged(|p| async move {
-            let r = peer.list_resource_templates(Some(p)).await?;
-            Ok((r.resource_templates, r.next_cursor))
-        })
-        .await
-        {
+        if let Ok((templates, cut)) = templates {
             offer.templates = templates;
             offer.truncated |= cut;
         }
     }
-    if info.capabilities.prompts.is_some() {
-        match paged(|p| async move {
-            let r = peer.list_prompts(Some(p)).await?;
-            Ok((r.prompts, r.next_cursor))
-        })
-        .await
-        {
-            Ok((prompts, cut)) => {
-                offer.prompts = prompts;
-                offer.truncated |= cut;
-            }
-            Err(e) => offer.failed.push(format!("prompts/list failed: {e}")),
+    match prompts {
+        Some(Ok((prompts, cut))) => {
+            offer.prompts = prompts;
+            offer.truncated |= cut;
         }
+        Some(Err(e)) => offer.failed.push(format!("prompts/list failed: {e}")),
+        None => {}
     }
     Ok(offer)
 }

@@ -308,8 +308,14 @@ pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
 /// The pid a demo-server tool reports through `whoami`.
 pub async fn pid_of(catalog: &demiurge_mcp::TurnCatalog, whoami: &str) -> u32 {
     let result = catalog.call(whoami, serde_json::json!({})).await.unwrap();
-    assert!(!result.is_error, "{:?}", result.views.operator);
-    result.views.operator.data["pid"].as_u64().unwrap() as u32
+    assert!(
+        !result.is_error,
+        "{:?}",
+        result.view(demiurge_mcp::redact::View::Operator)
+    );
+    result.view(demiurge_mcp::redact::View::Operator).data["pid"]
+        .as_u64()
+        .unwrap() as u32
 }
 
 /// Tool names of a catalog.
