@@ -28,20 +28,12 @@ use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use serde_json::json;
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Batches and calls per batch of the paired raw/runtime comparison.
 const PAIRED_BATCHES: u32 = 40;
 const PAIRED_CALLS: u32 = 200;
 
 fn calls(c: &mut Criterion) {
-    let rt = rt();
+    let rt = common::rt();
     let mut group = c.benchmark_group("call");
     let raw = rt.block_on(async {
         let mut cmd = tokio::process::Command::new(common::EXE);
@@ -131,7 +123,7 @@ fn calls(c: &mut Criterion) {
 }
 
 fn prepare(c: &mut Criterion) {
-    let rt = rt();
+    let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
     let warm_core = common::core(dir.path(), 16, 50 - common::DEMO_TOOLS, false);
     let (runtime, session) = rt.block_on(async {
@@ -155,7 +147,7 @@ fn prepare(c: &mut Criterion) {
 }
 
 fn stress(c: &mut Criterion) {
-    let rt = rt();
+    let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
     let core = common::core(dir.path(), 2, 0, true);
     let (runtime, sessions) = rt.block_on(async {

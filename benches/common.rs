@@ -40,6 +40,21 @@ pub fn core_with(dir: &Path, name: &str, yamls: &[String]) -> PathBuf {
     core
 }
 
+/// The multi-threaded runtime every bench runs on (two workers: the machine's cores).
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A core declaring one demo server reached over streamable HTTP at `url`.
+pub fn http_core(dir: &Path, url: &str) -> PathBuf {
+    let yaml = format!("transport: http\nurl: {url}\napproval_policy: auto\n");
+    core_with(dir, "http", &[yaml])
+}
+
 /// The demo server over streamable HTTP in its own process, killed when dropped.
 pub struct HttpServer {
     /// Its MCP endpoint.

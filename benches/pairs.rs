@@ -38,14 +38,6 @@ use serde_json::json;
 
 type Client = RunningService<RoleClient, ()>;
 
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// Rounds of each paired figure.
 const COLD_ROUNDS: usize = 30;
 const CALL_ROUNDS: usize = 40;
@@ -123,17 +115,10 @@ async fn runtime_cold(
 }
 
 fn cold(c: &mut Criterion) {
-    let rt = rt();
+    let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
     let server = rt.block_on(common::http_server());
-    let http_core = common::core_with(
-        dir.path(),
-        "http",
-        &[format!(
-            "transport: http\nurl: {}\napproval_policy: auto\n",
-            server.url
-        )],
-    );
+    let http_core = common::http_core(dir.path(), &server.url);
     let runtime = rt.block_on(common::runtime(&dir.path().join("home"), 4));
     let cores: Vec<_> = [1, 16]
         .iter()
@@ -262,17 +247,10 @@ async fn raw_fan_out(client: &Client) -> Duration {
 }
 
 fn calls(c: &mut Criterion) {
-    let rt = rt();
+    let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
     let server = rt.block_on(common::http_server());
-    let http_core = common::core_with(
-        dir.path(),
-        "http",
-        &[format!(
-            "transport: http\nurl: {}\napproval_policy: auto\n",
-            server.url
-        )],
-    );
+    let http_core = common::http_core(dir.path(), &server.url);
     let parallel_core = common::core(dir.path(), 1, 0, true);
     let runtime = rt.block_on(common::runtime(&dir.path().join("home"), 4));
     let (raw_http, http_turn, raw_stdio, parallel) = rt.block_on(async {
