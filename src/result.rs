@@ -376,6 +376,10 @@ impl Source {
             blocks,
             cut: false,
         };
+        // Checked before the cut, which could shorten a marker into text.
+        if has_marker(&made) {
+            return failed_view();
+        }
         if capped_view {
             capped(made, shape.max_tokens, as_structured, sent_tokens, skipped)
         } else {

@@ -99,7 +99,7 @@ struct Secret {
 }
 
 /// Secrets and the automaton that finds every one of them in a single pass over a text
-/// (Aho-Corasick, leftmost-longest): the cost of a search grows with the text, not with
+/// (Aho-Corasick): the cost of a search grows with the text and its matches, not with
 /// the text times the number of secrets, which a result with thousands of sensitive
 /// keys would otherwise make minutes.
 #[derive(Default)]
@@ -107,37 +107,86 @@ struct Known {
     /// Longest first; an automaton pattern's index is its index here.
     secrets: Vec<Secret>,
     finder: Option<aho_corasick::AhoCorasick>,
+    /// The secrets are more than [`MAX_SECRET_BYTES`], or the automaton could not be
+    /// built: nothing can be redacted (fail closed), never "no secret found".
+    broken: bool,
 }
+
+/// Most bytes of secret values one redactor searches for (a contiguous NFA holds some
+/// tens of bytes per byte of pattern): a result revealing more fails closed.
+pub const MAX_SECRET_BYTES: usize = 1024 * 1024;
+
+/// Most secret matches in one text, beyond one a byte: past it redaction fails closed
+/// (secrets nested in one another, each occurrence matching many of them).
+const MAX_MATCHES_PER_BYTE: usize = 4;
 
 impl Known {
     fn new(mut secrets: Vec<Secret>) -> Known {
         secrets.sort_by(|a, b| b.value.len().cmp(&a.value.len()).then(a.name.cmp(&b.name)));
-        let finder = if secrets.is_empty() {
-            None
-        } else {
-            // Thousands of secrets (a result's own) build a contiguous NFA in a fraction
-            // of a DFA's time; a few (a connection's) get whatever searches fastest.
-            let kind =
-                (secrets.len() > 256).then_some(aho_corasick::AhoCorasickKind::ContiguousNFA);
-            aho_corasick::AhoCorasick::builder()
-                .kind(kind)
-                .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-                .build(secrets.iter().map(|s| s.value.as_str()))
-                .ok()
-        };
-        Known { secrets, finder }
+        if secrets.is_empty() {
+            return Known::default();
+        }
+        if secrets.iter().map(|s| s.value.len()).sum::<usize>() > MAX_SECRET_BYTES {
+            return Known {
+                secrets,
+                finder: None,
+                broken: true,
+            };
+        }
+        // Every match is reported, overlapping ones too, so each occurrence of every
+        // secret is hidden whatever else overlaps it; a contiguous NFA, never a DFA,
+        // whose size could be the patterns' times the alphabet.
+        let finder = aho_corasick::AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .match_kind(aho_corasick::MatchKind::Standard)
+            .build(secrets.iter().map(|s| s.value.as_str()))
+            .ok();
+        let broken = finder.is_none();
+        Known {
+            secrets,
+            finder,
+            broken,
+        }
     }
 
-    /// Where the secrets occur in `text`, in order, none overlapping: at each place the
-    /// longest secret starting there.
-    fn find(&self, text: &str, hits: &mut Vec<Hit>) {
-        if let Some(finder) = &self.finder {
-            hits.extend(finder.find_iter(text).map(|m| Hit {
-                start: m.start(),
-                end: m.end(),
-                name: Arc::clone(&self.secrets[m.pattern().as_usize()].name),
-            }));
+    /// Where the secrets occur in `text`, in order, none overlapping: every run of
+    /// overlapping occurrences is one hit spanning them, named by its longest secret.
+    fn find(&self, text: &str, hits: &mut Vec<Hit>) -> Result<(), RedactionFailed> {
+        if self.broken {
+            return Err(RedactionFailed);
         }
+        let Some(finder) = &self.finder else {
+            return Ok(());
+        };
+        let bound = text.len().saturating_mul(MAX_MATCHES_PER_BYTE).max(1024);
+        let mut found: Vec<(usize, usize, usize)> = Vec::new();
+        for m in finder.find_overlapping_iter(text) {
+            if found.len() >= bound {
+                return Err(RedactionFailed);
+            }
+            found.push((m.start(), m.end(), m.pattern().as_usize()));
+        }
+        found.sort_unstable_by_key(|&(start, _, _)| start);
+        let first = hits.len();
+        for (start, end, pattern) in found {
+            let name = &self.secrets[pattern].name;
+            match hits[first..].last_mut() {
+                Some(run) if start < run.end => {
+                    // A longer secret names the run (patterns are longest first).
+                    if end - start > run.longest {
+                        (run.name, run.longest) = (Arc::clone(name), end - start);
+                    }
+                    run.end = run.end.max(end);
+                }
+                _ => hits.push(Hit {
+                    start,
+                    end,
+                    name: Arc::clone(name),
+                    longest: end - start,
+                }),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -312,15 +361,19 @@ impl Redactor {
         }
     }
 
-    /// What the connection learned so far, when it learned anything.
-    fn learned(&self) -> Option<Arc<Known>> {
-        let learned = self.learned.as_ref()?.0.read().ok()?;
-        (!learned.secrets.is_empty()).then(|| Arc::clone(&learned))
+    /// What the connection learned so far, when it learned anything; a failure when
+    /// it cannot be read (a poisoned lock hides nothing less: it fails closed).
+    fn learned(&self) -> Result<Option<Arc<Known>>, RedactionFailed> {
+        let Some(learned) = self.learned.as_ref() else {
+            return Ok(None);
+        };
+        let learned = learned.0.read().map_err(|_| RedactionFailed)?;
+        Ok((!learned.secrets.is_empty()).then(|| Arc::clone(&learned)))
     }
 
     /// Characters of the longest known secret (0 when there is none).
     pub fn longest_secret_chars(&self) -> usize {
-        let learned = self.learned();
+        let learned = self.learned().ok().flatten();
         let learned = learned.iter().flat_map(|l| l.secrets.iter());
         self.secrets
             .secrets
@@ -342,7 +395,7 @@ impl Redactor {
     }
 
     fn check(&self, len: usize) -> Result<(), RedactionFailed> {
-        if self.poisoned || len > MAX_REDACT_BYTES {
+        if self.poisoned || self.secrets.broken || len > MAX_REDACT_BYTES {
             Err(RedactionFailed)
         } else {
             Ok(())
@@ -379,6 +432,17 @@ impl Redactor {
     pub fn with_result_secrets(&self, result: &Value) -> Redactor {
         let mut found = Vec::new();
         collect_sensitive(result, None, &mut found);
+        // A value as it appears inside JSON text (the pretty text of structured
+        // content, a JSON text block): quotes, backslashes and controls escaped.
+        let escaped: Vec<(String, String)> = found
+            .iter()
+            .filter_map(|(name, value)| {
+                let json = serde_json::to_string(value).ok()?;
+                let inner = &json[1..json.len() - 1];
+                (inner != value).then(|| (name.clone(), inner.to_string()))
+            })
+            .collect();
+        found.extend(escaped);
         let mut texts = Vec::new();
         collect_strings(result, &mut texts);
         let declared: std::collections::HashSet<&str> = self
@@ -391,7 +455,10 @@ impl Redactor {
             if text.len() > MAX_REDACT_BYTES {
                 continue;
             }
-            for hit in self.hits(text) {
+            let Ok(hits) = self.hits(text) else {
+                return Redactor::poisoned();
+            };
+            for hit in hits {
                 // Declared secrets are known already; shapes reveal new ones.
                 let value = &text[hit.start..hit.end];
                 if !declared.contains(value) {
@@ -423,7 +490,7 @@ impl Redactor {
     /// [`RedactionFailed`] for oversized input (or a poisoned redactor).
     pub fn try_text(&self, text: &str, view: View) -> Result<String, RedactionFailed> {
         self.check(text.len())?;
-        Ok(render(text, &self.hits(text), view))
+        Ok(render(text, &self.hits(text)?, view))
     }
 
     /// Where the secrets of `text` are: known values (at each place the longest one
@@ -431,22 +498,26 @@ impl Redactor {
     /// once, rendered per view, so the five views cost one scan. Linear in the text and
     /// in the hits: a text holding a secret a million times costs a million hits, not a
     /// million squared.
-    fn hits(&self, text: &str) -> Vec<Hit> {
+    fn hits(&self, text: &str) -> Result<Vec<Hit>, RedactionFailed> {
         let mut hits: Vec<Hit> = Vec::new();
-        self.secrets.find(text, &mut hits);
-        if let Some(learned) = self.learned() {
-            learned.find(text, &mut hits);
-            // Both lists are in order; the earliest, then longest, of two that overlap
-            // wins, as within one list.
-            hits.sort_by_key(|h| (h.start, std::cmp::Reverse(h.end)));
-            let mut end = 0;
-            hits.retain(|h| {
-                let keep = h.start >= end;
-                if keep {
-                    end = h.end;
+        self.secrets.find(text, &mut hits)?;
+        if let Some(learned) = self.learned()? {
+            learned.find(text, &mut hits)?;
+            // Two lists, each in order: overlapping hits of both become one.
+            hits.sort_by_key(|h| h.start);
+            let mut merged: Vec<Hit> = Vec::with_capacity(hits.len());
+            for hit in hits {
+                match merged.last_mut() {
+                    Some(run) if hit.start < run.end => {
+                        if hit.longest > run.longest {
+                            (run.name, run.longest) = (hit.name, hit.longest);
+                        }
+                        run.end = run.end.max(hit.end);
+                    }
+                    _ => merged.push(hit),
                 }
-                keep
-            });
+            }
+            hits = merged;
         }
         let mut shapes: Vec<Hit> = Vec::new();
         let mut shape = |start: usize, end: usize, name: &str| {
@@ -455,6 +526,7 @@ impl Redactor {
                     start,
                     end,
                     name: name.into(),
+                    longest: 0,
                 });
             }
         };
@@ -500,7 +572,7 @@ impl Redactor {
                 }
             }
         }
-        absorb(hits, shapes)
+        Ok(absorb(hits, shapes))
     }
 
     /// `value` in one view; the string [`REDACTION_FAILED`] if it cannot be redacted.
@@ -525,7 +597,7 @@ impl Redactor {
                 _ => true,
             }
         }
-        !self.poisoned && fits(value)
+        self.check(0).is_ok() && fits(value)
     }
 
     /// `value` in one view: strings redacted as text, sensitive fields replaced.
@@ -590,7 +662,7 @@ impl Redactor {
         guarded(
             || {
                 self.check(text.len())?;
-                let hits = self.hits(text);
+                let hits = self.hits(text)?;
                 Ok(Views::build(|v| render(text, &hits, v)))
             },
             || REDACTION_FAILED.to_string(),
@@ -612,6 +684,8 @@ struct Hit {
     start: usize,
     end: usize,
     name: Arc<str>,
+    /// Length of the longest secret in the hit (what names it).
+    longest: usize,
 }
 
 #[cfg(test)]
@@ -902,13 +976,51 @@ mod tests {
         );
     }
 
+    /// What a hostile result could make the automaton cost is bounded: more than
+    /// [`MAX_SECRET_BYTES`] of secrets, or secrets nested so that each byte matches many
+    /// of them, fail closed (quickly) instead of growing memory or time.
     #[test]
-    fn overlapping_secrets_leave_no_secret_whole_and_shapes_absorb_them() {
-        // Two secrets overlapping: the earlier one wins where they meet; neither value
-        // is left whole.
+    fn a_secret_with_quotes_is_hidden_in_json_text_too() {
+        let result = json!({"tokens": ["a\"bcdefgh\\x"]});
+        let r = Redactor::new().with_result_secrets(&result);
+        let pretty = serde_json::to_string_pretty(&result).unwrap();
+        let out = r.text(&pretty, View::Model);
+        assert!(!out.contains("bcdefgh"), "{out}");
+    }
+
+    #[test]
+    fn oversized_or_nested_result_secrets_fail_closed() {
+        let huge = json!({"password": "x".repeat(MAX_SECRET_BYTES + 1)});
+        let r = Redactor::new().with_result_secrets(&huge);
+        assert_eq!(r.text("anything", View::Model), REDACTION_FAILED);
+        let nested: Vec<String> = (4..2_004).map(|n| "a".repeat(n)).collect();
+        let result = json!({"tokens": nested});
+        let started = std::time::Instant::now();
+        let r = Redactor::new().with_result_secrets(&result);
+        assert_eq!(r.text(&"a".repeat(100_000), View::Model), REDACTION_FAILED);
+        assert!(started.elapsed() < std::time::Duration::from_secs(20));
+        // A large but legitimate secret (a key of a few KiB) is still hidden.
+        let pem: String = (0..4096)
+            .map(|i| char::from(b'A' + (i % 26) as u8))
+            .collect();
+        let r = Redactor::new().with_result_secrets(&json!({"private_key": pem}));
+        assert_eq!(r.text(&format!("k={pem}"), View::Model), "k=<redacted>");
+    }
+
+    #[test]
+    fn overlapping_secrets_are_hidden_together_and_shapes_absorb_them() {
+        // Two secrets overlapping are one hit: no character of either is shown.
         let r = Redactor::new().with_secrets([("A", "xxabcd"), ("B", "abcdyy")]);
-        let out = r.text("xxabcdyy", View::Operator);
-        assert!(!out.contains("xxabcd") && !out.contains("abcdyy"), "{out}");
+        assert_eq!(r.text("-xxabcdyy-", View::Operator), "-<redacted:A>-");
+        // A hostile result naming a value that starts just before a declared token
+        // cannot uncover the token's tail.
+        let declared = Redactor::new().with_secrets([("GH", "ghp_ABCDEFGHIJKLMNOP")]);
+        let result = json!({"password": "=ghp", "text": "GH=ghp_ABCDEFGHIJKLMNOP"});
+        let r = declared.with_result_secrets(&result);
+        for v in ALL_VIEWS {
+            let out = r.text("GH=ghp_ABCDEFGHIJKLMNOP", v);
+            assert!(!out.contains("ABCD") && !out.contains("MNOP"), "{out}");
+        }
         // A shape around a known value is one hit, named by the shape.
         let r = Redactor::new().with_secrets([("declared", "s3cr3t-value")]);
         let out = r.text("token=s3cr3t-value-and-more rest", View::Operator);
