@@ -149,8 +149,8 @@ impl Known {
         }
     }
 
-    /// Where the secrets occur in `text`, in order, none overlapping: every run of
-    /// overlapping occurrences is one hit spanning them, named by its longest secret.
+    /// Every occurrence of every secret in `text`, overlapping ones included (in no
+    /// particular order; [`merged`] makes them hits).
     fn find(&self, text: &str, hits: &mut Vec<Hit>) -> Result<(), RedactionFailed> {
         if self.broken {
             return Err(RedactionFailed);
@@ -159,35 +159,38 @@ impl Known {
             return Ok(());
         };
         let bound = text.len().saturating_mul(MAX_MATCHES_PER_BYTE).max(1024);
-        let mut found: Vec<(usize, usize, usize)> = Vec::new();
-        for m in finder.find_overlapping_iter(text) {
-            if found.len() >= bound {
+        for (n, m) in finder.find_overlapping_iter(text).enumerate() {
+            if n >= bound {
                 return Err(RedactionFailed);
             }
-            found.push((m.start(), m.end(), m.pattern().as_usize()));
-        }
-        found.sort_unstable_by_key(|&(start, _, _)| start);
-        let first = hits.len();
-        for (start, end, pattern) in found {
-            let name = &self.secrets[pattern].name;
-            match hits[first..].last_mut() {
-                Some(run) if start < run.end => {
-                    // A longer secret names the run (patterns are longest first).
-                    if end - start > run.longest {
-                        (run.name, run.longest) = (Arc::clone(name), end - start);
-                    }
-                    run.end = run.end.max(end);
-                }
-                _ => hits.push(Hit {
-                    start,
-                    end,
-                    name: Arc::clone(name),
-                    longest: end - start,
-                }),
-            }
+            hits.push(Hit {
+                start: m.start(),
+                end: m.end(),
+                name: Arc::clone(&self.secrets[m.pattern().as_usize()].name),
+                longest: m.len(),
+            });
         }
         Ok(())
     }
+}
+
+/// Occurrences merged into hits in order, none overlapping: every run of overlapping
+/// occurrences is one hit spanning them, named by its longest secret.
+fn merged(mut found: Vec<Hit>) -> Vec<Hit> {
+    found.sort_unstable_by_key(|h| h.start);
+    let mut hits: Vec<Hit> = Vec::with_capacity(found.len());
+    for hit in found {
+        match hits.last_mut() {
+            Some(run) if hit.start < run.end => {
+                if hit.longest > run.longest {
+                    (run.name, run.longest) = (hit.name, hit.longest);
+                }
+                run.end = run.end.max(hit.end);
+            }
+            _ => hits.push(hit),
+        }
+    }
+    hits
 }
 
 impl std::fmt::Debug for Known {
@@ -499,26 +502,12 @@ impl Redactor {
     /// in the hits: a text holding a secret a million times costs a million hits, not a
     /// million squared.
     fn hits(&self, text: &str) -> Result<Vec<Hit>, RedactionFailed> {
-        let mut hits: Vec<Hit> = Vec::new();
-        self.secrets.find(text, &mut hits)?;
+        let mut found: Vec<Hit> = Vec::new();
+        self.secrets.find(text, &mut found)?;
         if let Some(learned) = self.learned()? {
-            learned.find(text, &mut hits)?;
-            // Two lists, each in order: overlapping hits of both become one.
-            hits.sort_by_key(|h| h.start);
-            let mut merged: Vec<Hit> = Vec::with_capacity(hits.len());
-            for hit in hits {
-                match merged.last_mut() {
-                    Some(run) if hit.start < run.end => {
-                        if hit.longest > run.longest {
-                            (run.name, run.longest) = (hit.name, hit.longest);
-                        }
-                        run.end = run.end.max(hit.end);
-                    }
-                    _ => merged.push(hit),
-                }
-            }
-            hits = merged;
+            learned.find(text, &mut found)?;
         }
+        let hits = merged(found);
         let mut shapes: Vec<Hit> = Vec::new();
         let mut shape = |start: usize, end: usize, name: &str| {
             if start < end {
