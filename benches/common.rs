@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use demiurge_mcp::events::NullSink;
 use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig};
@@ -101,12 +102,13 @@ pub fn sockets(pid: u32) -> usize {
         .unwrap_or(0)
 }
 
-/// A runtime that approves everything and drops events (no JSONL log cost either).
+/// A runtime that approves everything and gives the host no events; each session's
+/// JSONL log is written, as by default.
 pub async fn runtime(home: &Path, limit: usize) -> Runtime {
     Runtime::start(config(home, limit)).await.unwrap()
 }
 
-/// [`runtime`]'s configuration: approves everything, drops events, trusts loopback
+/// [`runtime`]'s configuration: approves everything, no host events, trusts loopback
 /// (for the HTTP benches; stdio servers never meet the URL policy).
 pub fn config(home: &Path, limit: usize) -> RuntimeConfig {
     let mut config = RuntimeConfig::new(home)
@@ -136,22 +138,37 @@ where
     SF: std::future::Future<Output = std::time::Duration>,
 {
     let (mut base, mut ours) = (Vec::new(), Vec::new());
+    // CPU this process spent on each side, rounds summed (setup and teardown included).
+    let (mut base_cpu, mut ours_cpu) = (Duration::ZERO, Duration::ZERO);
     for round in 0..rounds {
-        if round % 2 == 0 {
-            base.push(baseline().await);
-            ours.push(runtime().await);
-        } else {
-            ours.push(runtime().await);
-            base.push(baseline().await);
+        for side in [round % 2, 1 - round % 2] {
+            let before = cpu_time();
+            if side == 0 {
+                base.push(baseline().await);
+                base_cpu += cpu_time().saturating_sub(before);
+            } else {
+                ours.push(runtime().await);
+                ours_cpu += cpu_time().saturating_sub(before);
+            }
         }
     }
     let (base_us, _) = median_p99(base);
     let (ours_us, _) = median_p99(ours);
     let ratio = ours_us / base_us;
+    let per_round = |cpu: Duration| cpu.as_secs_f64() * 1e6 / rounds as f64;
     println!(
-        "{name}: baseline {base_us:.1} us, runtime {ours_us:.1} us: {ratio:.3}x ({rounds} alternating rounds; target {target})"
+        "{name}: baseline {base_us:.1} us, runtime {ours_us:.1} us: {ratio:.3}x ({rounds} alternating rounds; target {target}); CPU of this process a round: baseline {:.1} us, runtime {:.1} us",
+        per_round(base_cpu),
+        per_round(ours_cpu)
     );
     ratio
+}
+
+/// CPU time this process has used, all threads (servers are other processes).
+pub fn cpu_time() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
 }
 
 /// Resident set size of this process, in KiB.

@@ -1,17 +1,20 @@
 //! A global allocator that counts the bytes this process holds on its heap, and the
 //! most it held since the last [`reset_peak`]: live memory and peaks as figures, where
-//! RSS would also keep what the allocator freed but did not return to the system.
+//! RSS would also keep what the allocator freed but did not return to the system; and
+//! how many allocations were made.
 #![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 pub struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 fn grew(by: isize) {
+    ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     let now = LIVE.fetch_add(by, Ordering::Relaxed) + by;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
@@ -52,4 +55,9 @@ pub fn reset_peak() -> isize {
 /// The most bytes live since the last [`reset_peak`].
 pub fn peak() -> isize {
     PEAK.load(Ordering::Relaxed)
+}
+
+/// Allocations (and reallocations) made since the process started.
+pub fn allocations() -> usize {
+    ALLOCATIONS.load(Ordering::Relaxed)
 }

@@ -123,7 +123,38 @@ fn large(c: &mut Criterion) {
         });
     }
     group.finish();
+    rt.block_on(allocations_per_call(&runtime, dir.path()));
     rt.block_on(runtime.shutdown());
+}
+
+/// Allocations of one small `echo` call, bare rmcp's and the runtime's (the result's
+/// model view made), from this process's counter: what per-call CPU is mostly made of.
+async fn allocations_per_call(runtime: &demiurge_mcp::Runtime, dir: &std::path::Path) {
+    const CALLS: usize = 200;
+    let core = common::core(dir, 1, 0, false);
+    let mut cmd = tokio::process::Command::new(common::EXE);
+    cmd.arg("demo-server");
+    let raw = ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+    let mut spec = SessionSpec::new(&core);
+    spec.lane = "small".into();
+    let (session, _) = runtime.start_session(spec).await.unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    let arguments = json!({"message": "ping"});
+    let before = counting::allocations();
+    for _ in 0..CALLS {
+        let params = CallToolRequestParams::new("echo")
+            .with_arguments(arguments.as_object().cloned().unwrap());
+        raw.call_tool(params).await.unwrap();
+    }
+    let bare = (counting::allocations() - before) / CALLS;
+    let before = counting::allocations();
+    for _ in 0..CALLS {
+        let result = turn.call("s0__echo", arguments.clone()).await.unwrap();
+        assert!(!result.view(View::Model).content.is_empty());
+    }
+    let ours = (counting::allocations() - before) / CALLS;
+    println!("call/echo allocations per call: bare rmcp {bare}, runtime {ours}");
+    let _ = raw.cancel().await;
 }
 
 criterion_group! {

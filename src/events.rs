@@ -611,7 +611,9 @@ impl EventHub {
             }
             None => self.sink.emit(&event),
         }
-        self.send(LogOp::Write(Box::new(event)));
+        if self.writer.is_some() {
+            self.send(LogOp::Write(Box::new(event)));
+        }
     }
 
     fn count_drop(&self) {
@@ -735,9 +737,16 @@ fn deliver(
 /// The writer thread: appends events to their session's file, flushing after each
 /// batch; a file that reaches `max_bytes` is rotated to `<name>.1`.
 fn write_logs(dir: &std::path::Path, rx: std::sync::mpsc::Receiver<LogOp>, max_bytes: u64) {
-    let mut files: HashMap<String, std::io::BufWriter<File>> = HashMap::new();
-    let mut sizes: HashMap<String, u64> = HashMap::new();
+    /// A session's log file while it is open.
+    struct Open {
+        file: std::io::BufWriter<File>,
+        path: PathBuf,
+        size: u64,
+    }
+    let mut files: HashMap<String, Open> = HashMap::new();
     let mut waiting: Vec<std::sync::mpsc::Sender<()>> = Vec::new();
+    // One buffer for every line: an event costs no allocation here once it has grown.
+    let mut line: Vec<u8> = Vec::new();
     loop {
         std::thread::park_timeout(LOG_BATCH);
         let mut op = match rx.try_recv() {
@@ -748,50 +757,54 @@ fn write_logs(dir: &std::path::Path, rx: std::sync::mpsc::Receiver<LogOp>, max_b
         while let Some(current) = op.take() {
             match current {
                 LogOp::Write(event) => {
-                    let path = dir.join(format!("{}.jsonl", safe_file_name(&event.session)));
                     if !files.contains_key(&event.session) {
+                        let path = dir.join(format!("{}.jsonl", safe_file_name(&event.session)));
                         match crate::process::open_private_append(&path) {
                             Ok(f) => {
-                                files.insert(event.session.clone(), std::io::BufWriter::new(f));
+                                let size = f.metadata().map(|m| m.len()).unwrap_or(0);
+                                let file = std::io::BufWriter::new(f);
+                                files.insert(event.session.clone(), Open { file, path, size });
                             }
                             Err(e) => {
                                 tracing::warn!("cannot open event log {}: {e}", path.display())
                             }
                         }
                     }
-                    if let (Some(file), Ok(mut line)) =
-                        (files.get_mut(&event.session), serde_json::to_vec(&event))
-                    {
+                    line.clear();
+                    if let (Some(open), Ok(())) = (
+                        files.get_mut(&event.session),
+                        serde_json::to_writer(&mut line, &event),
+                    ) {
                         line.push(b'\n');
-                        if let Err(e) = file.write_all(&line) {
-                            tracing::warn!("cannot write event log {}: {e}", path.display());
+                        if let Err(e) = open.file.write_all(&line) {
+                            tracing::warn!("cannot write event log {}: {e}", open.path.display());
                         }
-                        let size = sizes.entry(event.session.clone()).or_insert_with(|| {
-                            std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0)
-                        });
-                        *size += line.len() as u64;
-                        if *size >= max_bytes {
+                        open.size += line.len() as u64;
+                        if open.size >= max_bytes
+                            && let Some(mut full) = files.remove(&event.session)
+                        {
                             // Rotate: the full file becomes `.1`, the next event opens anew.
-                            if let Some(mut full) = files.remove(&event.session) {
-                                let _ = full.flush();
-                            }
-                            let _ = std::fs::rename(&path, path.with_extension("jsonl.1"));
-                            sizes.remove(&event.session);
+                            let _ = full.file.flush();
+                            let _ =
+                                std::fs::rename(&full.path, full.path.with_extension("jsonl.1"));
                         }
+                    }
+                    // A line of a huge event is not kept for the next one.
+                    if line.capacity() > 64 * 1024 {
+                        line = Vec::new();
                     }
                 }
                 LogOp::Close(session) => {
-                    if let Some(mut f) = files.remove(&session) {
-                        let _ = f.flush();
+                    if let Some(mut open) = files.remove(&session) {
+                        let _ = open.file.flush();
                     }
-                    sizes.remove(&session);
                 }
                 LogOp::Flush(done) => waiting.push(done),
             }
             op = rx.try_recv().ok();
         }
-        for f in files.values_mut() {
-            let _ = f.flush();
+        for open in files.values_mut() {
+            let _ = open.file.flush();
         }
         for done in waiting.drain(..) {
             let _ = done.send(());

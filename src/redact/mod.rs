@@ -294,6 +294,28 @@ fn sensitive_alternation() -> String {
 
 /// Whether a field name marks its value as a secret (`api_key`, `X-Auth-Token`, ...).
 pub fn is_sensitive_field(name: &str) -> bool {
+    if name.is_ascii() {
+        // Every key of every result and call passes here: no allocation for the
+        // common case. (Unicode lowercasing can turn other letters into ASCII ones, the
+        // Kelvin sign into `k`, so anything else takes the general path.)
+        let name = name.as_bytes();
+        let marks = |marker: &[u8]| {
+            name.windows(marker.len()).any(|window| {
+                window.iter().zip(marker).all(|(&c, &m)| {
+                    let c = if c == b'-' {
+                        b'_'
+                    } else {
+                        c.to_ascii_lowercase()
+                    };
+                    c == m
+                })
+            })
+        };
+        return SECRET_OPTION_MARKERS
+            .iter()
+            .chain(&["passphrase"])
+            .any(|m| marks(m.as_bytes()));
+    }
     let norm = name.to_lowercase().replace('-', "_");
     SECRET_OPTION_MARKERS.iter().any(|m| norm.contains(m)) || norm.contains("passphrase")
 }
@@ -448,12 +470,8 @@ impl Redactor {
         found.extend(escaped);
         let mut texts = Vec::new();
         collect_strings(result, &mut texts);
-        let declared: std::collections::HashSet<&str> = self
-            .secrets
-            .secrets
-            .iter()
-            .map(|s| s.value.as_str())
-            .collect();
+        // Made at the first hit: most results have none.
+        let mut declared: Option<std::collections::HashSet<&str>> = None;
         for text in texts {
             if text.len() > MAX_REDACT_BYTES {
                 continue;
@@ -464,6 +482,13 @@ impl Redactor {
             for hit in hits {
                 // Declared secrets are known already; shapes reveal new ones.
                 let value = &text[hit.start..hit.end];
+                let declared = declared.get_or_insert_with(|| {
+                    self.secrets
+                        .secrets
+                        .iter()
+                        .map(|s| s.value.as_str())
+                        .collect()
+                });
                 if !declared.contains(value) {
                     found.push((hit.name.to_string(), value.to_string()));
                 }
@@ -520,7 +545,7 @@ impl Redactor {
             }
         };
         // Each shape is tried only when its trigger characters occur at all.
-        if text.contains("://") && text.contains('@') {
+        if text.contains('@') && text.contains("://") {
             for c in URL_CREDENTIALS.captures_iter(text) {
                 if let (Some(all), Some(scheme)) = (c.get(0), c.get(1)) {
                     shape(scheme.end(), all.end() - 1, "url_credentials");
@@ -835,6 +860,50 @@ mod tests {
         );
         assert_eq!(v.durable["nested"][0]["api_key"]["redacted"], true);
         assert_eq!(v.model["user"], "ann");
+    }
+
+    #[test]
+    fn sensitive_field_names_are_found_in_any_case_and_spelling() {
+        for name in [
+            "token",
+            "X-Auth-Token",
+            "API-KEY",
+            "apiKey",
+            "my_Private-Key",
+            "set-cookie",
+            "PassPhrase",
+            "db_passwd",
+            "clientSecret",
+            "proxy-authorization",
+            // Unicode lowercasing: the Kelvin sign is a `k`.
+            "to\u{212A}en",
+            "ТОКЕН_token",
+        ] {
+            assert!(is_sensitive_field(name), "{name}");
+        }
+        for name in [
+            "",
+            "tok",
+            "text",
+            "api",
+            "key",
+            "pass-word2",
+            "message",
+            "tokn",
+            "ключ",
+        ] {
+            assert!(!is_sensitive_field(name), "{name}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_ascii_path_agrees_with_unicode_lowercasing(name in "(ToKen|SECRET|pass|Word|phrase|api|-|_|Key|private|[a-zA-Z_-]){0,8}") {
+            let norm = name.to_lowercase().replace('-', "_");
+            let general = SECRET_OPTION_MARKERS.iter().any(|m| norm.contains(m))
+                || norm.contains("passphrase");
+            proptest::prop_assert_eq!(is_sensitive_field(&name), general);
+        }
     }
 
     #[test]

@@ -592,7 +592,9 @@ where
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let write = self.write.clone();
-        let bytes = serde_json::to_vec(&item).map(|mut bytes| {
+        // Most messages are a few hundred bytes: one allocation, not a doubling series.
+        let mut bytes = Vec::with_capacity(512);
+        let bytes = serde_json::to_writer(&mut bytes, &item).map(|()| {
             bytes.push(b'\n');
             bytes
         });

@@ -150,9 +150,8 @@ impl Bucket {
         }
     }
 
-    /// How long until a token is there (zero when one is).
-    fn delay(&mut self) -> Duration {
-        let now = Instant::now();
+    /// How long from `now` until a token is there (zero when one is).
+    fn delay(&mut self, now: Instant) -> Duration {
         let earned = now.duration_since(self.last).as_secs_f64() * self.rate;
         self.tokens = (self.tokens + earned).min(self.burst);
         self.last = now;
@@ -173,14 +172,20 @@ struct Held {
     sending: usize,
 }
 
+/// The two buckets unasked traffic is paced by, under one lock.
+#[derive(Debug)]
+struct Pacing {
+    messages: Bucket,
+    bytes: Bucket,
+}
+
 /// The traffic of one connection, shared by [`Guarded`] and the stdio framing.
 #[derive(Debug)]
 pub(crate) struct Traffic {
     /// Our requests in flight: answers to them are not paced.
     awaiting: Mutex<HashSet<RequestId>>,
     held: Mutex<Held>,
-    messages: Mutex<Bucket>,
-    bytes: Mutex<Bucket>,
+    pacing: Mutex<Pacing>,
 }
 
 impl Default for Traffic {
@@ -188,8 +193,10 @@ impl Default for Traffic {
         Traffic {
             awaiting: Mutex::default(),
             held: Mutex::default(),
-            messages: Mutex::new(Bucket::new(MAX_MESSAGES_PER_SECOND)),
-            bytes: Mutex::new(Bucket::new(MAX_BYTES_PER_SECOND)),
+            pacing: Mutex::new(Pacing {
+                messages: Bucket::new(MAX_MESSAGES_PER_SECOND),
+                bytes: Bucket::new(MAX_BYTES_PER_SECOND),
+            }),
         }
     }
 }
@@ -198,11 +205,10 @@ impl Traffic {
     /// Waits until unasked messages and bytes have tokens again. Cancel-safe: nothing
     /// is taken by waiting, so call it before reading the next message.
     pub(crate) async fn ready(&self) {
-        let wait = [&self.messages, &self.bytes]
-            .iter()
-            .filter_map(|b| b.lock().ok().map(|mut b| b.delay()))
-            .max()
-            .unwrap_or(Duration::ZERO);
+        let wait = self.pacing.lock().map_or(Duration::ZERO, |mut p| {
+            let now = Instant::now();
+            p.messages.delay(now).max(p.bytes.delay(now))
+        });
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
@@ -220,14 +226,14 @@ impl Traffic {
 
     /// Charges `bytes` of an unasked message (stdio).
     pub(crate) fn spend_bytes(&self, bytes: usize) {
-        if let Ok(mut b) = self.bytes.lock() {
-            b.tokens -= bytes as f64;
+        if let Ok(mut p) = self.pacing.lock() {
+            p.bytes.tokens -= bytes as f64;
         }
     }
 
     fn spend_message(&self) {
-        if let Ok(mut b) = self.messages.lock() {
-            b.tokens -= 1.0;
+        if let Ok(mut p) = self.pacing.lock() {
+            p.messages.tokens -= 1.0;
         }
     }
 
@@ -292,6 +298,9 @@ pub(crate) struct Guarded<T> {
     /// Whether a failed send ends the transport (HTTP, where nothing else would tell;
     /// a stdio server's broken pipe shows as its exit).
     end_on_send_error: bool,
+    /// Whether `inner` waits for [`Traffic::ready`] itself (the stdio framing, before
+    /// each line), so that waiting here again would only cost time.
+    paced_inside: bool,
 }
 
 impl<T> Guarded<T> {
@@ -307,8 +316,15 @@ impl<T> Guarded<T> {
             cause,
             closed,
             end_on_send_error: false,
+            paced_inside: false,
         };
         (guarded, rx)
+    }
+
+    /// For an inner transport that waits for [`Traffic::ready`] before each message.
+    pub(crate) fn paced_inside(mut self) -> Self {
+        self.paced_inside = true;
+        self
     }
 
     /// Makes a failed send end the transport (see [`TransportEnd::Undeliverable`]).
@@ -371,7 +387,9 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Guarded<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         // Before taking a message: a receive cancelled while waiting loses none.
-        self.traffic.ready().await;
+        if !self.paced_inside {
+            self.traffic.ready().await;
+        }
         let Some(message) = self.inner.receive().await else {
             self.end();
             return None;

@@ -65,6 +65,8 @@ pub(super) async fn connect(
     let (cause, traffic) = (EndCause::default(), Arc::new(Traffic::default()));
     let framing = StdioTransport::new(stdout, stdin, Arc::clone(&traffic), Arc::clone(&cause));
     let (transport, transport_closed) = Guarded::new(framing, traffic, Arc::clone(&cause));
+    // The framing waits for the pacing before each line.
+    let transport = transport.paced_inside();
     let started =
         super::client::initialize_and_list(transport, signals, timeout, transport_closed.clone())
             .await;
