@@ -1,8 +1,10 @@
 //! The host's handles: [`Runtime`] on the actor system, [`Session`] on one session,
 //! [`ChildSession`] on a delegated run. Each method is one typed message to the actor
-//! that owns the state (the root or a session actor); none of them holds a lock across
-//! an await. Control-plane calls are bounded by [`CONTROL_BOUND`], so a wedged actor
-//! turns into [`RuntimeError::Unavailable`], never a hang.
+//! that owns the state (the root or a session actor): the root's are the public
+//! [`RuntimeMsg`] protocol a ractor host may send itself, so the two faces share one
+//! implementation. None of them holds a lock across an await. Control-plane calls are
+//! bounded by [`CONTROL_BOUND`], so a wedged actor turns into
+//! [`RuntimeError::Unavailable`], never a hang.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +17,8 @@ use super::approval::{Broker, BrokerArgs, BrokerHandle};
 use super::config::RuntimeConfig;
 use super::limiter::{Limiter, LimiterHandle, LimiterStats};
 use super::runtime::{
-    Eviction, OpenReply, Opened, RuntimeActor, RuntimeError, RuntimeMsg, home_outside,
+    Eviction, Internal, InternalMsg, OpenReply, Opened, RuntimeActor, RuntimeError, RuntimeMsg,
+    eviction_worst, home_outside,
 };
 use super::session::{EvictionReport, LIVE_REVISION, SessionMsg, SessionSpec, SharedSpec};
 use super::shared::Shared;
@@ -45,7 +48,41 @@ impl Runtime {
     ///
     /// # Errors
     /// When an actor cannot start.
-    pub async fn start(mut config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+    pub async fn start(config: RuntimeConfig) -> Result<Runtime, RuntimeError> {
+        Runtime::spawn(config, None).await
+    }
+
+    /// Starts the actor system with its root linked under `supervisor`, an actor of the
+    /// host's: the host hears of the root's end as of any child's
+    /// (`SupervisionEvent::ActorTerminated` after a shutdown, `ActorFailed` or a
+    /// terminated `killed` otherwise), and whatever the root supervised ends with it
+    /// (sessions, connections, their server processes). Drive it through
+    /// [`Runtime::actor`] with [`RuntimeMsg`], or through this handle. When the root
+    /// ended otherwise than by a shutdown, call [`Runtime::shutdown`] on this handle: it
+    /// ends what the root could not (the event log's tail, the process registry).
+    ///
+    /// # Errors
+    /// When an actor cannot start.
+    pub async fn start_linked(
+        config: RuntimeConfig,
+        supervisor: ractor::ActorCell,
+    ) -> Result<Runtime, RuntimeError> {
+        Runtime::spawn(config, Some(supervisor)).await
+    }
+
+    /// The root actor, for hosts that send [`RuntimeMsg`] themselves.
+    pub fn actor(&self) -> &ActorRef<RuntimeMsg> {
+        &self.actor
+    }
+
+    pub(super) fn from_parts(actor: ActorRef<RuntimeMsg>, shared: Arc<Shared>) -> Runtime {
+        Runtime { actor, shared }
+    }
+
+    async fn spawn(
+        mut config: RuntimeConfig,
+        supervisor: Option<ractor::ActorCell>,
+    ) -> Result<Runtime, RuntimeError> {
         let unavailable = |e: ractor::SpawnErr| RuntimeError::Unavailable(e.to_string());
         // A relative home would move with the working directory of whoever looks at it;
         // made absolute once, and created private (0700 whatever the umask).
@@ -83,9 +120,13 @@ impl Runtime {
             LimiterHandle::new(limiter),
             BrokerHandle::new(broker),
         ));
-        let (actor, _) = Actor::spawn(None, RuntimeActor, Arc::clone(&shared))
-            .await
-            .map_err(unavailable)?;
+        let (actor, _) = match supervisor {
+            Some(supervisor) => {
+                Actor::spawn_linked(None, RuntimeActor, Arc::clone(&shared), supervisor).await
+            }
+            None => Actor::spawn(None, RuntimeActor, Arc::clone(&shared)).await,
+        }
+        .map_err(unavailable)?;
         // The root supervises the helpers: one that dies is restarted, and until then
         // its handle answers with a typed "unavailable".
         limiter_cell.link(actor.get_cell());
@@ -101,12 +142,8 @@ impl Runtime {
         &self,
         spec: SessionSpec,
     ) -> Result<(Session, Option<Eviction>), RuntimeError> {
-        self.open(|reply| RuntimeMsg::Start {
-            spec,
-            scope: None,
-            reply,
-        })
-        .await
+        self.open(|reply| RuntimeMsg::StartSession(spec, reply))
+            .await
     }
 
     /// Resumes a session started earlier in this runtime (evicted or not); the lane's
@@ -119,7 +156,8 @@ impl Runtime {
         id: &str,
     ) -> Result<(Session, Option<Eviction>), RuntimeError> {
         let id = id.to_string();
-        self.open(|reply| RuntimeMsg::Resume { id, reply }).await
+        self.open(|reply| RuntimeMsg::ResumeSession(id, reply))
+            .await
     }
 
     async fn open(
@@ -127,21 +165,7 @@ impl Runtime {
         msg: impl FnOnce(OpenReply) -> RuntimeMsg,
     ) -> Result<(Session, Option<Eviction>), RuntimeError> {
         match self.actor.call(msg, Some(CONTROL_BOUND)).await {
-            Ok(ractor::rpc::CallResult::Success(Ok(opened))) => {
-                let Opened {
-                    id,
-                    actor,
-                    spec,
-                    scope,
-                    eviction,
-                } = opened;
-                let session = Session {
-                    id,
-                    actor,
-                    spec,
-                    scope,
-                    runtime: self.clone(),
-                };
+            Ok(ractor::rpc::CallResult::Success(Ok(Opened { session, eviction }))) => {
                 Ok((session, eviction))
             }
             Ok(ractor::rpc::CallResult::Success(Err(e))) => Err(e),
@@ -154,7 +178,17 @@ impl Runtime {
     /// # Errors
     /// [`RuntimeError::UnknownSession`] when it is not live.
     pub async fn evict_session(&self, id: &str) -> Result<EvictionReport, RuntimeError> {
-        self.evict_with(id, "explicit").await
+        // The root answers once the eviction is done, which it bounds itself.
+        let bound = CONTROL_BOUND + eviction_worst(self.shared.config.close_grace);
+        let id = id.to_string();
+        match self
+            .actor
+            .call(|reply| RuntimeMsg::EvictSession(id, reply), Some(bound))
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(report)) => report,
+            _ => Err(gone()),
+        }
     }
 
     async fn evict_with(&self, id: &str, reason: &str) -> Result<EvictionReport, RuntimeError> {
@@ -162,10 +196,12 @@ impl Runtime {
         let asked = self
             .actor
             .call(
-                |reply| RuntimeMsg::Evict {
-                    id: id.clone(),
-                    reason,
-                    reply,
+                |reply| {
+                    RuntimeMsg::Internal(Internal(InternalMsg::Evict {
+                        id: id.clone(),
+                        reason,
+                        reply,
+                    }))
                 },
                 Some(CONTROL_BOUND),
             )
@@ -209,23 +245,49 @@ impl Runtime {
     /// the actors. Bounded: a session that does not close in time is stopped, and its
     /// process groups are killed as their guards drop.
     pub async fn shutdown(&self) {
-        let evictions = match self
+        let bound = self.shutdown_bound();
+        // The root's part: the evictions' bound, the log's flushes, the last sweep.
+        let answer_bound = bound + crate::events::FLUSH_WAIT * 3 + Duration::from_secs(30);
+        let answered = self
             .actor
-            .call(RuntimeMsg::Shutdown, Some(Duration::from_secs(10)))
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(e)) => e,
-            _ => Vec::new(),
-        };
-        let bound = self.shared.config.close_grace * 10 + Duration::from_secs(10);
-        let _ = tokio::time::timeout(
-            bound,
-            futures::future::join_all(evictions.into_iter().map(Eviction::wait)),
-        )
-        .await;
+            .call(RuntimeMsg::Shutdown, Some(answer_bound))
+            .await;
+        if !matches!(
+            answered,
+            Ok(ractor::rpc::CallResult::Success(_) | ractor::rpc::CallResult::Timeout)
+        ) {
+            // A root that is gone (killed, failed, its supervisor ended) did not finish:
+            // whatever it left (the log's tail, helpers, server processes) ends here.
+            self.finish_shutdown(Vec::new()).await;
+        }
+        // The root stops itself after answering; a root that did not answer is stopped.
         let _ = self
             .actor
             .stop_and_wait(Some("shutdown".into()), Some(bound))
+            .await;
+    }
+
+    fn shutdown_bound(&self) -> Duration {
+        self.shared.config.close_grace * 10 + Duration::from_secs(10)
+    }
+
+    /// What [`RuntimeMsg::Shutdown`] does once every session's eviction is scheduled:
+    /// waits for them (bounded), stops whatever session is still there, flushes the
+    /// event log, stops the helpers and ends every server process left.
+    pub(super) async fn finish_shutdown(&self, evictions: Vec<Eviction>) -> Vec<EvictionReport> {
+        let waited = tokio::time::timeout(
+            self.shutdown_bound(),
+            futures::future::join_all(evictions.into_iter().map(Eviction::wait)),
+        )
+        .await;
+        let reports = waited
+            .map(|all| all.into_iter().filter_map(Result::ok).collect())
+            .unwrap_or_default();
+        // A session whose eviction overran is stopped now, before the last flush and
+        // the last sweep, so that what it closes is logged and nothing it left escapes.
+        // (The helpers stop too; a closing root does not restart them.)
+        self.actor
+            .stop_children_and_wait(Some("shutdown".into()), Some(self.shutdown_bound()))
             .await;
         self.flush_events().await;
         self.shared.limiter.stop();
@@ -234,6 +296,7 @@ impl Runtime {
         // ends here; then the reaper goes.
         let processes = Arc::clone(&self.shared.processes);
         let _ = tokio::task::spawn_blocking(move || processes.shutdown()).await;
+        reports
     }
 }
 
@@ -256,6 +319,22 @@ impl std::fmt::Debug for Session {
 }
 
 impl Session {
+    pub(super) fn from_parts(
+        id: String,
+        actor: ActorRef<SessionMsg>,
+        spec: SharedSpec,
+        scope: Option<CapabilitySet>,
+        runtime: Runtime,
+    ) -> Session {
+        Session {
+            id,
+            actor,
+            spec,
+            scope,
+            runtime,
+        }
+    }
+
     /// Session id.
     pub fn id(&self) -> &str {
         &self.id
@@ -399,10 +478,8 @@ impl Session {
         spec.lane = format!("child-of:{}", self.id);
         let (session, _) = self
             .runtime
-            .open(|reply| RuntimeMsg::Start {
-                spec,
-                scope: Some(scope),
-                reply,
+            .open(|reply| {
+                RuntimeMsg::Internal(Internal(InternalMsg::StartChild { spec, scope, reply }))
             })
             .await?;
         Ok(ChildSession {
@@ -448,11 +525,15 @@ impl ChildSession {
 impl Drop for ChildSession {
     fn drop(&mut self) {
         if !self.finished {
-            let _ = self.session.runtime.actor.cast(RuntimeMsg::Evict {
-                id: self.session.id.clone(),
-                reason: "child_dropped".into(),
-                reply: dummy_port(),
-            });
+            let _ = self
+                .session
+                .runtime
+                .actor
+                .cast(RuntimeMsg::Internal(Internal(InternalMsg::Evict {
+                    id: self.session.id.clone(),
+                    reason: "child_dropped".into(),
+                    reply: dummy_port(),
+                })));
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The actor system. The host holds handles (`handle.rs`); every handle method is one
-//! typed message to the actor that owns the state.
+//! typed message to the actor that owns the state. The root's messages (`RuntimeMsg`)
+//! are public: a ractor host links the root under its own supervisor
+//! (`Runtime::start_linked`) and sends them itself.
 //!
 //! ```text
-//!  host ─ Runtime ──start/resume/evict──▶ RuntimeActor (root)
+//!  host ─ Runtime / RuntimeMsg ──start/resume/evict/turn/shutdown──▶ RuntimeActor (root)
 //!                                          ├─ linked ─▶ Limiter  (runtime-wide, restarted if it dies)
 //!                                          ├─ linked ─▶ Broker   (runtime-wide, restarted if it dies)
 //!                                          └─ linked ─▶ SessionActor (one per session)
@@ -26,7 +28,7 @@
 //! | file | what it holds |
 //! |---|---|
 //! | `handle.rs` | `Runtime`, `Session`, `ChildSession`: the host's handles |
-//! | `runtime.rs` | the root: sessions, lanes, tracked evictions, helper restarts |
+//! | `runtime.rs` | the root and its public protocol (`RuntimeMsg`): sessions, lanes, tracked evictions, helper restarts |
 //! | `session.rs` | one session: its spec, its current catalog, eviction |
 //! | `catalog.rs` | one catalog identity: live connections, failure cache, turns |
 //! | `plan.rs` | pure: what a turn closes, connects and relists; its entries and names |
@@ -75,6 +77,7 @@ pub use resources::{
     ServerIdentity, TemplateInfo,
 };
 pub use runtime::{Eviction, RESUMABLE, RuntimeError};
+pub use runtime::{OpenReply, Opened, RuntimeMsg};
 pub use session::{EvictionReport, InlineServers, LIVE_REVISION, SessionSpec};
 pub use status::{ServerState, ServerStatus};
 pub use turn::{

@@ -1,7 +1,12 @@
 //! The runtime root actor: it supervises the sessions and the two runtime-wide helpers
 //! (the discovery limiter and the approval broker, restarted when they die), tracks one
 //! current session per lane, and schedules the tracked eviction of the previous one
-//! when another starts or resumes. The host's handles on it are in `handle.rs`.
+//! when another starts or resumes.
+//!
+//! Its messages ([`RuntimeMsg`]) are the host protocol: a ractor host sends them itself
+//! (`call!`), and the handles in `handle.rs` send the very same ones. Nothing the root
+//! does waits on a server: an eviction, a turn or a shutdown runs on a task of its own
+//! that answers the reply port, so the root keeps taking messages.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,11 +16,13 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use tokio::sync::oneshot;
 
 use super::approval::{Broker, BrokerArgs};
+use super::handle::{Runtime, Session};
 use super::limiter::Limiter;
 use super::session::{
     EvictionReport, SessionActor, SessionArgs, SessionMsg, SessionSpec, SharedSpec,
 };
 use super::shared::Shared;
+use super::turn::{PrepareError, TurnCatalog};
 use crate::authority::CapabilitySet;
 use crate::events::{EventKind, Opening};
 
@@ -66,16 +73,26 @@ impl Eviction {
     }
 }
 
-/// What starting or resuming a session answers.
+/// What starting or resuming a session answers: the session's handle, and the tracked
+/// eviction of the lane's previous session when there was one.
 pub struct Opened {
-    pub(super) id: String,
-    pub(super) actor: ActorRef<SessionMsg>,
-    pub(super) spec: SharedSpec,
-    pub(super) scope: Option<CapabilitySet>,
-    pub(super) eviction: Option<Eviction>,
+    /// The session (clone it freely; it is a handle).
+    pub session: Session,
+    /// The eviction of the session this one replaced in its lane.
+    pub eviction: Option<Eviction>,
 }
 
-pub(super) type OpenReply = RpcReplyPort<Result<Opened, RuntimeError>>;
+impl std::fmt::Debug for Opened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opened")
+            .field("session", &self.session.id())
+            .field("evicting", &self.eviction.as_ref().map(|e| &e.session))
+            .finish()
+    }
+}
+
+/// The reply port of a start or resume.
+pub type OpenReply = RpcReplyPort<Result<Opened, RuntimeError>>;
 
 struct Record {
     spec: SharedSpec,
@@ -92,36 +109,64 @@ impl Record {
     }
 }
 
-/// Messages of the runtime actor.
+/// The runtime's message protocol (the root actor's messages). A ractor host drives
+/// the runtime with these (`ractor::call!(runtime.actor(), RuntimeMsg::StartSession,
+/// spec)`); [`Runtime`]'s methods send the same messages. Every variant ends with its
+/// reply port, and every reply is typed.
 pub enum RuntimeMsg {
-    /// Start a session.
-    Start {
-        /// Who the session acts for, with what, on which core.
+    /// Start a session; the lane's previous session is evicted (tracked).
+    StartSession(SessionSpec, OpenReply),
+    /// Resume a session started earlier in this runtime (evicted or not); the lane's
+    /// other session is evicted (tracked).
+    ResumeSession(String, OpenReply),
+    /// Evict a live session: only its connections close. Answered once the eviction
+    /// is done (the root bounds it: the close grace, then a stop).
+    EvictSession(String, RpcReplyPort<Result<EvictionReport, RuntimeError>>),
+    /// Prepare a turn of a live session (see [`Session::prepare_turn`]).
+    PrepareTurn(String, RpcReplyPort<Result<TurnCatalog, PrepareError>>),
+    /// Evict every session, flush the event log, end every server process left, then
+    /// stop the root; answered with the evictions' reports before the root stops.
+    Shutdown(RpcReplyPort<Vec<EvictionReport>>),
+    /// Messages only the runtime's own handles send.
+    #[doc(hidden)]
+    Internal(Internal),
+}
+
+/// A message of the runtime to itself (child sessions, evictions with a reason).
+#[doc(hidden)]
+pub struct Internal(pub(super) InternalMsg);
+
+pub(super) enum InternalMsg {
+    /// Start a delegated child session under `scope` (children take no lane).
+    StartChild {
         spec: SessionSpec,
-        /// Delegated child scope (children take no lane).
-        scope: Option<CapabilitySet>,
-        /// The session and the eviction of the lane's previous session.
+        scope: CapabilitySet,
         reply: OpenReply,
     },
-    /// Resume a known session.
-    Resume {
-        /// Session id.
-        id: String,
-        /// As for `Start`.
-        reply: OpenReply,
-    },
-    /// Evict one session.
+    /// Evict one session, the reason recorded in its eviction event
+    /// (`child_finished`, `child_dropped`, ...); `None` when it is not live.
     Evict {
-        /// Session id.
         id: String,
-        /// The reason recorded in the eviction event (`explicit`, `replaced`,
-        /// `child_finished`, ...).
         reason: String,
-        /// The eviction, or `None` when the session is not live.
         reply: RpcReplyPort<Option<Eviction>>,
     },
-    /// Evict everything and stop.
-    Shutdown(RpcReplyPort<Vec<Eviction>>),
+}
+
+/// The longest an eviction takes before the root stops the session outright.
+pub(super) fn eviction_bound(grace: Duration) -> Duration {
+    grace * 8 + Duration::from_secs(10)
+}
+
+/// The longest an eviction can take in all: its bound, then the stop that follows.
+pub(super) fn eviction_worst(grace: Duration) -> Duration {
+    eviction_bound(grace) + grace * 8
+}
+
+/// Resolves once whoever waits on `reply` has gone (dropped it, or timed out).
+async fn abandoned<T>(reply: &RpcReplyPort<T>) {
+    while !reply.is_closed() {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }
 
 pub(crate) struct RuntimeActor;
@@ -132,6 +177,9 @@ pub(crate) struct RuntimeState {
     lanes: HashMap<String, String>,
     /// Ended sessions kept for resume, oldest first; bounded by [`RESUMABLE`].
     ended: std::collections::VecDeque<String>,
+    /// Set by the first [`RuntimeMsg::Shutdown`]: nothing starts any more, and every
+    /// later shutdown waits for the first one's reports here.
+    closing: Option<tokio::sync::watch::Receiver<Option<Vec<EvictionReport>>>>,
 }
 
 /// How many ended sessions stay resumable; older ones are forgotten.
@@ -152,6 +200,7 @@ impl Actor for RuntimeActor {
             sessions: HashMap::new(),
             lanes: HashMap::new(),
             ended: std::collections::VecDeque::new(),
+            closing: None,
         })
     }
 
@@ -161,25 +210,87 @@ impl Actor for RuntimeActor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let closed = || RuntimeError::Unavailable("the runtime is shutting down".into());
         match message {
-            RuntimeMsg::Start { spec, scope, reply } => {
-                let result = state.start(&myself, spec, scope).await;
+            RuntimeMsg::StartSession(spec, reply) => {
+                let result = match state.closing {
+                    Some(_) => Err(closed()),
+                    None => state.start(&myself, spec, None).await,
+                };
                 let _ = reply.send(result);
             }
-            RuntimeMsg::Resume { id, reply } => {
-                let result = state.resume(&myself, &id).await;
+            RuntimeMsg::Internal(Internal(InternalMsg::StartChild { spec, scope, reply })) => {
+                let result = match state.closing {
+                    Some(_) => Err(closed()),
+                    None => state.start(&myself, spec, Some(scope)).await,
+                };
                 let _ = reply.send(result);
             }
-            RuntimeMsg::Evict { id, reason, reply } => {
+            RuntimeMsg::ResumeSession(id, reply) => {
+                let result = match state.closing {
+                    Some(_) => Err(closed()),
+                    None => state.resume(&myself, &id).await,
+                };
+                let _ = reply.send(result);
+            }
+            RuntimeMsg::EvictSession(id, reply) => {
+                let eviction = state.evict(&id, "explicit");
+                tokio::spawn(async move {
+                    let report = match eviction {
+                        Some(eviction) => eviction.wait().await,
+                        None => Err(RuntimeError::UnknownSession(id)),
+                    };
+                    let _ = reply.send(report);
+                });
+            }
+            RuntimeMsg::Internal(Internal(InternalMsg::Evict { id, reason, reply })) => {
                 let _ = reply.send(state.evict(&id, &reason));
             }
+            RuntimeMsg::PrepareTurn(id, reply) => {
+                let session = state.sessions.get(&id).and_then(|record| {
+                    let actor = record.actor.clone()?;
+                    Some(state.handle(&myself, &id, actor, record))
+                });
+                tokio::spawn(async move {
+                    let Some(session) = session else {
+                        let _ = reply.send(Err(PrepareError::Evicted));
+                        return;
+                    };
+                    // A caller that gave up (timed out, dropped) cancels the turn, as
+                    // dropping `prepare_turn` does: its connects end at once.
+                    tokio::select! {
+                        turn = session.prepare_turn() => {
+                            let _ = reply.send(turn);
+                        }
+                        () = abandoned(&reply) => {}
+                    }
+                });
+            }
             RuntimeMsg::Shutdown(reply) => {
+                if let Some(first) = &state.closing {
+                    // One shutdown runs; a later one answers with its reports.
+                    let mut first = first.clone();
+                    tokio::spawn(async move {
+                        let reports = first.wait_for(Option::is_some).await;
+                        let reports = reports.ok().and_then(|r| r.clone()).unwrap_or_default();
+                        let _ = reply.send(reports);
+                    });
+                    return Ok(());
+                }
+                let (done, waiting) = tokio::sync::watch::channel(None);
+                state.closing = Some(waiting);
                 let ids: Vec<String> = state.sessions.keys().cloned().collect();
-                let evictions = ids
+                let evictions: Vec<Eviction> = ids
                     .iter()
                     .filter_map(|id| state.evict(id, "shutdown"))
                     .collect();
-                let _ = reply.send(evictions);
+                let runtime = Runtime::from_parts(myself.clone(), Arc::clone(&state.shared));
+                tokio::spawn(async move {
+                    let reports = runtime.finish_shutdown(evictions).await;
+                    let _ = done.send(Some(reports.clone()));
+                    let _ = reply.send(reports);
+                    myself.stop(Some("shutdown".into()));
+                });
             }
         }
         Ok(())
@@ -197,7 +308,10 @@ impl Actor for RuntimeActor {
             return Ok(());
         };
         let id = cell.get_id();
-        if id == state.shared.limiter.id() {
+        if state.closing.is_some() {
+            // The shutdown stops the helpers itself: nothing is restarted.
+            state.session_ended(id);
+        } else if id == state.shared.limiter.id() {
             state.restart_limiter(&myself).await;
         } else if id == state.shared.broker.id() {
             state.restart_broker(&myself).await;
@@ -209,6 +323,24 @@ impl Actor for RuntimeActor {
 }
 
 impl RuntimeState {
+    /// The host's handle on session `id` (its record and live actor).
+    fn handle(
+        &self,
+        myself: &ActorRef<RuntimeMsg>,
+        id: &str,
+        actor: ActorRef<SessionMsg>,
+        record: &Record,
+    ) -> Session {
+        let runtime = Runtime::from_parts(myself.clone(), Arc::clone(&self.shared));
+        Session::from_parts(
+            id.to_string(),
+            actor,
+            Arc::clone(&record.spec),
+            record.scope.clone(),
+            runtime,
+        )
+    }
+
     /// A session actor stopped: its record stays, resumable, until forgotten.
     fn session_ended(&mut self, actor: ractor::ActorId) {
         for (id, record) in self.sessions.iter_mut() {
@@ -298,7 +430,10 @@ impl RuntimeState {
             .get(id)
             .ok_or_else(|| RuntimeError::UnknownSession(id.to_string()))?;
         if let Some(actor) = &record.actor {
-            let mut opened = opened(id, actor.clone(), record);
+            let mut opened = Opened {
+                session: self.handle(myself, id, actor.clone(), record),
+                eviction: None,
+            };
             if record.scope.is_none() {
                 let lane = record.lane();
                 opened.eviction = self.replace_in_lane(&lane, id);
@@ -339,7 +474,11 @@ impl RuntimeState {
             return Err(RuntimeError::UnknownSession(id.to_string()));
         };
         record.actor = Some(actor.clone());
-        let mut opened = opened(id, actor, record);
+        let record = &self.sessions[id];
+        let mut opened = Opened {
+            session: self.handle(myself, id, actor, record),
+            eviction: None,
+        };
         self.shared
             .hub
             .emit(id, EventKind::SessionStarted { how, principal });
@@ -364,6 +503,7 @@ impl RuntimeState {
         self.lanes.retain(|_, current| current != id);
         let (tx, rx) = oneshot::channel();
         let reason = reason.to_string();
+        let bound = eviction_bound(self.shared.config.close_grace);
         let grace = self.shared.config.close_grace;
         let shared = Arc::clone(&self.shared);
         let session = id.to_string();
@@ -374,7 +514,7 @@ impl RuntimeState {
                         reason: reason.clone(),
                         reply,
                     },
-                    Some(grace * 8 + Duration::from_secs(10)),
+                    Some(bound),
                 )
                 .await;
             if let Ok(ractor::rpc::CallResult::Success(report)) = outcome {
@@ -416,16 +556,6 @@ pub(super) fn home_outside(
         ));
     }
     Ok(())
-}
-
-fn opened(id: &str, actor: ActorRef<SessionMsg>, record: &Record) -> Opened {
-    Opened {
-        id: id.to_string(),
-        actor,
-        spec: Arc::clone(&record.spec),
-        scope: record.scope.clone(),
-        eviction: None,
-    }
 }
 
 fn new_session_id(n: u64) -> String {

@@ -16,6 +16,11 @@
 //!   doing the same work.
 //! - `stress/sessions_64`: 64 sessions preparing a turn and calling once, all at once;
 //!   the limiter bound is asserted after the run.
+//! - `stress/host_actor_1000`: a host actor (a ractor actor, the runtime's root linked
+//!   under it) sends 1,000 `StartSession` and `ResumeSession` messages over four lanes
+//!   of a two-server core, each replacing its lane's session (evicted, tracked); beside
+//!   `stress/handle_1000`, the same sequence through the handle API. Throughput and
+//!   p99 of each message's round trip are printed.
 
 #[path = "common.rs"]
 mod common;
@@ -23,7 +28,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use demiurge_mcp::SessionSpec;
+use demiurge_mcp::{Runtime, RuntimeMsg, SessionSpec};
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, call};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use serde_json::json;
@@ -200,5 +206,154 @@ fn stress(c: &mut Criterion) {
     rt.block_on(runtime.shutdown());
 }
 
-criterion_group!(benches, calls, prepare, stress);
+/// Messages of one `host_actor_1000` / `handle_1000` round.
+const HOST_MESSAGES: usize = 1000;
+const HOST_LANES: usize = 4;
+
+/// What the `n`th message of a round is: a start in lane `n % 4`, or every other time
+/// the resume of that lane's session before last.
+enum Step {
+    Start(SessionSpec),
+    Resume(String),
+}
+
+fn step(n: usize, core: &std::path::Path, lanes: &[Vec<String>]) -> Step {
+    let lane = n % HOST_LANES;
+    let history = &lanes[lane];
+    match (n / HOST_LANES % 2, history.len()) {
+        (1, len) if len >= 2 => Step::Resume(history[len - 2].clone()),
+        _ => {
+            let mut spec = SessionSpec::new(core);
+            spec.lane = format!("host-{lane}");
+            Step::Start(spec)
+        }
+    }
+}
+
+/// A host written as a ractor actor: it owns the runtime (root linked under it) and
+/// drives a round of sessions by messages when asked.
+struct Host;
+
+enum HostMsg {
+    Round(std::path::PathBuf, RpcReplyPort<Vec<Duration>>),
+}
+
+impl Actor for Host {
+    type Msg = HostMsg;
+    type State = Runtime;
+    type Arguments = demiurge_mcp::RuntimeConfig;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<HostMsg>,
+        config: Self::Arguments,
+    ) -> Result<Runtime, ActorProcessingErr> {
+        Ok(Runtime::start_linked(config, myself.get_cell()).await?)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<HostMsg>,
+        HostMsg::Round(core, reply): HostMsg,
+        runtime: &mut Runtime,
+    ) -> Result<(), ActorProcessingErr> {
+        let root = runtime.actor().clone();
+        let mut lanes = vec![Vec::new(); HOST_LANES];
+        let mut took = Vec::with_capacity(HOST_MESSAGES);
+        for n in 0..HOST_MESSAGES {
+            let started = Instant::now();
+            let opened = match step(n, &core, &lanes) {
+                Step::Start(spec) => call!(root, RuntimeMsg::StartSession, spec),
+                Step::Resume(id) => call!(root, RuntimeMsg::ResumeSession, id),
+            }?
+            .map_err(|e| e.to_string())?;
+            took.push(started.elapsed());
+            if !lanes[n % HOST_LANES].contains(&opened.session.id().to_string()) {
+                lanes[n % HOST_LANES].push(opened.session.id().to_string());
+            }
+        }
+        let _ = reply.send(took);
+        Ok(())
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<HostMsg>,
+        runtime: &mut Runtime,
+    ) -> Result<(), ActorProcessingErr> {
+        runtime.shutdown().await;
+        Ok(())
+    }
+}
+
+/// The same round through the handle API.
+async fn handle_round(runtime: &Runtime, core: &std::path::Path) -> Vec<Duration> {
+    let mut lanes = vec![Vec::new(); HOST_LANES];
+    let mut took = Vec::with_capacity(HOST_MESSAGES);
+    for n in 0..HOST_MESSAGES {
+        let started = Instant::now();
+        let (session, _) = match step(n, core, &lanes) {
+            Step::Start(spec) => runtime.start_session(spec).await,
+            Step::Resume(id) => runtime.resume_session(&id).await,
+        }
+        .unwrap();
+        took.push(started.elapsed());
+        if !lanes[n % HOST_LANES].contains(&session.id().to_string()) {
+            lanes[n % HOST_LANES].push(session.id().to_string());
+        }
+    }
+    took
+}
+
+fn host(c: &mut Criterion) {
+    let rt = common::rt();
+    let dir = tempfile::tempdir().unwrap();
+    let core = common::core(dir.path(), 2, 0, false);
+    let (host, runtime) = rt.block_on(async {
+        let config = common::config(&dir.path().join("host-home"), 4);
+        let (host, _) = Actor::spawn(None, Host, config).await.unwrap();
+        (host, common::runtime(&dir.path().join("home"), 4).await)
+    });
+    let (by_host, by_handle) = (
+        std::sync::Mutex::new(Vec::new()),
+        std::sync::Mutex::new(Vec::new()),
+    );
+    let mut group = c.benchmark_group("stress");
+    group.sample_size(10);
+    group.bench_function("host_actor_1000", |b| {
+        b.to_async(&rt).iter(|| async {
+            let took = call!(host, HostMsg::Round, core.clone()).unwrap();
+            by_host.lock().unwrap().extend(took);
+        })
+    });
+    group.bench_function("handle_1000", |b| {
+        b.to_async(&rt).iter(|| async {
+            let took = handle_round(&runtime, &core).await;
+            by_handle.lock().unwrap().extend(took);
+        })
+    });
+    group.finish();
+    for (name, samples) in [
+        ("host_actor_1000", by_host.into_inner().unwrap()),
+        ("handle_1000", by_handle.into_inner().unwrap()),
+    ] {
+        let count = samples.len();
+        if count == 0 {
+            continue;
+        }
+        let total: Duration = samples.iter().sum();
+        let (median, p99) = common::median_p99(samples);
+        println!(
+            "stress/{name}: {count} start/resume messages, {:.0} a second, median {median:.0} us, p99 {p99:.0} us",
+            count as f64 / total.as_secs_f64()
+        );
+    }
+    host.stop(None);
+    rt.block_on(async {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        runtime.shutdown().await;
+    });
+}
+
+criterion_group!(benches, calls, prepare, stress, host);
 criterion_main!(benches);

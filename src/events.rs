@@ -659,7 +659,7 @@ impl EventHub {
 }
 
 /// The longest a flush waits, for room in a queue and then for its answer.
-const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+pub(crate) const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Sends `op` when the queue has room within `wait`; `false` when it never had.
 fn send_within<T>(
