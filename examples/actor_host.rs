@@ -6,6 +6,9 @@
 //! very example run as `actor_host demo-server` (the built-in demo MCP server). The run
 //! kills the runtime's root halfway through to show the restart.
 
+#[path = "support/demo_core.rs"]
+mod demo_core;
+
 use std::collections::BTreeMap;
 
 use demiurge_mcp::redact::View;
@@ -187,7 +190,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         return demiurge_mcp::demo_server::serve_stdio(Default::default()).await;
     }
     let scratch = tempfile::tempdir()?;
-    let core = write_core(scratch.path())?;
+    let core = demo_core::write(scratch.path())?;
     let home = scratch.path().join("home");
     let config = move || {
         RuntimeConfig::new(&home).with_approver(FixedApprover(ApprovalAnswer::AllowSession))
@@ -211,19 +214,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     host.stop(None);
     handle.await?;
     Ok(())
-}
-
-fn write_core(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
-    let core = dir.join("core");
-    std::fs::create_dir_all(core.join("agent/mcp"))?;
-    std::fs::write(
-        core.join("agent.yaml"),
-        "capabilities:\n  defaults:\n    mcp.connect:demo: {scope: core}\n    mcp.call:demo: {scope: core}\n",
-    )?;
-    let exe = serde_json::to_string(&std::env::current_exe()?)?;
-    std::fs::write(
-        core.join("agent/mcp/demo.yaml"),
-        format!("command: {exe}\nargs: [demo-server]\napproval_policy: auto\n"),
-    )?;
-    Ok(core)
 }

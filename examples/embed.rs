@@ -5,6 +5,9 @@
 //! example run as `embed demo-server` (the built-in demo MCP server), so it needs
 //! nothing else. Pass a core directory to use your own: `cargo run --example embed -- DIR`.
 
+#[path = "support/demo_core.rs"]
+mod demo_core;
+
 use demiurge_mcp::events::MemorySink;
 use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig, SessionSpec};
 
@@ -17,7 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let scratch = tempfile::tempdir()?;
     let core = match arg {
         Some(dir) => std::path::PathBuf::from(dir),
-        None => write_core(scratch.path())?,
+        None => demo_core::write(scratch.path())?,
     };
 
     // A host decides approvals; this one allows everything for the session.
@@ -55,19 +58,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     runtime.shutdown().await;
     println!("{} events", events.events().len());
     Ok(())
-}
-
-fn write_core(dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
-    let core = dir.join("core");
-    std::fs::create_dir_all(core.join("agent/mcp"))?;
-    std::fs::write(
-        core.join("agent.yaml"),
-        "capabilities:\n  defaults:\n    mcp.connect:demo: {scope: core}\n    mcp.call:demo: {scope: core}\n",
-    )?;
-    let exe = serde_json::to_string(&std::env::current_exe()?)?;
-    std::fs::write(
-        core.join("agent/mcp/demo.yaml"),
-        format!("command: {exe}\nargs: [demo-server]\napproval_policy: auto\n"),
-    )?;
-    Ok(core)
 }

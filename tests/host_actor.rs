@@ -65,6 +65,17 @@ async fn supervisor() -> (ActorRef<()>, mpsc::UnboundedReceiver<String>) {
     (actor, rx)
 }
 
+/// A runtime on `home`, its root linked under a supervisor of its own.
+async fn linked(
+    home: &std::path::Path,
+) -> (Runtime, ActorRef<()>, mpsc::UnboundedReceiver<String>) {
+    let (host, rx) = supervisor().await;
+    let runtime = Runtime::start_linked(config(home), host.get_cell())
+        .await
+        .unwrap();
+    (runtime, host, rx)
+}
+
 async fn heard(rx: &mut mpsc::UnboundedReceiver<String>) -> String {
     tokio::time::timeout(Duration::from_secs(20), rx.recv())
         .await
@@ -78,10 +89,7 @@ async fn a_host_drives_sessions_by_messages_with_typed_replies() {
         .grant_servers(&["a"])
         .server("a", &demo("approval_policy: auto\n"));
     let home = tempfile::tempdir().unwrap();
-    let (host, mut rx) = supervisor().await;
-    let runtime = Runtime::start_linked(config(home.path()), host.get_cell())
-        .await
-        .unwrap();
+    let (runtime, host, mut rx) = linked(home.path()).await;
     let root = runtime.actor().clone();
 
     let first = call!(root, RuntimeMsg::StartSession, core.spec_in("lane"))
@@ -181,10 +189,7 @@ async fn a_killed_root_ends_every_server_and_a_new_one_serves_the_session_again(
         .server("a", &demo("approval_policy: auto\n"))
         .server("b", &demo("approval_policy: auto\n"));
     let home = tempfile::tempdir().unwrap();
-    let (host, mut rx) = supervisor().await;
-    let runtime = Runtime::start_linked(config(home.path()), host.get_cell())
-        .await
-        .unwrap();
+    let (runtime, host, mut rx) = linked(home.path()).await;
     let (session, _) = runtime.start_session(core.spec()).await.unwrap();
     let turn = session.prepare_turn().await.unwrap();
     let pids = [
@@ -247,10 +252,7 @@ async fn a_second_shutdown_waits_for_the_first_and_nothing_starts_meanwhile() {
         .grant_servers(&["slow"])
         .server("slow", &common::shell(&script, "approval_policy: auto\n"));
     let home = tempfile::tempdir().unwrap();
-    let (host, mut rx) = supervisor().await;
-    let runtime = Runtime::start_linked(config(home.path()), host.get_cell())
-        .await
-        .unwrap();
+    let (runtime, host, mut rx) = linked(home.path()).await;
     let root = runtime.actor().clone();
     let (session, _) = runtime.start_session(core.spec()).await.unwrap();
     let turn = session.prepare_turn().await.unwrap();
@@ -296,20 +298,10 @@ async fn a_second_shutdown_waits_for_the_first_and_nothing_starts_meanwhile() {
 async fn a_turn_whose_caller_gave_up_ends_its_connects() {
     let marker = tempfile::tempdir().unwrap();
     let pidfile = marker.path().join("pid");
-    // Starts, records its pid, and becomes a server only much later.
-    let script = format!(
-        "echo $$ >> '{}'; sleep 60; exec '{}' demo-server",
-        pidfile.display(),
-        common::exe()
-    );
-    let core = Core::new()
-        .grant_servers(&["late"])
-        .server("late", &common::shell(&script, "approval_policy: auto\n"));
+    let late = common::recording_pid(&pidfile, 60, "approval_policy: auto\n");
+    let core = Core::new().grant_servers(&["late"]).server("late", &late);
     let home = tempfile::tempdir().unwrap();
-    let (host, _rx) = supervisor().await;
-    let runtime = Runtime::start_linked(config(home.path()), host.get_cell())
-        .await
-        .unwrap();
+    let (runtime, host, _rx) = linked(home.path()).await;
     let root = runtime.actor().clone();
     let (session, _) = runtime.start_session(core.spec()).await.unwrap();
     let gave_up = call_t!(root, RuntimeMsg::PrepareTurn, 300, session.id().to_string());
@@ -318,11 +310,7 @@ async fn a_turn_whose_caller_gave_up_ends_its_connects() {
         eventually(Duration::from_secs(5), || count(&pidfile) == 1).await,
         "the server started"
     );
-    let pid: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = common::first_pid(&pidfile);
     assert!(
         eventually(Duration::from_secs(10), || !alive(pid)).await,
         "the connect of a turn nobody waits for was ended"

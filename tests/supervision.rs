@@ -23,15 +23,9 @@ fn caps(names: &[&str]) -> CapabilitySet {
 async fn eviction_racing_a_first_prepare_wins_and_closes_what_was_born() {
     let marker = tempfile::tempdir().unwrap();
     let pidfile = marker.path().join("pid");
-    // Starts, records its pid, and only then becomes a server after a pause.
-    let script = format!(
-        "echo $$ >> '{}'; sleep 1; exec '{}' demo-server",
-        pidfile.display(),
-        common::exe()
-    );
     let core = Core::new()
         .grant_servers(&["slow"])
-        .server("slow", &common::shell(&script, ""));
+        .server("slow", &common::recording_pid(&pidfile, 1, ""));
     let h = harness(Recorder::allow()).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let preparing = tokio::spawn({
@@ -42,11 +36,7 @@ async fn eviction_racing_a_first_prepare_wins_and_closes_what_was_born() {
         eventually(Duration::from_secs(5), || count(&pidfile) == 1).await,
         "the server started"
     );
-    let pid: u32 = std::fs::read_to_string(&pidfile)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let pid = common::first_pid(&pidfile);
     h.runtime.evict_session(session.id()).await.unwrap();
     let outcome = preparing.await.unwrap();
     assert!(matches!(outcome, Err(PrepareError::Evicted)), "{outcome:?}");

@@ -57,6 +57,29 @@ pub fn demo_counting(marker: &Path, extra: &str) -> String {
     shell(&script, extra)
 }
 
+/// A declaration that records its pid in `pidfile`, pauses `secs`, and only then
+/// becomes the demo server: a connect that is under way for that long.
+pub fn recording_pid(pidfile: &Path, secs: u32, extra: &str) -> String {
+    let script = format!(
+        "echo $$ >> '{}'; sleep {secs}; exec '{}' demo-server",
+        pidfile.display(),
+        exe()
+    );
+    shell(&script, extra)
+}
+
+/// The pid on the first line of `pidfile`.
+pub fn first_pid(pidfile: &Path) -> u32 {
+    std::fs::read_to_string(pidfile)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// A declaration running `script` with `sh -c`, followed by `extra` fields.
 pub fn shell(script: &str, extra: &str) -> String {
     format!(
