@@ -104,6 +104,9 @@ pub enum BrokerMsg {
     ForgetSession(String),
 }
 
+#[cfg(feature = "cluster")]
+impl ractor::Message for BrokerMsg {}
+
 pub(crate) struct Broker;
 
 pub(crate) struct BrokerArgs {

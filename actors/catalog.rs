@@ -75,6 +75,9 @@ pub enum CatalogMsg {
     Status(RpcReplyPort<Vec<ServerStatus>>),
 }
 
+#[cfg(feature = "cluster")]
+impl ractor::Message for CatalogMsg {}
+
 pub(crate) struct CatalogArgs {
     pub shared: Arc<Shared>,
     pub identity: CatalogIdentity,

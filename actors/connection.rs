@@ -60,6 +60,9 @@ pub(super) enum ConnectionMsg {
     ListsChanged,
 }
 
+#[cfg(feature = "cluster")]
+impl ractor::Message for ConnectionMsg {}
+
 /// The right to send requests on one connection, built by the catalog from what it
 /// holds (no message to the connection actor): the request handle, the serial permit,
 /// the call timeout, and a watch that turns `true` once the connection closed.

@@ -75,6 +75,20 @@ impl Runtime {
         &self.actor
     }
 
+    /// The close grace of every server of this runtime.
+    #[cfg(feature = "cluster")]
+    pub(super) fn close_grace(&self) -> Duration {
+        self.shared.config.close_grace
+    }
+
+    /// Makes lanes cluster-wide through `directory` (or local again with `None`).
+    #[cfg(feature = "cluster")]
+    pub(super) fn set_lane_directory(&self, directory: Option<ActorRef<super::cluster::LaneMsg>>) {
+        if let Ok(mut lanes) = self.shared.lanes.write() {
+            *lanes = directory;
+        }
+    }
+
     pub(super) fn from_parts(actor: ActorRef<RuntimeMsg>, shared: Arc<Shared>) -> Runtime {
         Runtime { actor, shared }
     }

@@ -18,6 +18,9 @@ pub enum LimiterMsg {
     Stats(RpcReplyPort<LimiterStats>),
 }
 
+#[cfg(feature = "cluster")]
+impl ractor::Message for LimiterMsg {}
+
 /// Counters, for tests, benches and `/servers`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]

@@ -45,9 +45,12 @@
 //! | `shared.rs` | what every actor of one runtime shares |
 //! | `swappable.rs` | an actor reference a supervisor replaces on restart |
 //! | `config.rs` | `RuntimeConfig` |
+//! | `cluster.rs` | feature `cluster`: a runtime as a cluster node, and its lane directory |
 
 mod approval;
 mod catalog;
+#[cfg(feature = "cluster")]
+pub mod cluster;
 mod config;
 mod connect;
 mod connection;

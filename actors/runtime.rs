@@ -51,6 +51,27 @@ pub enum RuntimeError {
         "the runtime home {0} is inside the workspace or the agent core; choose a home outside both (--home DIR or DEMIURGE_HOME)"
     )]
     HomeInsideWorkspace(String),
+    /// A cluster node (feature `cluster`) could not claim the lane: the node that last
+    /// held it did not answer, so its session may still run there.
+    #[error(
+        "lane `{lane}` was last held by node `{node}`, which cannot be reached; retry once it is back, or set SessionSpec::proceed_if_owner_unreachable if it is gone"
+    )]
+    LaneUnreachable {
+        /// The lane.
+        lane: String,
+        /// The node that last held it.
+        node: String,
+    },
+    /// A cluster node (feature `cluster`) claimed the lane at the same time and won.
+    #[error(
+        "lane `{lane}` was claimed at the same time by node `{node}`, whose claim stands; resume there, or retry"
+    )]
+    LaneContended {
+        /// The lane.
+        lane: String,
+        /// The node whose claim won.
+        node: String,
+    },
 }
 
 /// A scheduled eviction the host can await.
@@ -62,6 +83,15 @@ pub struct Eviction {
 }
 
 impl Eviction {
+    /// An eviction already done elsewhere (on another node), with its report.
+    #[cfg(feature = "cluster")]
+    pub(super) fn done(report: EvictionReport) -> Eviction {
+        let (tx, rx) = oneshot::channel();
+        let session = report.session.clone();
+        let _ = tx.send(report);
+        Eviction { session, rx }
+    }
+
     /// Waits for the eviction to complete.
     ///
     /// # Errors
@@ -150,7 +180,32 @@ pub(super) enum InternalMsg {
         reason: String,
         reply: RpcReplyPort<Option<Eviction>>,
     },
+    /// From the lane directory: evict this node's session of `lane`, claimed by
+    /// `node`; a session of the lane still waiting for its own claim does not open.
+    #[cfg(feature = "cluster")]
+    EvictLane {
+        lane: String,
+        node: String,
+        epoch: u64,
+        reply: RpcReplyPort<Option<Eviction>>,
+    },
+    /// The cluster-wide claim of a session's lane came back: open it, or refuse.
+    #[cfg(feature = "cluster")]
+    Claimed {
+        id: String,
+        how: Opening,
+        claimed: Result<super::cluster::Claimed, RuntimeError>,
+        reply: OpenReply,
+    },
 }
+
+#[cfg(feature = "cluster")]
+impl ractor::Message for RuntimeMsg {}
+
+/// The longest a cluster-wide claim waits for the other nodes beside their evictions
+/// (each node bounds its own wait by its claim timeout).
+#[cfg(feature = "cluster")]
+const CLAIM_BOUND: Duration = Duration::from_secs(30);
 
 /// The longest an eviction takes before the root stops the session outright.
 pub(super) fn eviction_bound(grace: Duration) -> Duration {
@@ -180,6 +235,10 @@ pub(crate) struct RuntimeState {
     /// Set by the first [`RuntimeMsg::Shutdown`]: nothing starts any more, and every
     /// later shutdown waits for the first one's reports here.
     closing: Option<tokio::sync::watch::Receiver<Option<Vec<EvictionReport>>>>,
+    /// Sessions waiting for their lane's cluster-wide claim, by lane, and the node
+    /// that claimed the lane meanwhile (then the session does not open).
+    #[cfg(feature = "cluster")]
+    pending: HashMap<String, (String, Option<(u64, String)>)>,
 }
 
 /// How many ended sessions stay resumable; older ones are forgotten.
@@ -201,6 +260,8 @@ impl Actor for RuntimeActor {
             lanes: HashMap::new(),
             ended: std::collections::VecDeque::new(),
             closing: None,
+            #[cfg(feature = "cluster")]
+            pending: HashMap::new(),
         })
     }
 
@@ -212,6 +273,93 @@ impl Actor for RuntimeActor {
     ) -> Result<(), ActorProcessingErr> {
         let closed = || RuntimeError::Unavailable("the runtime is shutting down".into());
         match message {
+            #[cfg(feature = "cluster")]
+            RuntimeMsg::StartSession(spec, reply) if state.directory().is_some() => {
+                let admitted = match state.closing {
+                    Some(_) => Err(closed()),
+                    None => state.admit(spec, None),
+                };
+                match admitted {
+                    Ok(id) => state.claim_then(&myself, id, Opening::Start, reply),
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            #[cfg(feature = "cluster")]
+            RuntimeMsg::ResumeSession(id, reply)
+                if state.directory().is_some()
+                    && state.closing.is_none()
+                    && state
+                        .sessions
+                        .get(&id)
+                        .is_some_and(|r| r.actor.is_none() && r.scope.is_none()) =>
+            {
+                state.claim_then(&myself, id, Opening::Resume, reply);
+            }
+            #[cfg(feature = "cluster")]
+            RuntimeMsg::Internal(Internal(InternalMsg::Claimed {
+                id,
+                how,
+                claimed,
+                reply,
+            })) => {
+                let lane = state
+                    .sessions
+                    .get(&id)
+                    .map(Record::lane)
+                    .unwrap_or_default();
+                let revoked = match state.pending.get(&lane) {
+                    Some((waiting, revoked)) if *waiting == id => {
+                        let revoked = revoked.clone();
+                        state.pending.remove(&lane);
+                        revoked
+                    }
+                    _ => None,
+                };
+                // Claimed later elsewhere while this claim was under way: the later
+                // one stands.
+                let claimed = match (claimed, revoked) {
+                    (Ok(ours), Some(later)) if later > ours.stamp => {
+                        Err(RuntimeError::LaneContended {
+                            lane: lane.clone(),
+                            node: later.1,
+                        })
+                    }
+                    (claimed, _) => claimed.map(|ours| ours.eviction),
+                };
+                let result = match (&state.closing, claimed) {
+                    (Some(_), _) => Err(closed()),
+                    (None, Err(e)) => {
+                        if how == Opening::Start {
+                            state.sessions.remove(&id);
+                        }
+                        Err(e)
+                    }
+                    (None, Ok(remote)) => state.activate(&myself, &id, how).await.map(|mut o| {
+                        o.eviction = o.eviction.or(remote);
+                        o
+                    }),
+                };
+                let _ = reply.send(result);
+            }
+            #[cfg(feature = "cluster")]
+            RuntimeMsg::Internal(Internal(InternalMsg::EvictLane {
+                lane,
+                node,
+                epoch,
+                reply,
+            })) => {
+                if let Some((_, revoked)) = state.pending.get_mut(&lane) {
+                    let stamp = (epoch, node.clone());
+                    if revoked.as_ref().is_none_or(|r| stamp > *r) {
+                        *revoked = Some(stamp);
+                    }
+                }
+                let current = state.lanes.get(&lane).cloned();
+                let reason = format!("replaced_on_node:{node}");
+                let _ = reply.send(current.and_then(|id| state.evict(&id, &reason)));
+            }
             RuntimeMsg::StartSession(spec, reply) => {
                 let result = match state.closing {
                     Some(_) => Err(closed()),
@@ -393,6 +541,55 @@ impl RuntimeState {
         spec: SessionSpec,
         scope: Option<CapabilitySet>,
     ) -> Result<Opened, RuntimeError> {
+        let id = self.admit(spec, scope)?;
+        self.activate(myself, &id, Opening::Start).await
+    }
+
+    /// The lane directory, when this runtime is a cluster node.
+    #[cfg(feature = "cluster")]
+    fn directory(&self) -> Option<ActorRef<super::cluster::LaneMsg>> {
+        self.shared.lanes.read().ok().and_then(|d| d.clone())
+    }
+
+    /// Claims the lane of session `id` cluster-wide on a task (the root goes on taking
+    /// messages), then opens it (`InternalMsg::Claimed`).
+    #[cfg(feature = "cluster")]
+    fn claim_then(
+        &mut self,
+        myself: &ActorRef<RuntimeMsg>,
+        id: String,
+        how: Opening,
+        reply: OpenReply,
+    ) {
+        let (Some(directory), Some(record)) = (self.directory(), self.sessions.get(&id)) else {
+            let _ = reply.send(Err(RuntimeError::UnknownSession(id)));
+            return;
+        };
+        let lane = record.lane();
+        self.pending.insert(lane.clone(), (id.clone(), None));
+        let proceed = record
+            .spec
+            .read()
+            .is_ok_and(|s| s.0.proceed_if_owner_unreachable);
+        let bound = CLAIM_BOUND + eviction_worst(self.shared.config.close_grace);
+        let myself = myself.clone();
+        tokio::spawn(async move {
+            let claimed = super::cluster::claim(&directory, &lane, proceed, bound).await;
+            let _ = myself.cast(RuntimeMsg::Internal(Internal(InternalMsg::Claimed {
+                id,
+                how,
+                claimed,
+                reply,
+            })));
+        });
+    }
+
+    /// Checks a new session and records it, not yet live; its id.
+    fn admit(
+        &mut self,
+        spec: SessionSpec,
+        scope: Option<CapabilitySet>,
+    ) -> Result<String, RuntimeError> {
         let id = spec
             .id
             .clone()
@@ -417,7 +614,7 @@ impl RuntimeState {
                 actor: None,
             },
         );
-        self.activate(myself, &id, Opening::Start).await
+        Ok(id)
     }
 
     async fn resume(

@@ -46,6 +46,10 @@ pub struct SessionSpec {
     pub policy: Option<HostPolicy>,
     /// Servers the host gives as values, beside the core's (or instead of them).
     pub inline: Option<Arc<InlineServers>>,
+    /// On a cluster node (feature `cluster`): start or resume even when the node that
+    /// last held the lane cannot be reached (the host knows that node is gone); by
+    /// default such a start fails closed with [`super::RuntimeError::LaneUnreachable`].
+    pub proceed_if_owner_unreachable: bool,
 }
 
 /// Declarations a host gives a session in memory: validated exactly as files are (the
@@ -143,6 +147,7 @@ impl SessionSpec {
             lane: "main".into(),
             policy: None,
             inline: None,
+            proceed_if_owner_unreachable: false,
         }
     }
 }
@@ -152,7 +157,7 @@ impl SessionSpec {
 pub(crate) type SharedSpec = std::sync::Arc<std::sync::RwLock<(SessionSpec, PathBuf)>>;
 
 /// What an eviction closed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct EvictionReport {
     /// Session id.
@@ -188,6 +193,9 @@ pub enum SessionMsg {
     /// Per-server state of the current catalog.
     Status(RpcReplyPort<Vec<ServerStatus>>),
 }
+
+#[cfg(feature = "cluster")]
+impl ractor::Message for SessionMsg {}
 
 pub(crate) struct SessionArgs {
     pub shared: Arc<Shared>,

@@ -28,6 +28,10 @@ pub(crate) struct Shared {
     pub broker: BrokerHandle,
     /// Every process the stdio servers started, and the reaper that outlives the host.
     pub processes: Arc<crate::process::Registry>,
+    /// The lane directory when the runtime is a cluster node: lanes are claimed
+    /// cluster-wide through it.
+    #[cfg(feature = "cluster")]
+    pub lanes: std::sync::RwLock<Option<ractor::ActorRef<super::cluster::LaneMsg>>>,
     ids: AtomicU64,
 }
 
@@ -52,6 +56,8 @@ impl Shared {
             schemas: Default::default(),
             limiter,
             broker,
+            #[cfg(feature = "cluster")]
+            lanes: std::sync::RwLock::new(None),
             ids: AtomicU64::new(1),
         }
     }

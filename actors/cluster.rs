@@ -1,0 +1,710 @@
+//! Session lanes across machines (feature `cluster`): each runtime joins a cluster as a
+//! node ([`ClusterNode`]), and its lane directory keeps the one guarantee that spans
+//! sessions cluster-wide: a session started or resumed in a lane evicts the lane's
+//! previous incarnation, tracked, wherever it lives. The rules, and what stays per
+//! node, are in `docs/scale-out.md`.
+//!
+//! Adversary: none is trusted more than the host: nodes authenticate with the cluster's
+//! cookie (ractor_cluster's handshake) and listen where the host says (loopback in the
+//! tests). What a peer sends is bounded: every message is one short JSON string, parsed
+//! into a fixed shape, and a lane or node name longer than [`MAX_NAME`] is ignored.
+//!
+//! The directory of each node is one actor in the process group [`GROUP`]. To claim a
+//! lane it asks every other directory to release it (`Release`, answered once that
+//! node's eviction is done, with its report) and waits at most the claim timeout. It
+//! remembers the last owner of each lane it heard of (node and epoch). When that owner
+//! does not answer, the claim fails closed ([`RuntimeError::LaneUnreachable`]) unless
+//! the spec says to proceed; when a node comes back it announces its lanes, and a node
+//! holding a lane another claimed later evicts its own session there.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
+use ractor_cluster::{NodeServer, NodeServerMessage, RactorClusterMessage};
+use serde::{Deserialize, Serialize};
+
+use super::handle::Runtime;
+use super::runtime::{Eviction, Internal, InternalMsg, RuntimeError, RuntimeMsg, eviction_worst};
+use super::session::EvictionReport;
+
+/// The process group every node's lane directory joins is this, then the cluster's
+/// name (several clusters may share a network, or a process).
+pub const GROUP: &str = "demiurge.lanes.";
+
+/// Longest lane or node name a peer may send; longer ones are ignored.
+pub const MAX_NAME: usize = 256;
+
+/// How long a node takes to notice that a peer's directory left while the peer is
+/// still connected (its runtime ended: its lanes are released), as opposed to the peer
+/// being unreachable (its lanes stay held).
+const DEATH_CHECK: Duration = Duration::from_secs(1);
+
+/// How a runtime joins a cluster.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct NodeOptions {
+    /// The cluster's name: nodes of other clusters are never asked.
+    pub cluster: String,
+    /// This node's name, unique in the cluster.
+    pub name: String,
+    /// The cluster's shared secret (ractor_cluster's cookie): a node without it cannot
+    /// join.
+    pub cookie: String,
+    /// Where this node listens for its peers.
+    pub listen: std::net::SocketAddr,
+    /// The longest a claim waits for the other nodes to release a lane.
+    pub claim_timeout: Duration,
+}
+
+impl NodeOptions {
+    /// A node `name` of cluster `demiurge` listening on `listen`, with `cookie`;
+    /// claims wait 2 s.
+    pub fn new(
+        name: impl Into<String>,
+        cookie: impl Into<String>,
+        listen: std::net::SocketAddr,
+    ) -> Self {
+        NodeOptions {
+            cluster: "demiurge".into(),
+            name: name.into(),
+            cookie: cookie.into(),
+            listen,
+            claim_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why joining or connecting failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The node server or the directory could not start.
+    #[error("the cluster node could not start: {0}")]
+    Start(String),
+    /// A peer could not be reached.
+    #[error("cannot connect to the node at {0}: {1}")]
+    Connect(String, String),
+}
+
+/// A runtime's membership in a cluster: its node server and its lane directory.
+/// Dropping the handle leaves the node in the cluster (the runtime's shutdown ends its
+/// directory); [`ClusterNode::leave`] takes it out.
+pub struct ClusterNode {
+    name: String,
+    group: String,
+    server: ActorRef<NodeServerMessage>,
+    directory: ActorRef<LaneMsg>,
+    runtime: Runtime,
+}
+
+impl ClusterNode {
+    /// Makes `runtime` a node of the cluster: starts its node server on
+    /// `options.listen` and its lane directory (linked under the runtime's root), and
+    /// from then on every lane of the runtime is claimed cluster-wide.
+    ///
+    /// # Errors
+    /// [`ClusterError::Start`].
+    pub async fn start(
+        runtime: &Runtime,
+        options: NodeOptions,
+    ) -> Result<ClusterNode, ClusterError> {
+        let server = NodeServer::new(
+            options.listen.port(),
+            options.cookie.clone(),
+            options.name.clone(),
+            options.listen.ip().to_string(),
+            None,
+            None,
+        )
+        .with_listen_addr(options.listen.ip());
+        let (server, _) = Actor::spawn(None, server, ())
+            .await
+            .map_err(|e| ClusterError::Start(e.to_string()))?;
+        let group = format!("{GROUP}{}", options.cluster);
+        let args = DirectoryArgs {
+            group: group.clone(),
+            node: options.name.clone(),
+            root: runtime.actor().clone(),
+            server: server.clone(),
+            claim_timeout: options.claim_timeout,
+            grace: runtime.close_grace(),
+        };
+        let spawned = Actor::spawn_linked(None, Directory, args, runtime.actor().get_cell()).await;
+        let directory = match spawned {
+            Ok((directory, _)) => directory,
+            Err(e) => {
+                server.stop(None);
+                return Err(ClusterError::Start(e.to_string()));
+            }
+        };
+        runtime.set_lane_directory(Some(directory.clone()));
+        Ok(ClusterNode {
+            name: options.name,
+            group,
+            server,
+            directory,
+            runtime: runtime.clone(),
+        })
+    }
+
+    /// This node's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Connects to the node listening at `address`; returns once another node's
+    /// directory answers this one (or fails after `within`).
+    ///
+    /// # Errors
+    /// [`ClusterError::Connect`] when the peer cannot be reached.
+    pub async fn connect(
+        &self,
+        address: std::net::SocketAddr,
+        within: Duration,
+    ) -> Result<(), ClusterError> {
+        ractor_cluster::client_connect(&self.server, address)
+            .await
+            .map_err(|e| ClusterError::Connect(address.to_string(), e.to_string()))?;
+        if self.sees_within(None, within).await {
+            return Ok(());
+        }
+        Err(ClusterError::Connect(
+            address.to_string(),
+            "no peer directory answered in time".into(),
+        ))
+    }
+
+    /// Whether node `peer`'s directory answers this node within `within`. Until it
+    /// does, a claim of a lane `peer` held fails closed.
+    pub async fn sees(&self, peer: &str, within: Duration) -> bool {
+        self.sees_within(Some(peer), within).await
+    }
+
+    async fn sees_within(&self, peer: Option<&str>, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while tokio::time::Instant::now() < deadline {
+            for member in peers(&self.group) {
+                let asked = member
+                    .call(LaneMsg::Name, Some(Duration::from_millis(500)))
+                    .await;
+                if let Ok(ractor::rpc::CallResult::Success(name)) = asked
+                    && name != self.name
+                    && peer.is_none_or(|p| p == name)
+                {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// Cuts this node off the cluster (its node server and every peer connection end)
+    /// while its runtime and directory go on: what a partition looks like to the
+    /// others. [`ClusterNode::rejoin`] connects it again.
+    pub async fn disconnect(&self) {
+        let _ = self
+            .server
+            .stop_and_wait(None, Some(Duration::from_secs(5)))
+            .await;
+    }
+
+    /// After [`ClusterNode::disconnect`]: a new node server on `listen`, connected to
+    /// the node at `peer`. Both directories then announce their lanes; whichever holds
+    /// a lane another claimed later evicts its session there.
+    ///
+    /// # Errors
+    /// As [`ClusterNode::start`] and [`ClusterNode::connect`].
+    pub async fn rejoin(
+        &mut self,
+        options: NodeOptions,
+        peer: std::net::SocketAddr,
+    ) -> Result<(), ClusterError> {
+        let server = NodeServer::new(
+            options.listen.port(),
+            options.cookie,
+            options.name,
+            options.listen.ip().to_string(),
+            None,
+            None,
+        )
+        .with_listen_addr(options.listen.ip());
+        let (server, _) = Actor::spawn(None, server, ())
+            .await
+            .map_err(|e| ClusterError::Start(e.to_string()))?;
+        self.server = server.clone();
+        let _ = self
+            .directory
+            .cast(LaneMsg::Local(Local(LocalMsg::Server(server))));
+        self.connect(peer, Duration::from_secs(10)).await
+    }
+
+    /// Leaves the cluster on purpose: the other nodes drop this node's lanes at once
+    /// (nothing of it is held any more), then the directory and the node server stop.
+    pub async fn leave(self) {
+        let message = serde_json::to_string(&self.name).unwrap_or_default();
+        for peer in peers(&self.group) {
+            let _ = peer.cast(LaneMsg::Leaving(message.clone()));
+        }
+        self.runtime.set_lane_directory(None);
+        let _ = self
+            .directory
+            .stop_and_wait(None, Some(Duration::from_secs(5)))
+            .await;
+        // Casts are sent in order on each connection: give them a moment to leave.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let _ = self
+            .server
+            .stop_and_wait(None, Some(Duration::from_secs(5)))
+            .await;
+    }
+}
+
+/// Other nodes' directories (this process's own actors excluded).
+fn peers(group: &str) -> Vec<ActorRef<LaneMsg>> {
+    ractor::pg::get_members(&group.to_string())
+        .into_iter()
+        .filter(|cell| !cell.get_id().is_local())
+        .map(ActorRef::<LaneMsg>::from)
+        .collect()
+}
+
+/// A claim of `lane` by `node` at `epoch`: later claims win; ties go to the greater
+/// node name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ClaimOf {
+    lane: String,
+    node: String,
+    epoch: u64,
+}
+
+impl ClaimOf {
+    fn fits(&self) -> bool {
+        self.lane.len() <= MAX_NAME && self.node.len() <= MAX_NAME
+    }
+
+    fn newer_than(&self, epoch: u64, node: &str) -> bool {
+        (self.epoch, self.node.as_str()) > (epoch, node)
+    }
+}
+
+/// A directory's answer to a release: who answered, and what its eviction closed.
+#[derive(Debug, Serialize, Deserialize)]
+struct Released {
+    node: String,
+    report: Option<EvictionReport>,
+    /// This node claimed the lane later (a concurrent claim it wins): nothing evicted.
+    #[serde(default)]
+    refused: bool,
+}
+
+/// What a local claim asks and answers (JSON between the root's task and the
+/// directory).
+#[derive(Debug, Serialize, Deserialize)]
+struct ClaimRequest {
+    lane: String,
+    proceed: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+enum ClaimAnswer {
+    /// The eviction it caused elsewhere, and the claim's epoch and node.
+    Claimed(Option<EvictionReport>, u64, String),
+    Unreachable(String),
+    Contended(String),
+}
+
+/// Messages of a lane directory. Every field is a JSON string, so that each variant
+/// can cross the network (ractor_cluster); `Local` never does.
+#[derive(RactorClusterMessage)]
+pub enum LaneMsg {
+    /// From this node's root: claim a lane (`ClaimRequest`), answered `ClaimAnswer`.
+    #[rpc]
+    Claim(String, RpcReplyPort<String>),
+    /// From a peer: release a lane it claims (`ClaimOf`), answered `Released` once this
+    /// node's session there is evicted.
+    #[rpc]
+    Release(String, RpcReplyPort<String>),
+    /// From a peer that (re)joined: a lane it holds (`ClaimOf`).
+    Announce(String),
+    /// From a peer leaving on purpose: its name (a JSON string).
+    Leaving(String),
+    /// This node's name.
+    #[rpc]
+    Name(RpcReplyPort<String>),
+    /// Bookkeeping of this node, never sent by a peer (it cannot be encoded).
+    Local(Local),
+}
+
+/// What a directory tells itself (it cannot be built outside this module).
+#[doc(hidden)]
+pub struct Local(LocalMsg);
+
+enum LocalMsg {
+    /// A peer's directory left; if its node is still connected, its runtime ended.
+    Left(Vec<ActorCell>),
+    /// The node's names of connected peers, after a `Left`: release their lanes.
+    Gone(Vec<String>),
+    /// A claim of ours did not take: the owner before it, unless another came since.
+    Failed(ClaimOf, Option<ClaimOf>),
+    /// A new node server (after a rejoin).
+    Server(ActorRef<NodeServerMessage>),
+}
+
+// Never encoded: a `Local` sent to a peer's directory (or named by a peer) arrives as
+// a no-op.
+impl ractor::BytesConvertable for Local {
+    fn into_bytes(self) -> Vec<u8> {
+        Vec::new()
+    }
+    fn from_bytes(_: Vec<u8>) -> Self {
+        Local(LocalMsg::Gone(Vec::new()))
+    }
+}
+
+struct Directory;
+
+struct DirectoryArgs {
+    group: String,
+    node: String,
+    root: ActorRef<RuntimeMsg>,
+    server: ActorRef<NodeServerMessage>,
+    claim_timeout: Duration,
+    grace: Duration,
+}
+
+struct DirectoryState {
+    args: DirectoryArgs,
+    /// The latest claim heard of for each lane (ours included).
+    owners: HashMap<String, ClaimOf>,
+}
+
+impl DirectoryState {
+    /// Whether this node holds `lane` under a claim older than `claim`.
+    fn outclaimed(&self, claim: &ClaimOf) -> bool {
+        self.owners.get(&claim.lane).is_some_and(|ours| {
+            ours.node == self.args.node && claim.newer_than(ours.epoch, &ours.node)
+        })
+    }
+
+    fn record(&mut self, claim: ClaimOf) {
+        let newer = self
+            .owners
+            .get(&claim.lane)
+            .is_none_or(|known| claim.newer_than(known.epoch, &known.node));
+        if newer {
+            self.owners.insert(claim.lane.clone(), claim);
+        }
+    }
+
+    /// Evicts this node's session of `lane` (if any) on behalf of `claimant`.
+    async fn evict_local(&self, claim: &ClaimOf) -> Option<Eviction> {
+        let (lane, node, epoch) = (claim.lane.clone(), claim.node.clone(), claim.epoch);
+        match self
+            .args
+            .root
+            .call(
+                |reply| {
+                    RuntimeMsg::Internal(Internal(InternalMsg::EvictLane {
+                        lane,
+                        node,
+                        epoch,
+                        reply,
+                    }))
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await
+        {
+            Ok(ractor::rpc::CallResult::Success(eviction)) => eviction,
+            _ => None,
+        }
+    }
+}
+
+impl Actor for Directory {
+    type Msg = LaneMsg;
+    type State = DirectoryState;
+    type Arguments = DirectoryArgs;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<LaneMsg>,
+        args: DirectoryArgs,
+    ) -> Result<DirectoryState, ActorProcessingErr> {
+        ractor::pg::join(args.group.clone(), vec![myself.get_cell()]);
+        ractor::pg::monitor(args.group.clone(), myself.get_cell());
+        Ok(DirectoryState {
+            args,
+            owners: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<LaneMsg>,
+        message: LaneMsg,
+        state: &mut DirectoryState,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            LaneMsg::Claim(request, reply) => {
+                let Ok(request) = serde_json::from_str::<ClaimRequest>(&request) else {
+                    return Ok(());
+                };
+                let known = state.owners.get(&request.lane).cloned();
+                let claim = ClaimOf {
+                    lane: request.lane.clone(),
+                    node: state.args.node.clone(),
+                    epoch: known.as_ref().map_or(0, |k| k.epoch) + 1,
+                };
+                // Recorded at once: a concurrent claim of another node that is older is
+                // refused from now on.
+                state.owners.insert(claim.lane.clone(), claim.clone());
+                let (timeout, me) = (state.args.claim_timeout, state.args.node.clone());
+                let group = state.args.group.clone();
+                let bound = timeout + eviction_worst(state.args.grace);
+                tokio::spawn(async move {
+                    let message = serde_json::to_string(&claim).unwrap_or_default();
+                    let asked = peers(&group).into_iter().map(|peer| {
+                        let message = message.clone();
+                        async move {
+                            let answer = peer
+                                .call(|r| LaneMsg::Release(message, r), Some(bound))
+                                .await;
+                            match answer {
+                                Ok(ractor::rpc::CallResult::Success(answer)) => {
+                                    serde_json::from_str::<Released>(&answer).ok()
+                                }
+                                _ => None,
+                            }
+                        }
+                    });
+                    let answers: Vec<Released> = futures::future::join_all(asked)
+                        .await
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                    let owner = known
+                        .as_ref()
+                        .map(|k| k.node.clone())
+                        .filter(|node| node != &me);
+                    let refused = answers.iter().find(|a| a.refused).map(|a| a.node.clone());
+                    let answer = match owner {
+                        _ if refused.is_some() => {
+                            ClaimAnswer::Contended(refused.unwrap_or_default())
+                        }
+                        Some(node)
+                            if !request.proceed && !answers.iter().any(|a| a.node == node) =>
+                        {
+                            ClaimAnswer::Unreachable(node)
+                        }
+                        _ => ClaimAnswer::Claimed(
+                            answers.into_iter().find_map(|a| a.report),
+                            claim.epoch,
+                            claim.node.clone(),
+                        ),
+                    };
+                    if !matches!(answer, ClaimAnswer::Claimed(..)) {
+                        // A claim that did not take leaves the lane's owner as it was.
+                        let failed = LocalMsg::Failed(claim, known);
+                        let _ = myself.cast(LaneMsg::Local(Local(failed)));
+                    }
+                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
+                });
+            }
+            LaneMsg::Release(claim, reply) => {
+                let Some(claim) = serde_json::from_str::<ClaimOf>(&claim)
+                    .ok()
+                    .filter(ClaimOf::fits)
+                else {
+                    return Ok(());
+                };
+                let me = state.args.node.clone();
+                if claim.node == me {
+                    let answer = Released {
+                        node: me,
+                        report: None,
+                        refused: false,
+                    };
+                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
+                    return Ok(());
+                }
+                if state.owners.get(&claim.lane).is_some_and(|ours| {
+                    ours.node == me && !claim.newer_than(ours.epoch, &ours.node)
+                }) {
+                    // Our own claim of the lane is the later one: it stands.
+                    let answer = Released {
+                        node: me,
+                        report: None,
+                        refused: true,
+                    };
+                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
+                    return Ok(());
+                }
+                let eviction = state.evict_local(&claim).await;
+                state.record(claim);
+                tokio::spawn(async move {
+                    let report = match eviction {
+                        Some(eviction) => eviction.wait().await.ok(),
+                        None => None,
+                    };
+                    let answer = Released {
+                        node: me,
+                        report,
+                        refused: false,
+                    };
+                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
+                });
+            }
+            LaneMsg::Announce(claim) => {
+                let Some(claim) = serde_json::from_str::<ClaimOf>(&claim)
+                    .ok()
+                    .filter(ClaimOf::fits)
+                else {
+                    return Ok(());
+                };
+                if claim.node != state.args.node {
+                    if state.outclaimed(&claim) {
+                        // Claimed elsewhere while we could not hear it: ours goes.
+                        let _ = state.evict_local(&claim).await;
+                    }
+                    state.record(claim);
+                }
+            }
+            LaneMsg::Name(reply) => {
+                let _ = reply.send(state.args.node.clone());
+            }
+            LaneMsg::Leaving(node) => {
+                if let Ok(node) = serde_json::from_str::<String>(&node) {
+                    state.owners.retain(|_, claim| claim.node != node);
+                }
+            }
+            LaneMsg::Local(Local(LocalMsg::Left(cells))) => {
+                let server = state.args.server.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(DEATH_CHECK).await;
+                    let Ok(sessions) =
+                        ractor::call_t!(server, NodeServerMessage::GetSessions, 2000)
+                    else {
+                        return;
+                    };
+                    let gone = cells
+                        .iter()
+                        .filter_map(|cell| match cell.get_id() {
+                            ractor::ActorId::Remote { node_id, .. } => sessions.get(&node_id),
+                            ractor::ActorId::Local(_) => None,
+                        })
+                        // ractor_cluster names a peer `name@host`.
+                        .filter_map(|info| info.peer_name.as_ref())
+                        .filter_map(|n| n.name.split('@').next().map(str::to_string))
+                        .collect::<Vec<_>>();
+                    if !gone.is_empty() {
+                        let _ = myself.cast(LaneMsg::Local(Local(LocalMsg::Gone(gone))));
+                    }
+                });
+            }
+            LaneMsg::Local(Local(LocalMsg::Gone(nodes))) => {
+                // Connected, but its directory is gone: that node's runtime ended, and
+                // its sessions (and their servers) with it.
+                state.owners.retain(|_, claim| !nodes.contains(&claim.node));
+            }
+            LaneMsg::Local(Local(LocalMsg::Failed(failed, before))) => {
+                let ours = state.owners.get(&failed.lane).is_some_and(|now| {
+                    (now.node.as_str(), now.epoch) == (failed.node.as_str(), failed.epoch)
+                });
+                if ours {
+                    match before {
+                        Some(before) => state.owners.insert(failed.lane.clone(), before),
+                        None => state.owners.remove(&failed.lane),
+                    };
+                }
+            }
+            LaneMsg::Local(Local(LocalMsg::Server(server))) => state.args.server = server,
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<LaneMsg>,
+        event: SupervisionEvent,
+        state: &mut DirectoryState,
+    ) -> Result<(), ActorProcessingErr> {
+        use ractor::pg::GroupChangeMessage;
+        let SupervisionEvent::ProcessGroupChanged(change) = event else {
+            return Ok(());
+        };
+        match change {
+            GroupChangeMessage::Join(_, _, cells) => {
+                // A peer (re)joined: tell it the lanes this node holds.
+                let mine: Vec<String> = state
+                    .owners
+                    .values()
+                    .filter(|claim| claim.node == state.args.node)
+                    .filter_map(|claim| serde_json::to_string(claim).ok())
+                    .collect();
+                for cell in cells.into_iter().filter(|c| !c.get_id().is_local()) {
+                    let peer = ActorRef::<LaneMsg>::from(cell);
+                    for claim in &mine {
+                        let _ = peer.cast(LaneMsg::Announce(claim.clone()));
+                    }
+                }
+            }
+            GroupChangeMessage::Leave(_, _, cells) => {
+                let remote: Vec<ActorCell> = cells
+                    .into_iter()
+                    .filter(|c| !c.get_id().is_local())
+                    .collect();
+                if !remote.is_empty() {
+                    let _ = myself.cast(LaneMsg::Local(Local(LocalMsg::Left(remote))));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A claim that took: the eviction it caused elsewhere (already done), and its
+/// `(epoch, node)`, which a later claim of the lane exceeds.
+pub(super) struct Claimed {
+    pub eviction: Option<Eviction>,
+    pub stamp: (u64, String),
+}
+
+/// Claims `lane` for a session of this node (`proceed`: even when the lane's last
+/// owner cannot be reached); the eviction it caused elsewhere, already done.
+pub(super) async fn claim(
+    directory: &ActorRef<LaneMsg>,
+    lane: &str,
+    proceed: bool,
+    bound: Duration,
+) -> Result<Claimed, RuntimeError> {
+    let request = serde_json::to_string(&ClaimRequest {
+        lane: lane.to_string(),
+        proceed,
+    })
+    .unwrap_or_default();
+    let unavailable = || RuntimeError::Unavailable("the lane directory did not answer".into());
+    let answer = match directory
+        .call(|reply| LaneMsg::Claim(request, reply), Some(bound))
+        .await
+    {
+        Ok(ractor::rpc::CallResult::Success(answer)) => answer,
+        _ => return Err(unavailable()),
+    };
+    match serde_json::from_str::<ClaimAnswer>(&answer).map_err(|_| unavailable())? {
+        ClaimAnswer::Claimed(report, epoch, node) => Ok(Claimed {
+            eviction: report.map(Eviction::done),
+            stamp: (epoch, node),
+        }),
+        ClaimAnswer::Unreachable(node) => Err(RuntimeError::LaneUnreachable {
+            lane: lane.to_string(),
+            node,
+        }),
+        ClaimAnswer::Contended(node) => Err(RuntimeError::LaneContended {
+            lane: lane.to_string(),
+            node,
+        }),
+    }
+}
