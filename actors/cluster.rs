@@ -109,6 +109,11 @@ impl ClusterNode {
         runtime: &Runtime,
         options: NodeOptions,
     ) -> Result<ClusterNode, ClusterError> {
+        if !node_fits(&options.name) || !node_fits(&options.cluster) {
+            return Err(ClusterError::Start(
+                "node and cluster names are 1 to 64 of A-Z, a-z, 0-9, '.', '_', '-'".into(),
+            ));
+        }
         let server = NodeServer::new(
             options.listen.port(),
             options.cookie.clone(),
@@ -240,9 +245,31 @@ impl ClusterNode {
         self.connect(peer, Duration::from_secs(10)).await
     }
 
-    /// Leaves the cluster on purpose: the other nodes drop this node's lanes at once
+    /// Leaves the cluster on purpose: this node's lane sessions are evicted first
+    /// (waited for, within their bound), then the other nodes drop this node's lanes
     /// (nothing of it is held any more), then the directory and the node server stop.
     pub async fn leave(self) {
+        let asked = self
+            .runtime
+            .actor()
+            .call(
+                |reply| {
+                    RuntimeMsg::Internal(Internal(InternalMsg::EvictLanes {
+                        reason: "left_cluster".into(),
+                        reply,
+                    }))
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await;
+        if let Ok(ractor::rpc::CallResult::Success(evictions)) = asked {
+            let bound = eviction_worst(self.runtime.close_grace());
+            let _ = tokio::time::timeout(
+                bound,
+                futures::future::join_all(evictions.into_iter().map(Eviction::wait)),
+            )
+            .await;
+        }
         let message = serde_json::to_string(&self.name).unwrap_or_default();
         for peer in peers(&self.group) {
             let _ = peer.cast(LaneMsg::Leaving(message.clone()));
@@ -270,6 +297,31 @@ fn peers(group: &str) -> Vec<ActorRef<LaneMsg>> {
         .collect()
 }
 
+/// Whether `name` may name a node or a cluster: 1 to 64 of `[A-Za-z0-9._-]` (a node's
+/// name shows in eviction reasons, events and errors).
+pub fn node_fits(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Whether `lane` may cross the cluster: at most [`MAX_NAME`] bytes, no control
+/// characters.
+pub fn lane_fits(lane: &str) -> bool {
+    lane.len() <= MAX_NAME && !lane.chars().any(char::is_control)
+}
+
+/// Whether a peer's claim of `lane` by `node` at `epoch` is one a node takes (an epoch
+/// with room above it: a claim at the top could never be outclaimed).
+pub fn claim_fits(lane: &str, node: &str, epoch: u64) -> bool {
+    lane_fits(lane) && node_fits(node) && epoch < u64::MAX / 2
+}
+
+/// Most lanes a directory remembers; a peer's claim of one more is ignored, and a
+/// local claim of one more fails closed.
+pub const MAX_LANES: usize = 100_000;
+
 /// A claim of `lane` by `node` at `epoch`: later claims win; ties go to the greater
 /// node name.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -280,8 +332,10 @@ struct ClaimOf {
 }
 
 impl ClaimOf {
+    /// Whether a peer's claim is one this node takes: a plain node name, a lane name
+    /// without controls, an epoch with room above it.
     fn fits(&self) -> bool {
-        self.lane.len() <= MAX_NAME && self.node.len() <= MAX_NAME
+        claim_fits(&self.lane, &self.node, self.epoch)
     }
 
     fn newer_than(&self, epoch: u64, node: &str) -> bool {
@@ -297,6 +351,30 @@ struct Released {
     /// This node claimed the lane later (a concurrent claim it wins): nothing evicted.
     #[serde(default)]
     refused: bool,
+    /// This node could not release the lane (its root did not answer, or the claim
+    /// was not one it takes): the claim fails closed.
+    #[serde(default)]
+    failed: bool,
+}
+
+impl Released {
+    fn to(node: String, report: Option<EvictionReport>, refused: bool, failed: bool) -> String {
+        let answer = Released {
+            node,
+            report,
+            refused,
+            failed,
+        };
+        serde_json::to_string(&answer).unwrap_or_default()
+    }
+
+    /// Whether a peer's answer is one this node takes (names and report plain).
+    fn fits(&self) -> bool {
+        node_fits(&self.node)
+            && self.report.as_ref().is_none_or(|r| {
+                r.session.len() <= MAX_NAME && lane_fits(&r.reason) && lane_fits(&r.session)
+            })
+    }
 }
 
 /// What a local claim asks and answers (JSON between the root's task and the
@@ -313,15 +391,14 @@ enum ClaimAnswer {
     Claimed(Option<EvictionReport>, u64, String),
     Unreachable(String),
     Contended(String),
+    /// This node remembers [`MAX_LANES`] lanes already.
+    Full,
 }
 
 /// Messages of a lane directory. Every field is a JSON string, so that each variant
 /// can cross the network (ractor_cluster); `Local` never does.
 #[derive(RactorClusterMessage)]
 pub enum LaneMsg {
-    /// From this node's root: claim a lane (`ClaimRequest`), answered `ClaimAnswer`.
-    #[rpc]
-    Claim(String, RpcReplyPort<String>),
     /// From a peer: release a lane it claims (`ClaimOf`), answered `Released` once this
     /// node's session there is evicted.
     #[rpc]
@@ -337,11 +414,16 @@ pub enum LaneMsg {
     Local(Local),
 }
 
-/// What a directory tells itself (it cannot be built outside this module).
+/// What a directory tells itself (it cannot be built outside this module, and what a
+/// peer sends under this name decodes to nothing: a peer cannot make a node claim).
 #[doc(hidden)]
 pub struct Local(LocalMsg);
 
 enum LocalMsg {
+    /// From this node's root: claim a lane (`ClaimRequest`), answered `ClaimAnswer`.
+    Claim(String, RpcReplyPort<String>),
+    /// What a peer's `Local` decodes to: nothing.
+    Ignored,
     /// A peer's directory left; if its node is still connected, its runtime ended.
     Left(Vec<ActorCell>),
     /// The node's names of connected peers, after a `Left`: release their lanes.
@@ -352,14 +434,13 @@ enum LocalMsg {
     Server(ActorRef<NodeServerMessage>),
 }
 
-// Never encoded: a `Local` sent to a peer's directory (or named by a peer) arrives as
-// a no-op.
+// Never sent to a peer; one that a peer names decodes to `Ignored`.
 impl ractor::BytesConvertable for Local {
     fn into_bytes(self) -> Vec<u8> {
         Vec::new()
     }
     fn from_bytes(_: Vec<u8>) -> Self {
-        Local(LocalMsg::Gone(Vec::new()))
+        Local(LocalMsg::Ignored)
     }
 }
 
@@ -389,6 +470,9 @@ impl DirectoryState {
     }
 
     fn record(&mut self, claim: ClaimOf) {
+        if !self.owners.contains_key(&claim.lane) && self.owners.len() >= MAX_LANES {
+            return;
+        }
         let newer = self
             .owners
             .get(&claim.lane)
@@ -399,7 +483,7 @@ impl DirectoryState {
     }
 
     /// Evicts this node's session of `lane` (if any) on behalf of `claimant`.
-    async fn evict_local(&self, claim: &ClaimOf) -> Option<Eviction> {
+    async fn evict_local(&self, claim: &ClaimOf) -> Result<Option<Eviction>, ()> {
         let (lane, node, epoch) = (claim.lane.clone(), claim.node.clone(), claim.epoch);
         match self
             .args
@@ -417,8 +501,8 @@ impl DirectoryState {
             )
             .await
         {
-            Ok(ractor::rpc::CallResult::Success(eviction)) => eviction,
-            _ => None,
+            Ok(ractor::rpc::CallResult::Success(eviction)) => Ok(eviction),
+            _ => Err(()),
         }
     }
 }
@@ -448,15 +532,20 @@ impl Actor for Directory {
         state: &mut DirectoryState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            LaneMsg::Claim(request, reply) => {
+            LaneMsg::Local(Local(LocalMsg::Claim(request, reply))) => {
                 let Ok(request) = serde_json::from_str::<ClaimRequest>(&request) else {
                     return Ok(());
                 };
                 let known = state.owners.get(&request.lane).cloned();
+                if known.is_none() && state.owners.len() >= MAX_LANES {
+                    let full = serde_json::to_string(&ClaimAnswer::Full).unwrap_or_default();
+                    let _ = reply.send(full);
+                    return Ok(());
+                }
                 let claim = ClaimOf {
                     lane: request.lane.clone(),
                     node: state.args.node.clone(),
-                    epoch: known.as_ref().map_or(0, |k| k.epoch) + 1,
+                    epoch: known.as_ref().map_or(0, |k| k.epoch).saturating_add(1),
                 };
                 // Recorded at once: a concurrent claim of another node that is older is
                 // refused from now on.
@@ -474,7 +563,9 @@ impl Actor for Directory {
                                 .await;
                             match answer {
                                 Ok(ractor::rpc::CallResult::Success(answer)) => {
-                                    serde_json::from_str::<Released>(&answer).ok()
+                                    serde_json::from_str::<Released>(&answer)
+                                        .ok()
+                                        .filter(Released::fits)
                                 }
                                 _ => None,
                             }
@@ -490,7 +581,11 @@ impl Actor for Directory {
                         .map(|k| k.node.clone())
                         .filter(|node| node != &me);
                     let refused = answers.iter().find(|a| a.refused).map(|a| a.node.clone());
+                    let failed = answers.iter().find(|a| a.failed).map(|a| a.node.clone());
                     let answer = match owner {
+                        _ if failed.is_some() => {
+                            ClaimAnswer::Unreachable(failed.unwrap_or_default())
+                        }
                         _ if refused.is_some() => {
                             ClaimAnswer::Contended(refused.unwrap_or_default())
                         }
@@ -514,47 +609,38 @@ impl Actor for Directory {
                 });
             }
             LaneMsg::Release(claim, reply) => {
+                let me = state.args.node.clone();
                 let Some(claim) = serde_json::from_str::<ClaimOf>(&claim)
                     .ok()
                     .filter(ClaimOf::fits)
                 else {
+                    // Answered, so the claimant does not wait out its bound.
+                    let _ = reply.send(Released::to(me, None, false, true));
                     return Ok(());
                 };
-                let me = state.args.node.clone();
                 if claim.node == me {
-                    let answer = Released {
-                        node: me,
-                        report: None,
-                        refused: false,
-                    };
-                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
+                    let _ = reply.send(Released::to(me, None, false, false));
                     return Ok(());
                 }
                 if state.owners.get(&claim.lane).is_some_and(|ours| {
                     ours.node == me && !claim.newer_than(ours.epoch, &ours.node)
                 }) {
                     // Our own claim of the lane is the later one: it stands.
-                    let answer = Released {
-                        node: me,
-                        report: None,
-                        refused: true,
-                    };
-                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
+                    let _ = reply.send(Released::to(me, None, true, false));
                     return Ok(());
                 }
-                let eviction = state.evict_local(&claim).await;
+                let Ok(eviction) = state.evict_local(&claim).await else {
+                    // The root did not answer: nothing is known to be released.
+                    let _ = reply.send(Released::to(me, None, false, true));
+                    return Ok(());
+                };
                 state.record(claim);
                 tokio::spawn(async move {
                     let report = match eviction {
                         Some(eviction) => eviction.wait().await.ok(),
                         None => None,
                     };
-                    let answer = Released {
-                        node: me,
-                        report,
-                        refused: false,
-                    };
-                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
+                    let _ = reply.send(Released::to(me, report, false, false));
                 });
             }
             LaneMsg::Announce(claim) => {
@@ -576,7 +662,10 @@ impl Actor for Directory {
                 let _ = reply.send(state.args.node.clone());
             }
             LaneMsg::Leaving(node) => {
-                if let Ok(node) = serde_json::from_str::<String>(&node) {
+                if let Ok(node) = serde_json::from_str::<String>(&node)
+                    && node_fits(&node)
+                    && node != state.args.node
+                {
                     state.owners.retain(|_, claim| claim.node != node);
                 }
             }
@@ -621,6 +710,7 @@ impl Actor for Directory {
                 }
             }
             LaneMsg::Local(Local(LocalMsg::Server(server))) => state.args.server = server,
+            LaneMsg::Local(Local(LocalMsg::Ignored)) => {}
         }
         Ok(())
     }
@@ -686,8 +776,17 @@ pub(super) async fn claim(
     })
     .unwrap_or_default();
     let unavailable = || RuntimeError::Unavailable("the lane directory did not answer".into());
+    if !lane_fits(lane) {
+        // Peers would ignore it, and the claim would evict nothing: refuse it here.
+        return Err(RuntimeError::Unavailable(format!(
+            "a lane name crossing the cluster has at most {MAX_NAME} bytes and no control characters"
+        )));
+    }
     let answer = match directory
-        .call(|reply| LaneMsg::Claim(request, reply), Some(bound))
+        .call(
+            |reply| LaneMsg::Local(Local(LocalMsg::Claim(request, reply))),
+            Some(bound),
+        )
         .await
     {
         Ok(ractor::rpc::CallResult::Success(answer)) => answer,
@@ -706,5 +805,8 @@ pub(super) async fn claim(
             lane: lane.to_string(),
             node,
         }),
+        ClaimAnswer::Full => Err(RuntimeError::Unavailable(format!(
+            "this node's lane directory holds {MAX_LANES} lanes already"
+        ))),
     }
 }

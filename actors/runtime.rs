@@ -83,6 +83,30 @@ pub struct Eviction {
 }
 
 impl Eviction {
+    /// An eviction under way whose report `published` will carry (`None` when it
+    /// already ended).
+    #[cfg(feature = "cluster")]
+    pub(super) fn following(
+        published: &tokio::sync::watch::Receiver<Option<EvictionReport>>,
+    ) -> Option<Eviction> {
+        if published.borrow().is_some() {
+            return None;
+        }
+        let mut published = published.clone();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            if let Ok(report) = published.wait_for(Option::is_some).await
+                && let Some(report) = report.clone()
+            {
+                let _ = tx.send(report);
+            }
+        });
+        Some(Eviction {
+            session: String::new(),
+            rx,
+        })
+    }
+
     /// An eviction already done elsewhere (on another node), with its report.
     #[cfg(feature = "cluster")]
     pub(super) fn done(report: EvictionReport) -> Eviction {
@@ -189,6 +213,12 @@ pub(super) enum InternalMsg {
         epoch: u64,
         reply: RpcReplyPort<Option<Eviction>>,
     },
+    /// Evict every live session that holds a lane (the node leaves the cluster).
+    #[cfg(feature = "cluster")]
+    EvictLanes {
+        reason: String,
+        reply: RpcReplyPort<Vec<Eviction>>,
+    },
     /// The cluster-wide claim of a session's lane came back: open it, or refuse.
     #[cfg(feature = "cluster")]
     Claimed {
@@ -235,10 +265,14 @@ pub(crate) struct RuntimeState {
     /// Set by the first [`RuntimeMsg::Shutdown`]: nothing starts any more, and every
     /// later shutdown waits for the first one's reports here.
     closing: Option<tokio::sync::watch::Receiver<Option<Vec<EvictionReport>>>>,
-    /// Sessions waiting for their lane's cluster-wide claim, by lane, and the node
-    /// that claimed the lane meanwhile (then the session does not open).
+    /// Sessions waiting for their lane's cluster-wide claim, by id: their lane, and
+    /// the latest claim of that lane made elsewhere meanwhile (a later one means the
+    /// session does not open).
     #[cfg(feature = "cluster")]
     pending: HashMap<String, (String, Option<(u64, String)>)>,
+    /// Evictions under way, by lane: a release asked for meanwhile waits for them.
+    #[cfg(feature = "cluster")]
+    evicting: HashMap<String, tokio::sync::watch::Receiver<Option<EvictionReport>>>,
 }
 
 /// How many ended sessions stay resumable; older ones are forgotten.
@@ -262,6 +296,8 @@ impl Actor for RuntimeActor {
             closing: None,
             #[cfg(feature = "cluster")]
             pending: HashMap::new(),
+            #[cfg(feature = "cluster")]
+            evicting: HashMap::new(),
         })
     }
 
@@ -304,19 +340,7 @@ impl Actor for RuntimeActor {
                 claimed,
                 reply,
             })) => {
-                let lane = state
-                    .sessions
-                    .get(&id)
-                    .map(Record::lane)
-                    .unwrap_or_default();
-                let revoked = match state.pending.get(&lane) {
-                    Some((waiting, revoked)) if *waiting == id => {
-                        let revoked = revoked.clone();
-                        state.pending.remove(&lane);
-                        revoked
-                    }
-                    _ => None,
-                };
+                let (lane, revoked) = state.pending.remove(&id).unwrap_or_default();
                 // Claimed later elsewhere while this claim was under way: the later
                 // one stands.
                 let claimed = match (claimed, revoked) {
@@ -330,6 +354,13 @@ impl Actor for RuntimeActor {
                 };
                 let result = match (&state.closing, claimed) {
                     (Some(_), _) => Err(closed()),
+                    // Nobody waits for it any more (timed out, dropped): it does not open.
+                    (None, Ok(_)) if reply.is_closed() => {
+                        if how == Opening::Start {
+                            state.sessions.remove(&id);
+                        }
+                        Err(closed())
+                    }
                     (None, Err(e)) => {
                         if how == Opening::Start {
                             state.sessions.remove(&id);
@@ -344,21 +375,30 @@ impl Actor for RuntimeActor {
                 let _ = reply.send(result);
             }
             #[cfg(feature = "cluster")]
+            RuntimeMsg::Internal(Internal(InternalMsg::EvictLanes { reason, reply })) => {
+                let _ = reply.send(state.evict_lanes(&reason));
+            }
+            #[cfg(feature = "cluster")]
             RuntimeMsg::Internal(Internal(InternalMsg::EvictLane {
                 lane,
                 node,
                 epoch,
                 reply,
             })) => {
-                if let Some((_, revoked)) = state.pending.get_mut(&lane) {
-                    let stamp = (epoch, node.clone());
+                let stamp = (epoch, node.clone());
+                for (_, revoked) in state.pending.values_mut().filter(|(l, _)| *l == lane) {
                     if revoked.as_ref().is_none_or(|r| stamp > *r) {
-                        *revoked = Some(stamp);
+                        *revoked = Some(stamp.clone());
                     }
                 }
                 let current = state.lanes.get(&lane).cloned();
                 let reason = format!("replaced_on_node:{node}");
-                let _ = reply.send(current.and_then(|id| state.evict(&id, &reason)));
+                let eviction = match current.and_then(|id| state.evict(&id, &reason)) {
+                    Some(eviction) => Some(eviction),
+                    // A session of the lane still closing: the release waits for it.
+                    None => state.evicting.get(&lane).and_then(Eviction::following),
+                };
+                let _ = reply.send(eviction);
             }
             RuntimeMsg::StartSession(spec, reply) => {
                 let result = match state.closing {
@@ -456,6 +496,16 @@ impl Actor for RuntimeActor {
             return Ok(());
         };
         let id = cell.get_id();
+        #[cfg(feature = "cluster")]
+        if state.closing.is_none() && state.directory().is_some_and(|d| d.get_id() == id) {
+            // Its peers now release this node's lanes: so must this node. (Starts
+            // fail closed from here: the directory does not answer.)
+            tracing::warn!(
+                "the cluster lane directory ended; this node's lane sessions are evicted"
+            );
+            let _ = state.evict_lanes("cluster_directory_ended");
+            return Ok(());
+        }
         if state.closing.is_some() {
             // The shutdown stops the helpers itself: nothing is restarted.
             state.session_ended(id);
@@ -545,6 +595,13 @@ impl RuntimeState {
         self.activate(myself, &id, Opening::Start).await
     }
 
+    /// Evicts every live session that holds a lane.
+    #[cfg(feature = "cluster")]
+    fn evict_lanes(&mut self, reason: &str) -> Vec<Eviction> {
+        let ids: Vec<String> = self.lanes.values().cloned().collect();
+        ids.iter().filter_map(|id| self.evict(id, reason)).collect()
+    }
+
     /// The lane directory, when this runtime is a cluster node.
     #[cfg(feature = "cluster")]
     fn directory(&self) -> Option<ActorRef<super::cluster::LaneMsg>> {
@@ -565,8 +622,13 @@ impl RuntimeState {
             let _ = reply.send(Err(RuntimeError::UnknownSession(id)));
             return;
         };
+        if self.pending.contains_key(&id) || record.actor.is_some() {
+            // A start or resume of it is under way (or it is live): one at a time.
+            let _ = reply.send(Err(RuntimeError::AlreadyLive(id)));
+            return;
+        }
         let lane = record.lane();
-        self.pending.insert(lane.clone(), (id.clone(), None));
+        self.pending.insert(id.clone(), (lane.clone(), None));
         let proceed = record
             .spec
             .read()
@@ -651,6 +713,9 @@ impl RuntimeState {
             .sessions
             .get(id)
             .ok_or_else(|| RuntimeError::UnknownSession(id.to_string()))?;
+        if record.actor.is_some() {
+            return Err(RuntimeError::AlreadyLive(id.to_string()));
+        }
         let args = SessionArgs {
             shared: Arc::clone(&self.shared),
             id: id.to_string(),
@@ -695,7 +760,18 @@ impl RuntimeState {
     }
 
     fn evict(&mut self, id: &str, reason: &str) -> Option<Eviction> {
-        let actor = self.sessions.get_mut(id)?.actor.take()?;
+        let record = self.sessions.get_mut(id)?;
+        let actor = record.actor.take()?;
+        #[cfg(feature = "cluster")]
+        let published = record.scope.is_none().then(|| {
+            let lane = record.lane();
+            let (tx, rx) = tokio::sync::watch::channel(None);
+            // Finished ones go (their sender is dropped or has sent).
+            self.evicting
+                .retain(|_, rx| rx.borrow().is_none() && rx.has_changed().is_ok());
+            self.evicting.insert(lane, rx);
+            tx
+        });
         self.ended.push_back(id.to_string());
         self.lanes.retain(|_, current| current != id);
         let (tx, rx) = oneshot::channel();
@@ -715,6 +791,10 @@ impl RuntimeState {
                 )
                 .await;
             if let Ok(ractor::rpc::CallResult::Success(report)) = outcome {
+                #[cfg(feature = "cluster")]
+                if let Some(published) = &published {
+                    let _ = published.send(Some(report.clone()));
+                }
                 let _ = tx.send(report);
             } else {
                 // Stopping still closes the catalog in post_stop; the waiter learns

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Core, Recorder, alive, demo, eventually, host_env, pid_of};
-use demiurge_mcp::actors::cluster::{ClusterNode, NodeOptions};
+use demiurge_mcp::actors::cluster::{
+    ClusterNode, MAX_NAME, NodeOptions, claim_fits, lane_fits, node_fits,
+};
 use demiurge_mcp::events::{EventKind, MemorySink};
 use demiurge_mcp::{Runtime, RuntimeConfig, RuntimeError};
 
@@ -201,12 +203,18 @@ async fn a_node_that_leaves_or_whose_runtime_dies_releases_its_lanes() {
     let core = core();
     // Leaving on purpose.
     let (a, b) = pair("leaves").await;
-    let (_on_a, _) = a
+    let (on_a, _) = a
         .runtime
         .start_session(core.spec_in("agent"))
         .await
         .unwrap();
+    let pid = pid_of(&on_a.prepare_turn().await.unwrap(), "s__whoami").await;
     a.node.leave().await;
+    assert!(
+        !alive(pid),
+        "leaving evicts this node's lane sessions first"
+    );
+    assert_eq!(evicted(&a.sink, on_a.id()).as_deref(), Some("left_cluster"));
     a.runtime.shutdown().await;
     let started = b.runtime.start_session(core.spec_in("agent")).await;
     assert!(started.is_ok(), "{:?}", started.err());
@@ -263,4 +271,61 @@ async fn concurrent_starts_of_one_lane_leave_one_session() {
         assert_eq!(live, 1, "round {round}: one session holds the lane");
     }
     finish(a, b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opens_once_however_often_it_is_resumed_at_once() {
+    let _serial = SERIAL.lock().await;
+    let (a, b) = pair("resumes").await;
+    let core = core();
+    let (on_a, _) = a
+        .runtime
+        .start_session(core.spec_in("agent"))
+        .await
+        .unwrap();
+    a.runtime.evict_session(on_a.id()).await.unwrap();
+    let (first, second, third) = tokio::join!(
+        a.runtime.resume_session(on_a.id()),
+        a.runtime.resume_session(on_a.id()),
+        a.runtime.resume_session(on_a.id())
+    );
+    let opened: Vec<_> = [first, second, third].into_iter().collect();
+    let refused = opened
+        .iter()
+        .filter(|r| matches!(r, Err(RuntimeError::AlreadyLive(_))))
+        .count();
+    let ok = opened.iter().filter(|r| r.is_ok()).count();
+    assert_eq!((ok, refused), (1, 2), "{opened:?}");
+    // The one that opened is the lane's, and b's start evicts exactly it.
+    let (_, eviction) = b
+        .runtime
+        .start_session(core.spec_in("agent"))
+        .await
+        .unwrap();
+    let report = eviction.unwrap().wait().await.unwrap();
+    assert_eq!(report.session, on_a.id());
+    finish(a, b).await;
+}
+
+#[tokio::test]
+async fn names_and_claims_from_peers_are_checked() {
+    for good in ["a", "node-1.eu_west", &"n".repeat(64)] {
+        assert!(node_fits(good), "{good}");
+    }
+    for bad in ["", "a@b", "a b", "\u{1b}[2J", "ä", &"n".repeat(65)] {
+        assert!(!node_fits(bad), "{bad:?}");
+    }
+    assert!(lane_fits("agent: main/2"));
+    assert!(!lane_fits("agent\u{7}"));
+    assert!(!lane_fits(&"l".repeat(MAX_NAME + 1)));
+    assert!(claim_fits("agent", "a", 7));
+    assert!(!claim_fits("agent", "a", u64::MAX), "no epoch at the top");
+    assert!(!claim_fits("agent", "a\n", 1));
+    let home = tempfile::tempdir().unwrap();
+    let runtime = Runtime::start(RuntimeConfig::new(home.path()))
+        .await
+        .unwrap();
+    let options = NodeOptions::new("bad name", COOKIE, free_port());
+    assert!(ClusterNode::start(&runtime, options).await.is_err());
+    runtime.shutdown().await;
 }
