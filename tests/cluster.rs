@@ -149,7 +149,7 @@ async fn a_partitioned_owner_fails_the_claim_closed_and_evicts_itself_when_it_re
     let (mut a, b) = pair("partition").await;
     let core = core();
     // b claims first, then a: both now know a holds the lane.
-    let (_first, _) = b
+    let (first, _) = b
         .runtime
         .start_session(core.spec_in("agent"))
         .await
@@ -171,12 +171,19 @@ async fn a_partitioned_owner_fails_the_claim_closed_and_evicts_itself_when_it_re
         other => panic!("expected LaneUnreachable, got {other:?}"),
     }
     assert!(alive(pid), "nothing reached a");
-    // A refused claim leaves the owner as it was: refused again.
+    // A refused claim leaves the owner as it was: refused again, and a resume of b's
+    // own evicted session the same way.
     let again = b.runtime.start_session(core.spec_in("agent")).await;
     assert!(
         matches!(again, Err(RuntimeError::LaneUnreachable { .. })),
         "{again:?}"
     );
+    let resumed = b.runtime.resume_session(first.id()).await;
+    assert!(
+        matches!(resumed, Err(RuntimeError::LaneUnreachable { .. })),
+        "{resumed:?}"
+    );
+    assert!(alive(pid), "nothing reached a");
     // The host knows better: it proceeds.
     let mut spec = core.spec_in("agent");
     spec.proceed_if_owner_unreachable = true;
