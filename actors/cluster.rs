@@ -114,18 +114,7 @@ impl ClusterNode {
                 "node and cluster names are 1 to 64 of A-Z, a-z, 0-9, '.', '_', '-'".into(),
             ));
         }
-        let server = NodeServer::new(
-            options.listen.port(),
-            options.cookie.clone(),
-            options.name.clone(),
-            options.listen.ip().to_string(),
-            None,
-            None,
-        )
-        .with_listen_addr(options.listen.ip());
-        let (server, _) = Actor::spawn(None, server, ())
-            .await
-            .map_err(|e| ClusterError::Start(e.to_string()))?;
+        let server = node_server(&options).await?;
         let group = format!("{GROUP}{}", options.cluster);
         let args = DirectoryArgs {
             group: group.clone(),
@@ -226,18 +215,7 @@ impl ClusterNode {
         options: NodeOptions,
         peer: std::net::SocketAddr,
     ) -> Result<(), ClusterError> {
-        let server = NodeServer::new(
-            options.listen.port(),
-            options.cookie,
-            options.name,
-            options.listen.ip().to_string(),
-            None,
-            None,
-        )
-        .with_listen_addr(options.listen.ip());
-        let (server, _) = Actor::spawn(None, server, ())
-            .await
-            .map_err(|e| ClusterError::Start(e.to_string()))?;
+        let server = node_server(&options).await?;
         self.server = server.clone();
         let _ = self
             .directory
@@ -286,6 +264,23 @@ impl ClusterNode {
             .stop_and_wait(None, Some(Duration::from_secs(5)))
             .await;
     }
+}
+
+/// A node server for `options`, listening on `options.listen` only.
+async fn node_server(options: &NodeOptions) -> Result<ActorRef<NodeServerMessage>, ClusterError> {
+    let server = NodeServer::new(
+        options.listen.port(),
+        options.cookie.clone(),
+        options.name.clone(),
+        options.listen.ip().to_string(),
+        None,
+        None,
+    )
+    .with_listen_addr(options.listen.ip());
+    let (server, _) = Actor::spawn(None, server, ())
+        .await
+        .map_err(|e| ClusterError::Start(e.to_string()))?;
+    Ok(server)
 }
 
 /// Other nodes' directories (this process's own actors excluded).

@@ -84,6 +84,17 @@ async fn finish(a: Node, b: Node) {
     rb.shutdown().await;
 }
 
+/// A session of `lane` on `node` with its server connected, and the server's pid.
+async fn serving(node: &Node, core: &Core, lane: &str) -> (demiurge_mcp::Session, u32) {
+    let (session, _) = node
+        .runtime
+        .start_session(core.spec_in(lane))
+        .await
+        .unwrap();
+    let pid = pid_of(&session.prepare_turn().await.unwrap(), "s__whoami").await;
+    (session, pid)
+}
+
 fn core() -> Core {
     Core::new()
         .grant_servers(&["s"])
@@ -102,12 +113,7 @@ async fn a_start_on_another_node_evicts_the_lane_there_with_its_report() {
     let _serial = SERIAL.lock().await;
     let (a, b) = pair("evicts").await;
     let core = core();
-    let (on_a, _) = a
-        .runtime
-        .start_session(core.spec_in("agent"))
-        .await
-        .unwrap();
-    let pid = pid_of(&on_a.prepare_turn().await.unwrap(), "s__whoami").await;
+    let (on_a, pid) = serving(&a, &core, "agent").await;
 
     let (on_b, eviction) = b
         .runtime
@@ -210,12 +216,7 @@ async fn a_node_that_leaves_or_whose_runtime_dies_releases_its_lanes() {
     let core = core();
     // Leaving on purpose.
     let (a, b) = pair("leaves").await;
-    let (on_a, _) = a
-        .runtime
-        .start_session(core.spec_in("agent"))
-        .await
-        .unwrap();
-    let pid = pid_of(&on_a.prepare_turn().await.unwrap(), "s__whoami").await;
+    let (on_a, pid) = serving(&a, &core, "agent").await;
     a.node.leave().await;
     assert!(
         !alive(pid),
@@ -231,12 +232,7 @@ async fn a_node_that_leaves_or_whose_runtime_dies_releases_its_lanes() {
     // A runtime that dies while its node stays connected takes its sessions along, and
     // the others see its directory go while its node still answers.
     let (a, b) = pair("dies").await;
-    let (on_a, _) = a
-        .runtime
-        .start_session(core.spec_in("agent"))
-        .await
-        .unwrap();
-    let pid = pid_of(&on_a.prepare_turn().await.unwrap(), "s__whoami").await;
+    let (_on_a, pid) = serving(&a, &core, "agent").await;
     a.runtime.actor().kill();
     assert!(eventually(Duration::from_secs(10), || !alive(pid)).await);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
