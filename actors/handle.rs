@@ -260,8 +260,9 @@ impl Runtime {
     /// process groups are killed as their guards drop.
     pub async fn shutdown(&self) {
         let bound = self.shutdown_bound();
-        // The root's part: the evictions' bound, the log's flushes, the last sweep.
-        let answer_bound = bound + crate::events::FLUSH_WAIT * 3 + Duration::from_secs(30);
+        // The root's part: the evictions' wait and the stop of overrunning sessions
+        // (each within `bound`), the log's flushes, the last sweep.
+        let answer_bound = bound * 2 + crate::events::FLUSH_WAIT * 3 + Duration::from_secs(30);
         let answered = self
             .actor
             .call(RuntimeMsg::Shutdown, Some(answer_bound))
