@@ -87,7 +87,7 @@ impl Eviction {
     /// already ended).
     #[cfg(feature = "cluster")]
     pub(super) fn following(
-        published: &tokio::sync::watch::Receiver<Option<EvictionReport>>,
+        (session, published): &(String, tokio::sync::watch::Receiver<Option<EvictionReport>>),
     ) -> Option<Eviction> {
         if published.borrow().is_some() {
             return None;
@@ -102,7 +102,7 @@ impl Eviction {
             }
         });
         Some(Eviction {
-            session: String::new(),
+            session: session.clone(),
             rx,
         })
     }
@@ -272,7 +272,7 @@ pub(crate) struct RuntimeState {
     pending: HashMap<String, (String, Option<(u64, String)>)>,
     /// Evictions under way, by lane: a release asked for meanwhile waits for them.
     #[cfg(feature = "cluster")]
-    evicting: HashMap<String, tokio::sync::watch::Receiver<Option<EvictionReport>>>,
+    evicting: HashMap<String, (String, tokio::sync::watch::Receiver<Option<EvictionReport>>)>,
 }
 
 /// How many ended sessions stay resumable; older ones are forgotten.
@@ -768,8 +768,8 @@ impl RuntimeState {
             let (tx, rx) = tokio::sync::watch::channel(None);
             // Finished ones go (their sender is dropped or has sent).
             self.evicting
-                .retain(|_, rx| rx.borrow().is_none() && rx.has_changed().is_ok());
-            self.evicting.insert(lane, rx);
+                .retain(|_, (_, rx)| rx.borrow().is_none() && rx.has_changed().is_ok());
+            self.evicting.insert(lane, (id.to_string(), rx));
             tx
         });
         self.ended.push_back(id.to_string());

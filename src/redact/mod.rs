@@ -294,30 +294,32 @@ fn sensitive_alternation() -> String {
 
 /// Whether a field name marks its value as a secret (`api_key`, `X-Auth-Token`, ...).
 pub fn is_sensitive_field(name: &str) -> bool {
-    if name.is_ascii() {
-        // Every key of every result and call passes here: no allocation for the
-        // common case. (Unicode lowercasing can turn other letters into ASCII ones, the
-        // Kelvin sign into `k`, so anything else takes the general path.)
-        let name = name.as_bytes();
-        let marks = |marker: &[u8]| {
-            name.windows(marker.len()).any(|window| {
-                window.iter().zip(marker).all(|(&c, &m)| {
-                    let c = if c == b'-' {
-                        b'_'
-                    } else {
-                        c.to_ascii_lowercase()
-                    };
-                    c == m
-                })
+    // Every key of every result and call passes here: an ASCII name is matched as it
+    // is, without allocating. (Unicode lowercasing can turn other letters into ASCII
+    // ones, the Kelvin sign into `k`, so any other name is lowercased first.)
+    let lowered;
+    let name = if name.is_ascii() {
+        name.as_bytes()
+    } else {
+        lowered = name.to_lowercase();
+        lowered.as_bytes()
+    };
+    let marks = |marker: &[u8]| {
+        name.windows(marker.len()).any(|window| {
+            window.iter().zip(marker).all(|(&c, &m)| {
+                let c = if c == b'-' {
+                    b'_'
+                } else {
+                    c.to_ascii_lowercase()
+                };
+                c == m
             })
-        };
-        return SECRET_OPTION_MARKERS
-            .iter()
-            .chain(&["passphrase"])
-            .any(|m| marks(m.as_bytes()));
-    }
-    let norm = name.to_lowercase().replace('-', "_");
-    SECRET_OPTION_MARKERS.iter().any(|m| norm.contains(m)) || norm.contains("passphrase")
+        })
+    };
+    SECRET_OPTION_MARKERS
+        .iter()
+        .chain(&["passphrase"])
+        .any(|m| marks(m.as_bytes()))
 }
 
 /// The first 16 hex characters of sha256(value).
