@@ -153,12 +153,18 @@ impl BrokerState {
         policy: ApprovalPolicy,
         reply: RpcReplyPort<Approval>,
     ) {
+        // A call is keyed by the tool itself (raw name and definition), never by the
+        // exposed name, which a server's later listing may give to another tool.
+        let tool = match &request.call {
+            Some(subject) => Some(subject.identity()),
+            None => request.tool.clone(),
+        };
         let key = CacheKey {
             session: request.session.clone(),
             action: request.action,
             server: request.server.clone(),
             fingerprint,
-            tool: request.tool.clone(),
+            tool,
         };
         let immediate = |allowed, answer, source| {
             Some(Approval {
@@ -678,6 +684,7 @@ mod tests {
                 tool: tool.map(String::from),
                 arguments: None,
                 preview: self.preview.clone(),
+                call: None,
             }
         }
 

@@ -550,6 +550,9 @@ impl CatalogState {
             redactor: l.redactor.clone(),
             dispatch: l.dispatch.clone(),
             call_allowed: self.capabilities.allows(&l.declaration.call_capability),
+            approval_identity: l
+                .declaration
+                .approval_identity(&self.identity.workspace, None),
         };
         let servers: Vec<plan::Connected<'_, Binding>> = connected
             .iter()

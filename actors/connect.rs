@@ -266,11 +266,16 @@ impl Pipeline {
             tool: None,
             arguments: None,
             preview: ConnectPreview::new(declaration, policy, cwd, addresses),
+            call: None,
         };
         match self
             .shared
             .broker
-            .decide(request, declaration.approval_identity(), policy)
+            .decide(
+                request,
+                declaration.approval_identity(&self.workspace, cwd),
+                policy,
+            )
             .await
         {
             Ok(approval) if approval.allowed => Ok(()),
@@ -526,9 +531,10 @@ pub(super) fn uri_secrets(u: &url::Url) -> Vec<(String, String)> {
     if let Some(p) = u.password() {
         out.push(("url_password".to_string(), p.to_string()));
     }
+    // Named by a fixed word: a query key is the URL's own text.
     out.extend(
         u.query_pairs()
-            .map(|(k, v)| (k.into_owned(), v.into_owned())),
+            .map(|(_, v)| ("url_query".to_string(), v.into_owned())),
     );
     out
 }

@@ -37,10 +37,13 @@ pub(super) fn shape_listing(
         ));
     }
     let total = listed.tools.len();
-    // The raw name and the name it becomes (`sk.live.x` is exposed as `sk-live-x`).
+    // The raw name, the name it becomes (`sk.live.x` is exposed as `sk-live-x`), and
+    // both normalized (`SK-LIVE-X` holds the secret `sk_live_x`).
     let carries_secret = |name: &str| {
         let exposed = naming::normalize_fragment(name, "tool");
-        redactor.text(name, View::Model) != name || redactor.text(&exposed, View::Model) != exposed
+        redactor.text(name, View::Model) != name
+            || redactor.text(&exposed, View::Model) != exposed
+            || redactor.holds_secret_normalized(name)
     };
     let clean: Vec<Tool> = listed
         .tools

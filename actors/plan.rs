@@ -340,7 +340,7 @@ mod tests {
             .collect();
         assert_eq!(
             shown,
-            [("Docs2__x", 2), ("docs__search", 1), ("docs__Search-2", 1)]
+            [("Docs2__x", 2), ("docs__search-2", 1), ("docs__Search", 1)]
         );
         // Next turn: `docs` is kept; a new server taking its prefix comes first.
         let newcomer = core(&[("DOCS", "command: n\n")]);
@@ -363,7 +363,7 @@ mod tests {
         assert!(
             entries
                 .iter()
-                .any(|e| e.name == "docs__search" && e.binding == 1)
+                .any(|e| e.name == "docs__search-2" && e.binding == 1)
         );
         assert!(
             entries

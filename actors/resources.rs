@@ -244,7 +244,9 @@ pub(super) fn shape_offer(
         .filter(|p| naming::filter_allows(&declaration.prompts, &p.name))
         .filter(|p| {
             let arguments_clean = p.arguments.iter().flatten().all(|a| clean(&a.name));
-            (p.name.chars().count() <= MAX_TITLE && clean(&p.name) && arguments_clean) || {
+            // A prompt's name is exposed normalized, like a tool's.
+            let name_clean = clean(&p.name) && !redactor.holds_secret_normalized(&p.name);
+            (p.name.chars().count() <= MAX_TITLE && name_clean && arguments_clean) || {
                 hidden += 1;
                 false
             }
@@ -415,7 +417,7 @@ impl TurnCatalog {
             return Err(refused(CallError::NotOffered { tool: subject }));
         }
         self.still_open(binding, &subject).map_err(refused)?;
-        self.authorize(binding, action, &subject, None, &redactor)
+        self.authorize(binding, action, &subject, None, &redactor, None)
             .await
             .map_err(refused)?;
         Ok((entry, subject, redactor))
@@ -469,9 +471,16 @@ impl TurnCatalog {
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let refused = |error: CallError| self.refused(&prompt.server, error);
         self.still_open(binding, name).map_err(refused)?;
-        self.authorize(binding, Action::Prompt, name, arguments.as_ref(), &redactor)
-            .await
-            .map_err(refused)?;
+        self.authorize(
+            binding,
+            Action::Prompt,
+            name,
+            arguments.as_ref(),
+            &redactor,
+            None,
+        )
+        .await
+        .map_err(refused)?;
         let got = binding.dispatch.get_prompt(&prompt.prompt, arguments).await;
         let got = match got {
             Ok(got) => got,

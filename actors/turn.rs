@@ -13,7 +13,9 @@ use serde_json::Value;
 use super::connection::Dispatch;
 use super::resources::ServerEntry;
 use super::shared::Shared;
-use crate::authority::{Action, ApprovalRequest, ApprovalSource, ConnectPreview, HostPolicy};
+use crate::authority::{
+    Action, ApprovalRequest, ApprovalSource, CallSubject, ConnectPreview, HostPolicy,
+};
 use crate::core::{ApprovalPolicy, CoreErrors, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
@@ -235,6 +237,9 @@ pub(super) struct Binding {
     /// Whether the catalog's capability snapshot grants the call capability (decided
     /// once per catalog build, not per call).
     pub call_allowed: bool,
+    /// What its call approvals are bound to: the declaration where it was declared,
+    /// in this workspace.
+    pub approval_identity: crate::core::Fingerprint,
 }
 
 /// A turn's tool entries, their name index, and each connection's other offers; turns
@@ -285,6 +290,7 @@ pub(super) fn bind(
                 .unwrap_or_default()
                 .to_string(),
             input_schema: Arc::clone(&e.tool.input_schema),
+            definition: definition_digest(e.tool),
             title: e.tool.title.clone(),
             annotations: e.tool.annotations.as_ref().map(ToolHints::of),
             output_schema: e.tool.output_schema.clone(),
@@ -297,6 +303,12 @@ pub(super) fn bind(
         .map(|(i, t)| (t.name.clone(), i))
         .collect();
     (Arc::new(entries), Arc::new(index), Arc::new(offers))
+}
+
+/// The digest of a tool's definition as the listing shaped it (serde_json writes maps
+/// sorted, so equal definitions digest equally).
+fn definition_digest(tool: &rmcp::model::Tool) -> String {
+    crate::digest::sha256_hex(&serde_json::to_vec(tool).unwrap_or_default())
 }
 
 /// One visible tool, bound to its connection.
@@ -312,6 +324,9 @@ pub struct ToolEntry {
     pub description: String,
     /// JSON schema of the arguments (shared, not copied per turn).
     pub input_schema: Arc<JsonObject>,
+    /// sha256 (hex) of the tool's whole definition as listed (name, title,
+    /// description, schemas, annotations): what a call approval is bound to.
+    pub definition: String,
     /// The server's human-readable title (redacted, capped).
     pub title: Option<String>,
     /// What the server says the tool does to the world. Hints from an untrusted
@@ -535,12 +550,25 @@ impl TurnCatalog {
             _ => return Err(CallError::BadArguments),
         };
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
+        let subject = CallSubject {
+            name: entry.tool.clone(),
+            title: entry
+                .title
+                .clone()
+                .or_else(|| entry.annotations.as_ref().and_then(|a| a.title.clone())),
+            read_only: entry.annotations.as_ref().and_then(|a| a.read_only),
+            destructive: entry.annotations.as_ref().and_then(|a| a.destructive),
+            idempotent: entry.annotations.as_ref().and_then(|a| a.idempotent),
+            open_world: entry.annotations.as_ref().and_then(|a| a.open_world),
+            definition: entry.definition.clone(),
+        };
         self.authorize(
             binding,
             Action::Call,
             &entry.name,
             arguments.as_ref(),
             &redactor,
+            Some(subject),
         )
         .await?;
         if binding.dispatch.is_closed() {
@@ -609,6 +637,7 @@ impl TurnCatalog {
         subject: &str,
         arguments: Option<&JsonObject>,
         redactor: &Redactor,
+        call: Option<CallSubject>,
     ) -> Result<(), CallError> {
         let declaration = &binding.declaration;
         let tool = || subject.to_string();
@@ -639,11 +668,12 @@ impl TurnCatalog {
                 None => Value::Object(serde_json::Map::new()),
             }),
             preview,
+            call,
         };
         match self
             .shared
             .broker
-            .decide(request, declaration.approval_identity(), policy)
+            .decide(request, binding.approval_identity, policy)
             .await
         {
             Ok(approval) if approval.allowed => Ok(()),

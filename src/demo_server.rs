@@ -38,6 +38,10 @@ pub struct DemoOptions {
     pub extra_tools: usize,
     /// Tools per `tools/list` page (0: everything in one page).
     pub page_size: usize,
+    /// A JSON file of tools (`[{"name", "description"}]`) served after the built-in
+    /// ones, read anew at every listing: tests reorder, change or drop tools between
+    /// connections with it. A call to one answers `ran <name>`.
+    pub tools_file: Option<std::path::PathBuf>,
     /// A way to misbehave, for fault-injection tests.
     pub fault: Option<Fault>,
 }
@@ -241,9 +245,19 @@ impl DemoServer {
         args.message
     }
 
-    #[tool(description = "Return the message as text and, parsed as JSON, as structured content")]
+    #[tool(
+        description = "Return the message as text and, parsed as JSON, as structured content; a JSON list of strings as one text block each"
+    )]
     async fn echo_json(&self, Parameters(args): Parameters<MessageArgs>) -> CallToolResult {
         let data = serde_json::from_str(&args.message).unwrap_or(json!({}));
+        if let Some(texts) = data.as_array().and_then(|items| {
+            items
+                .iter()
+                .map(|i| i.as_str().map(ContentBlock::text))
+                .collect::<Option<Vec<_>>>()
+        }) {
+            return CallToolResult::success(texts);
+        }
         let mut result = CallToolResult::structured(data);
         result.content = vec![ContentBlock::text(args.message)];
         result
@@ -438,6 +452,28 @@ impl DemoServer {
         }
     }
 
+    /// The tools of [`DemoOptions::tools_file`] as it reads now (none when unreadable).
+    fn file_tools(&self) -> Vec<(String, String)> {
+        let Some(path) = &self.options.tools_file else {
+            return Vec::new();
+        };
+        let listed: Vec<Value> = std::fs::read(path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+        listed
+            .iter()
+            .filter_map(|t| {
+                let name = t.get("name")?.as_str()?.to_string();
+                let description = t.get("description").and_then(Value::as_str);
+                Some((
+                    name,
+                    description.unwrap_or("From the tools file").to_string(),
+                ))
+            })
+            .collect()
+    }
+
     fn all_tools(&self) -> Vec<Tool> {
         let mut tools = self.tool_router.list_all();
         let schema = Arc::new(
@@ -448,6 +484,11 @@ impl DemoServer {
             added
                 .into_iter()
                 .map(|name| Tool::new(name, "Added at run time", Arc::clone(&schema))),
+        );
+        tools.extend(
+            self.file_tools()
+                .into_iter()
+                .map(|(name, description)| Tool::new(name, description, Arc::clone(&schema))),
         );
         tools.extend((0..self.options.extra_tools).map(|n| {
             Tool::new(
@@ -695,6 +736,15 @@ impl ServerHandler for DemoServer {
                 "added tool {}",
                 request.name
             ))]);
+            return Ok(CallToolResponse::Complete(result));
+        }
+        if self
+            .file_tools()
+            .iter()
+            .any(|(name, _)| *name == request.name)
+        {
+            let result =
+                CallToolResult::success(vec![ContentBlock::text(format!("ran {}", request.name))]);
             return Ok(CallToolResponse::Complete(result));
         }
         if let Some(n) = request.name.strip_prefix("extra_") {

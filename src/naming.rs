@@ -120,8 +120,9 @@ pub struct ServerTools<'a> {
 }
 
 /// Assigns prefixes and exposed names. Kept peers claim their previous names first; the
-/// rest are assigned in file order, tools in listing order; collisions compare
-/// case-insensitively and get `-2`, `-3`, ...
+/// rest are assigned in file order, each server's tools in the order of their raw names
+/// (whatever order the server lists them in); collisions compare case-insensitively
+/// and get `-2`, `-3`, ...
 pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
     let mut taken_prefixes: HashSet<String> = HashSet::new();
     let mut taken_names: HashSet<String> = HashSet::new();
@@ -154,7 +155,12 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
                 p
             }
         };
-        for tool in &server.tools {
+        // Suffixes go by the raw names' order, never the listing's: a server that
+        // reorders its list (a hash map is enough) cannot move `w__a-b` from its
+        // `a-b` to its `a.b`.
+        let mut tools = server.tools.clone();
+        tools.sort_unstable();
+        for tool in tools {
             let key = (server.server_id.to_string(), tool.to_string());
             if out.tools.contains_key(&key) {
                 continue;
@@ -260,18 +266,44 @@ mod tests {
             ],
             &Names::default(),
         );
-        assert_eq!(
-            names.tools[&("docs".into(), "search".into())],
-            "docs__search"
-        );
+        // Suffixes by the raw names' order: `Search` sorts before `search`.
         assert_eq!(
             names.tools[&("docs".into(), "Search".into())],
-            "docs__Search-2"
+            "docs__Search"
+        );
+        assert_eq!(
+            names.tools[&("docs".into(), "search".into())],
+            "docs__search-2"
         );
         let p = &names.prefixes[&long];
         assert_eq!(p.len(), MAX_PREFIX);
         let t = &names.tools[&(long.clone(), long.clone())];
         assert_eq!(t.len(), MAX_NAME);
+    }
+
+    /// A server that lists colliding names in another order (a hash map is enough)
+    /// gets the same names for the same tools: no exposed name moves to another tool.
+    #[test]
+    fn suffixes_do_not_depend_on_listing_order() {
+        let colliding = ["a-b", "a.b", "a b", "a/b", "A-B", "a\u{e9}b"];
+        let expected = assign(&[st("w", &colliding, false)], &Names::default());
+        let mut order = colliding.to_vec();
+        for round in 0..12 {
+            order.rotate_left(1);
+            if round % 3 == 0 {
+                order.reverse();
+            }
+            let names = assign(&[st("w", &order, false)], &Names::default());
+            for raw in colliding {
+                let key = ("w".to_string(), raw.to_string());
+                assert_eq!(
+                    names.tools[&key], expected.tools[&key],
+                    "{raw} in {order:?}"
+                );
+            }
+        }
+        assert_eq!(expected.tools[&("w".into(), "A-B".into())], "w__A-B");
+        assert_eq!(expected.tools[&("w".into(), "a b".into())], "w__a-b-2");
     }
 
     #[test]

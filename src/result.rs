@@ -190,6 +190,9 @@ struct Source {
     /// Tokens of the result and characters of its structured data as sent (what the
     /// capped views decide on), counted once.
     sent: OnceLock<(usize, usize)>,
+    /// Per content block, what of its text a secret or shape crossing a join between
+    /// blocks covers (the view's text joins them), found once for every view.
+    crossing: OnceLock<Vec<Vec<crate::redact::Span>>>,
 }
 
 impl ToolResult {
@@ -217,6 +220,7 @@ impl ToolResult {
                     is_error,
                     failed,
                     sent: OnceLock::new(),
+                    crossing: OnceLock::new(),
                 })),
                 made: Arc::new(Views::build(|_| OnceLock::new())),
             },
@@ -340,7 +344,10 @@ impl Source {
                 .saturating_add(CUT_MARGIN)
         });
         let structured = raw.get("structuredContent").filter(|v| !v.is_null());
-        let blocks = block_view(raw.get("content"), redactor, view, room);
+        let crossing = self
+            .crossing
+            .get_or_init(|| redactor.crossing_spans(&block_texts(raw.get("content"))));
+        let blocks = block_view(raw.get("content"), redactor, view, room, crossing);
         let has_text = blocks.iter().any(|b| {
             matches!(
                 b,
@@ -446,27 +453,54 @@ fn block_strings(block: &Block) -> Vec<&str> {
     }
 }
 
+/// The text of each content block as the view's text joins them (a text block's text,
+/// an embedded resource's text, nothing for the others).
+fn block_texts(content: Option<&Value>) -> Vec<&str> {
+    let Some(Value::Array(blocks)) = content else {
+        return Vec::new();
+    };
+    blocks
+        .iter()
+        .take(MAX_BLOCKS)
+        .map(|b| {
+            let text = match b.get("type").and_then(Value::as_str) {
+                Some("text") => b.get("text"),
+                Some("resource") => b.get("resource").and_then(|r| r.get("text")),
+                _ => None,
+            };
+            text.and_then(Value::as_str).unwrap_or("")
+        })
+        .collect()
+}
+
 /// The content blocks of a result in one view, each string redacted (texts cut to
-/// `room` characters first, for a capped view); binary data shared with the result.
+/// `room` characters first, for a capped view, and what `crossing` names of them
+/// hidden); binary data shared with the result.
 fn block_view(
     content: Option<&Value>,
     redactor: &Redactor,
     v: View,
     room: Option<usize>,
+    crossing: &[Vec<crate::redact::Span>],
 ) -> Vec<Block> {
     let Some(Value::Array(blocks)) = content else {
         return Vec::new();
     };
     let logged = matches!(v, View::Event | View::Durable);
     let mut made = Vec::with_capacity(blocks.len().min(MAX_BLOCKS) + 1);
-    for block in blocks.iter().take(MAX_BLOCKS) {
+    for (index, block) in blocks.iter().take(MAX_BLOCKS).enumerate() {
+        let spans = crossing.get(index).map_or(&[][..], Vec::as_slice);
         let field = |k: &str| block.get(k).and_then(Value::as_str);
         let text = |k: &str| field(k).map(|s| redactor.text(head(s, room), v));
         let one = |k: &str| text(k).unwrap_or_default();
         let shared = |k: &str| field(k).map(Arc::<str>::from).filter(|_| !logged);
         let kind = field("type").unwrap_or("");
         made.push(match kind {
-            "text" => Block::Text { text: one("text") },
+            "text" => Block::Text {
+                text: field("text")
+                    .map(|s| redactor.text_hiding(head(s, room), spans, v))
+                    .unwrap_or_default(),
+            },
             "image" | "audio" => {
                 let bytes = field("data").map_or(0, str::len);
                 let (mime_type, data) = (one("mimeType"), shared("data"));
@@ -497,7 +531,7 @@ fn block_view(
                 Block::Resource {
                     uri: redacted("uri").unwrap_or_default(),
                     mime_type: redacted("mimeType"),
-                    text: redacted("text"),
+                    text: inner("text").map(|s| redactor.text_hiding(head(s, room), spans, v)),
                     blob: inner("blob").map(Arc::<str>::from).filter(|_| !logged),
                 }
             }

@@ -75,6 +75,36 @@ pub fn escape(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// Serialized JSON with every character [`is_unsafe`] names that JSON itself leaves
+/// as it is (DEL, C1 controls, bidi isolates, tag characters, fillers, ...) written as
+/// a `\uXXXX` escape, so `--json` output read on a terminal is as safe as the text
+/// output, and still the same JSON. Raw whitespace only occurs between tokens of
+/// serialized JSON (inside strings it is escaped already), so it stays.
+///
+/// ```
+/// use demiurge_mcp::text::json_safe;
+/// let json = serde_json::to_string(&"a\u{202e}b\u{85}").unwrap();
+/// assert_eq!(json_safe(&json), "\"a\\u202eb\\u0085\"");
+/// ```
+pub fn json_safe(json: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| is_unsafe(c) && !c.is_ascii_whitespace();
+    if !json.chars().any(unsafe_char) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if unsafe_char(c) {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
 /// [`escape`] line by line: a multi-line text keeps its line breaks and nothing else.
 pub fn escape_lines(text: &str) -> String {
     text.split('\n')

@@ -143,6 +143,57 @@ fn duplicate_server_ids_name_both_files() {
     );
 }
 
+/// Look-alike ids: two ids equal once compatibility forms and case are folded
+/// (fullwidth letters, ligatures, the Kelvin sign, upper case) are one id; an id that is
+/// not in Unicode normal form C is refused, whatever it looks like.
+#[test]
+fn look_alike_server_ids_are_refused() {
+    for (first, second) in [
+        ("docs", "ｄｏｃｓ"),
+        ("files", "\u{fb01}les"),
+        ("kube", "\u{212a}ube"),
+        ("docs", "DOCS"),
+        ("caf\u{e9}", "CAF\u{c9}"),
+        ("x\u{b2}", "x2"),
+    ] {
+        let core = Core::new()
+            .server(first, &demo(""))
+            .server(second, &demo(""));
+        let report = core::load_report(&core.root());
+        assert_eq!(
+            report.core.declarations.len() + report.core.broken.len(),
+            2,
+            "{first} {second}"
+        );
+        assert_eq!(
+            report.core.declarations.len(),
+            1,
+            "{first} and {second} both load"
+        );
+        let err = report
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<String>();
+        // (The Kelvin sign is not even NFC: refused for that first.)
+        assert!(
+            err.contains("declared twice") || err.contains("normal form C"),
+            "{first} {second}: {err}"
+        );
+    }
+    for decomposed in ["cafe\u{301}", "a\u{30a}ngstrom", "n\u{303}"] {
+        let core = Core::new().server(decomposed, &demo(""));
+        let report = core::load_report(&core.root());
+        assert!(report.core.declarations.is_empty(), "{decomposed} loads");
+        let err = report
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<String>();
+        assert!(err.contains("normal form C"), "{decomposed}: {err}");
+    }
+}
+
 #[test]
 fn slots_mcp_moves_the_root_but_not_outside_the_core() {
     let core = Core::new();

@@ -53,6 +53,68 @@ pub struct ApprovalRequest {
     pub arguments: Option<serde_json::Value>,
     /// The connect preview (for calls: the preview of the server being called).
     pub preview: ConnectPreview,
+    /// For a tool call: the tool as its server defines it. The approval is bound to
+    /// it (an "allow for the session" or an "always" covers this raw name with this
+    /// definition, never whatever tool the exposed name points at later).
+    pub call: Option<CallSubject>,
+}
+
+/// The tool a call approval is for: its raw name, what it says of itself, and the
+/// digest of its whole definition (description, schemas, annotations) as listed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[non_exhaustive]
+pub struct CallSubject {
+    /// The server's own name of the tool (the exposed name may differ by a suffix).
+    pub name: String,
+    /// Its title (redacted, capped), from the tool or its annotations.
+    pub title: Option<String>,
+    /// Its `readOnlyHint`, when the server gave one.
+    pub read_only: Option<bool>,
+    /// Its `destructiveHint`.
+    pub destructive: Option<bool>,
+    /// Its `idempotentHint`.
+    pub idempotent: Option<bool>,
+    /// Its `openWorldHint`.
+    pub open_world: Option<bool>,
+    /// sha256 (hex) of the tool's definition as listed.
+    pub definition: String,
+}
+
+impl CallSubject {
+    /// What an approval of this tool is remembered under: raw name and definition.
+    pub fn identity(&self) -> String {
+        format!("tool:{}#{}", self.definition, self.name)
+    }
+
+    /// Lines for a prompt: the raw name and title, the hints (unsaid ones as MCP's
+    /// defaults read them), the definition's digest.
+    fn render(&self) -> String {
+        let hint = |value: Option<bool>, yes: &str, no: &str, default: &str| match value {
+            Some(true) => yes.to_string(),
+            Some(false) => no.to_string(),
+            None => format!("{default} (not said)"),
+        };
+        let mut out = format!(
+            "  server's tool name: {}\n",
+            crate::text::escape(&self.name)
+        );
+        if let Some(title) = &self.title {
+            out.push_str(&format!("  title: {}\n", crate::text::escape(title)));
+        }
+        out.push_str(&format!(
+            "  hints: {}, {}, {}\n  definition: sha256:{}\n",
+            hint(self.read_only, "read-only", "writes", "writes"),
+            hint(
+                self.destructive,
+                "destructive",
+                "not destructive",
+                "destructive"
+            ),
+            hint(self.open_world, "open world", "closed world", "open world"),
+            &self.definition[..self.definition.len().min(12)],
+        ));
+        out
+    }
 }
 
 impl ApprovalRequest {
@@ -61,7 +123,7 @@ impl ApprovalRequest {
         match self.action {
             Action::Connect => self.preview.render(),
             Action::Call | Action::Read | Action::Prompt | Action::Subscribe => format!(
-                "MCP {} `{}` of server `{}` ({}) wants to run\n  risk: {}\n  capability: {}\n{}",
+                "MCP {} `{}` of server `{}` ({}) wants to run\n{}  risk: {}\n  capability: {}\n{}",
                 match self.action {
                     Action::Read => "resource read",
                     Action::Prompt => "prompt",
@@ -71,6 +133,10 @@ impl ApprovalRequest {
                 crate::text::escape(self.tool.as_deref().unwrap_or("?")),
                 crate::text::escape(&self.server),
                 crate::text::escape(&self.preview.path),
+                self.call
+                    .as_ref()
+                    .map(CallSubject::render)
+                    .unwrap_or_default(),
                 self.preview.risk.as_str(),
                 crate::text::escape(&self.preview.call_capability),
                 render_arguments(self.arguments.as_ref()),

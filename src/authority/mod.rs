@@ -12,7 +12,7 @@ pub mod preview;
 mod remembered;
 
 pub use approval::{
-    Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, FixedApprover,
+    Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, CallSubject, FixedApprover,
     PROMPT_ARGUMENTS, PROMPT_VALUE_CHARS,
 };
 pub use authorize::{AuthorizationPrompt, Authorizer, NoAuthorizer};

@@ -15,11 +15,7 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
             .iter()
             .map(|e| serde_json::json!({"id": e.id(), "approval": e}))
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "approvals": rows }))
-                .unwrap_or_default()
-        );
+        super::print_json(&serde_json::json!({ "approvals": rows }), true);
         return 0;
     }
     if entries.is_empty() {

@@ -70,9 +70,9 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
         }
         Err(Some(refused)) => {
             if as_json {
-                println!(
-                    "{}",
-                    json!({"tool": tool, "is_error": true, "content": refused.to_string(), "data": {}})
+                super::print_json(
+                    &json!({"tool": tool, "is_error": true, "content": refused.to_string(), "data": {}}),
+                    false,
                 );
             } else {
                 eprintln!("error: {}", t(&refused.to_string()));
@@ -114,9 +114,9 @@ fn progress_line() -> demiurge_mcp::ProgressSink {
 pub(crate) fn print_result(result: &ToolResult, as_json: bool) {
     let view = result.view(View::Operator);
     if as_json {
-        println!(
-            "{}",
-            json!({"tool": result.tool, "is_error": result.is_error, "content": view.content, "data": view.data})
+        super::print_json(
+            &json!({"tool": result.tool, "is_error": result.is_error, "content": view.content, "data": view.data}),
+            false,
         );
     } else if result.is_error {
         println!(

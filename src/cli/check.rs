@@ -153,7 +153,7 @@ pub(crate) fn run(cli: &Cli, as_json: bool) -> u8 {
             "errors": errors,
             "warnings": warnings,
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        super::print_json(&out, true);
         return code;
     }
     for d in &report.core.declarations {

@@ -18,7 +18,7 @@ pub(crate) fn review(cli: &Cli, candidate: &str, as_json: bool) -> u8 {
                     .iter()
                     .map(|c| json!({"path": c.path, "change": c.change, "before": c.before, "after": c.after, "details": c.details}))
                     .collect();
-                println!("{}", json!({"changes": changes, "token": review.token}));
+                super::print_json(&json!({"changes": changes, "token": review.token}), false);
             } else {
                 print!("{}", review.render());
             }

@@ -455,10 +455,7 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
         )
         .collect();
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "servers": rows })).unwrap_or_default()
-        );
+        super::print_json(&json!({ "servers": rows }), true);
         return 0;
     }
     for row in &rows {
@@ -503,10 +500,7 @@ pub(crate) fn get(cli: &Cli, name: &str, as_json: bool) -> u8 {
     let policy = demiurge_mcp::authority::HostPolicy::default().connect_policy(d);
     let preview = demiurge_mcp::authority::ConnectPreview::new(d, policy, None, &[]);
     if as_json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&preview).unwrap_or_default()
-        );
+        super::print_json(&preview, true);
     } else {
         print!("{}", preview.render());
     }

@@ -184,6 +184,9 @@ enum Command {
         /// Tools per tools/list page (0: one page).
         #[arg(long, default_value_t = 0)]
         page_size: usize,
+        /// More tools, read from this JSON file (`[{"name", "description"}]`) at every listing.
+        #[arg(long, value_name = "FILE")]
+        tools_file: Option<PathBuf>,
         /// Misbehave for fault-injection tests: MODE, then an optional count N (see the README's fault table).
         #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"])]
         fault: Vec<String>,
@@ -283,6 +286,20 @@ enum AuthAction {
 }
 
 /// Parses arguments and runs; exit codes as in the interfaces document.
+/// Prints `value` as JSON (pretty or on one line) on stdout, escaped for a terminal as
+/// the text output is ([`demiurge_mcp::text::json_safe`]).
+pub(crate) fn print_json(value: &impl serde::Serialize, pretty: bool) {
+    let json = if pretty {
+        serde_json::to_string_pretty(value)
+    } else {
+        serde_json::to_string(value)
+    };
+    println!(
+        "{}",
+        demiurge_mcp::text::json_safe(&json.unwrap_or_default())
+    );
+}
+
 pub(crate) fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -391,6 +408,7 @@ async fn run(cli: Cli) -> u8 {
             allowed_hosts,
             extra_tools,
             page_size,
+            tools_file,
             fault,
         }) => {
             let fault = match fault.as_slice() {
@@ -413,6 +431,7 @@ async fn run(cli: Cli) -> u8 {
             let mut options = demiurge_mcp::demo_server::DemoOptions {
                 extra_tools: *extra_tools,
                 page_size: *page_size,
+                tools_file: tools_file.clone(),
                 fault,
             };
             if let Some(demiurge_mcp::demo_server::Fault::HugeTools(n)) = fault {

@@ -31,7 +31,7 @@ pub(crate) async fn list_resources(cli: &Cli, as_json: bool) -> anyhow::Result<u
                 "resources": catalog.resources().collect::<Vec<_>>(),
                 "templates": catalog.resource_templates().collect::<Vec<_>>(),
             });
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            super::print_json(&out, true);
         } else {
             print_resources(catalog);
         }
@@ -101,10 +101,7 @@ pub(crate) async fn list_prompts(cli: &Cli, as_json: bool) -> anyhow::Result<u8>
     with_turn(cli, async |catalog| {
         if as_json {
             let prompts: Vec<_> = catalog.prompts().collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&json!({ "prompts": prompts }))?
-            );
+            super::print_json(&json!({ "prompts": prompts }), true);
         } else {
             print_prompts(catalog);
         }
@@ -147,7 +144,7 @@ pub(crate) async fn prompt(cli: &Cli, name: &str, args: &str, as_json: bool) -> 
     with_turn(cli, async |catalog| {
         Ok(match catalog.get_prompt(name, arguments).await {
             Ok(got) if as_json => {
-                println!("{}", serde_json::to_string_pretty(&got)?);
+                super::print_json(&got, true);
                 0
             }
             Ok(got) => {

@@ -12,7 +12,7 @@ pub(crate) async fn run(cli: &Cli, as_json: bool) -> anyhow::Result<u8> {
     let code = match prepared {
         Ok(catalog) => {
             if as_json {
-                println!("{}", serde_json::to_string_pretty(&catalog_json(&catalog))?);
+                super::print_json(&catalog_json(&catalog), true);
             } else {
                 print_catalog(&catalog, true);
             }

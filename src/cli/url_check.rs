@@ -55,7 +55,7 @@ pub(crate) async fn run(cli: &Cli, url: &str, resolve: &[String], json: bool) ->
     };
     let decision = net.check_url(url).await.audit();
     if json {
-        println!("{}", serde_json::to_string(&decision).unwrap_or_default());
+        super::print_json(&decision, false);
     } else {
         let target = if decision.target.is_empty() {
             "(unparsed url)".to_string()

@@ -5,7 +5,7 @@
 //! field so a new field cannot be added without deciding how it is checked.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -828,13 +828,18 @@ impl Declaration {
         }
     }
 
-    /// What an approval of this server is bound to: its fingerprint and where it was
-    /// declared (the absolute file, or the host's provenance for an in-memory one), so
-    /// an answer given for one core never covers a copy of the declaration in another.
-    pub fn approval_identity(&self) -> Fingerprint {
-        let mut bytes = self.fingerprint.0.to_vec();
-        bytes.extend_from_slice(self.file.display().to_string().as_bytes());
-        Fingerprint::of(&bytes)
+    /// What an approval of this server is bound to: its fingerprint, where it was
+    /// declared (the absolute file, or the host's provenance for an in-memory one), the
+    /// workspace it works in and its resolved `cwd` (a connect's), so an answer given
+    /// for one core or one workspace never covers a copy of the declaration elsewhere.
+    pub fn approval_identity(&self, workspace: &Path, cwd: Option<&Path>) -> Fingerprint {
+        let form = serde_json::json!([
+            self.fingerprint.hex(),
+            self.file.display().to_string(),
+            workspace.display().to_string(),
+            cwd.map(|c| c.display().to_string()),
+        ]);
+        Fingerprint::of(form.to_string().as_bytes())
     }
 
     /// `mcp.connect:<server_id>`: required to spawn, connect and list tools.

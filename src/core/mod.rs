@@ -620,9 +620,22 @@ fn server_id_problem(id: &str) -> Option<&'static str> {
         Some("the file name contains control or invisible characters; rename it to plain text")
     } else if id.trim() != id || id.is_empty() {
         Some("the file name starts or ends with spaces; rename it")
+    } else if !unicode_normalization::is_nfc(id) {
+        Some(
+            "the file name is not in Unicode normal form C (it could look like another id); rename it, typing it anew",
+        )
     } else {
         None
     }
+}
+
+/// What two server ids are compared by: NFKC, lowercased, NFKC again (a
+/// compatibility form and case folding), so a look-alike spelling (`ｄｏｃｓ`, `DOCS`,
+/// `ﬁles` beside `files`) is the same id and refused as a duplicate.
+fn folded_id(id: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    let lowered = id.nfkc().collect::<String>().to_lowercase();
+    lowered.nfkc().collect()
 }
 
 fn read_declarations(
@@ -697,11 +710,11 @@ fn read_declarations(
                 continue;
             }
         };
-        if let Some(first) = seen.get(&id.to_lowercase()) {
+        if let Some(first) = seen.get(&folded_id(&id)) {
             let same = if first == &rel {
                 ""
             } else {
-                " (in a case-insensitive comparison)"
+                " (compared without case or compatibility forms)"
             };
             broken.push(refuse(
                 format!(
@@ -714,7 +727,7 @@ fn read_declarations(
             ));
             continue;
         }
-        seen.insert(id.to_lowercase(), rel.clone());
+        seen.insert(folded_id(&id), rel.clone());
         let file = tree.display(&rel);
         let parsed = match (cache, stamp) {
             (Some(c), Some(st)) => c.get(&file, st),

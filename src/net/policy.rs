@@ -435,8 +435,11 @@ fn is_localhost_name(name: &str) -> bool {
     name == "localhost" || name.ends_with(".localhost") || name == "localhost.localdomain"
 }
 
-const METADATA_V4: [Ipv4Addr; 5] = [
+const METADATA_V4: [Ipv4Addr; 6] = [
     Ipv4Addr::new(169, 254, 169, 254),
+    // Azure's WireServer (instance configuration, and a route to the host's agent):
+    // a public address, so no range below would block it.
+    Ipv4Addr::new(168, 63, 129, 16),
     Ipv4Addr::new(169, 254, 170, 2),
     Ipv4Addr::new(169, 254, 170, 23),
     Ipv4Addr::new(100, 100, 100, 200),

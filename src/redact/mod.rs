@@ -142,6 +142,15 @@ impl Known {
             .build(secrets.iter().map(|s| s.value.as_str()))
             .ok();
         let broken = finder.is_none();
+        // A name is shown in every marker of its secret: one that holds any secret
+        // value of the set (a declared `X_<value of Y>`) is shown as `secret`.
+        if let Some(finder) = &finder {
+            for secret in &mut secrets {
+                if finder.is_match(secret.name.as_ref()) {
+                    secret.name = "secret".into();
+                }
+            }
+        }
         Known {
             secrets,
             finder,
@@ -241,7 +250,7 @@ impl Learned {
         {
             let mut secrets = known.secrets.clone();
             secrets.push(Secret {
-                name: name.into(),
+                name: plain_label(name),
                 value: value.to_string(),
             });
             *known = Arc::new(Known::new(secrets));
@@ -294,6 +303,16 @@ fn sensitive_alternation() -> String {
 
 /// Whether a field name marks its value as a secret (`api_key`, `X-Auth-Token`, ...).
 pub fn is_sensitive_field(name: &str) -> bool {
+    sensitive_label(name).is_some()
+}
+
+/// The fixed word a sensitive name is shown under (`token` for `sessionToken_x`,
+/// `api_key` for `X-Api-Key`), `None` when the name is not sensitive.
+///
+/// A label is never built from the name itself: a key or an option name comes from a
+/// server, a result or a model, and may carry the very secret its value is (a
+/// `token_<secret>` key), so what a marker names is always one of a fixed vocabulary.
+pub fn sensitive_label(name: &str) -> Option<&'static str> {
     // Every key of every result and call passes here: an ASCII name is matched as it
     // is, without allocating. (Unicode lowercasing can turn other letters into ASCII
     // ones, the Kelvin sign into `k`, so any other name is lowercased first.)
@@ -319,7 +338,72 @@ pub fn is_sensitive_field(name: &str) -> bool {
     SECRET_OPTION_MARKERS
         .iter()
         .chain(&["passphrase"])
-        .any(|m| marks(m.as_bytes()))
+        .copied()
+        .find(|m| marks(m.as_bytes()))
+}
+
+/// Words of a sensitive name that make it a measure of secrets, not one
+/// (`token_count`, `max_tokens`, `input_tokens`, `expires_in`): a number under such a
+/// key is shown and is no secret of the result.
+const QUANTITY_WORDS: &[&str] = &[
+    "count",
+    "counts",
+    "total",
+    "num",
+    "number",
+    "max",
+    "min",
+    "limit",
+    "length",
+    "len",
+    "size",
+    "used",
+    "remaining",
+    "usage",
+    "input",
+    "output",
+    "prompt",
+    "completion",
+    "cached",
+    "expires",
+    "expiry",
+    "ttl",
+    "estimated",
+];
+
+/// Whether a sensitive name counts or measures (see [`QUANTITY_WORDS`]): its words are
+/// split at `_`, `-`, `.`, spaces and lower-to-upper case changes.
+fn is_quantity_name(name: &str) -> bool {
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut previous_lower = false;
+    for c in name.chars() {
+        if !c.is_alphanumeric() {
+            words.push(std::mem::take(&mut word));
+            previous_lower = false;
+            continue;
+        }
+        if c.is_uppercase() && previous_lower {
+            words.push(std::mem::take(&mut word));
+        }
+        previous_lower = c.is_lowercase() || c.is_ascii_digit();
+        word.extend(c.to_lowercase());
+    }
+    words.push(word);
+    words.iter().any(|w| QUANTITY_WORDS.contains(&w.as_str()))
+}
+
+/// The label a declared name (an env or header name, an option name, a fixed name of
+/// the runtime's) is shown under: itself when it is a plain identifier of at most 64
+/// characters, else `secret`. Names that hold a secret value are caught once the
+/// automaton exists ([`Known::new`]).
+fn plain_label(name: &str) -> Arc<str> {
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if plain { name.into() } else { "secret".into() }
 }
 
 /// The first 16 hex characters of sha256(value).
@@ -327,21 +411,14 @@ fn f16(value: &str) -> String {
     crate::digest::sha256_hex(value.as_bytes())[..16].to_string()
 }
 
-fn marker(view: View, name: &str, value: &str) -> String {
-    let name: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+/// The marker a secret is replaced by in one view. `label` is a fixed word or a
+/// declared name already checked ([`plain_label`], [`Known::new`]), never text of the
+/// input.
+fn marker(view: View, label: &str, value: &str) -> String {
     match view {
         View::Model => "<redacted>".into(),
-        View::Operator | View::Event | View::Durable => format!("<redacted:{name}>"),
-        View::Debug => format!("<redacted:{name}:{}>", f16(value)),
+        View::Operator | View::Event | View::Durable => format!("<redacted:{label}>"),
+        View::Debug => format!("<redacted:{label}:{}>", f16(value)),
     }
 }
 
@@ -364,7 +441,7 @@ impl Redactor {
             let (name, value): (String, String) = (name.into(), value.into());
             if value.chars().count() >= MIN_SECRET_LEN {
                 all.push(Secret {
-                    name: name.into(),
+                    name: plain_label(&name),
                     value,
                 });
             }
@@ -441,7 +518,7 @@ impl Redactor {
     pub fn with_call_object(&self, args: Option<&Map<String, Value>>) -> Redactor {
         let mut found = Vec::new();
         for (key, value) in args.into_iter().flatten() {
-            collect_sensitive(value, sensitive_name(key), &mut found);
+            collect_sensitive(value, sensitive_label(key), &mut found);
         }
         if found.is_empty() {
             return self.clone();
@@ -508,6 +585,114 @@ impl Redactor {
         self.with_secrets(found)
     }
 
+    /// Whether `name` holds a secret of this redactor once both are normalized as the
+    /// runtime normalizes names (ASCII lowercased, anything but letters and digits read
+    /// as `-`): a tool named `SK-LIVE-X` holds the secret `sk_live_x`, since its
+    /// exposed form would show it. A redactor that cannot redact holds everything.
+    pub fn holds_secret_normalized(&self, name: &str) -> bool {
+        fn normal(s: &str) -> String {
+            s.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() {
+                        c.to_ascii_lowercase()
+                    } else {
+                        '-'
+                    }
+                })
+                .collect()
+        }
+        let Ok(learned) = self.learned() else {
+            return true;
+        };
+        if self.check(name.len()).is_err() {
+            return true;
+        }
+        let name = normal(name);
+        let learned = learned.iter().flat_map(|l| l.secrets.iter());
+        self.secrets.secrets.iter().chain(learned).any(|s| {
+            let secret = normal(&s.value);
+            // A secret that is all separators would match every name.
+            secret.trim_matches('-').len() >= MIN_SECRET_LEN && name.contains(&secret)
+        })
+    }
+
+    /// For texts shown one after another, joined by newlines (the content blocks of a
+    /// result): the byte ranges of each that a secret or shape found in the joined text
+    /// covers (a secret crossing a join, a value whose shape begins in the text before),
+    /// so that each piece is hidden where the text is shown alone too. A redactor that
+    /// cannot redact the joined text gives each text whole.
+    pub(crate) fn crossing_spans(&self, parts: &[&str]) -> Vec<Vec<Span>> {
+        let mut spans = vec![Vec::new(); parts.len()];
+        if parts.len() < 2 {
+            return spans;
+        }
+        let joined = parts.join("\n");
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut at = 0;
+        for part in parts {
+            starts.push(at);
+            at += part.len() + 1;
+        }
+        let hits = match self.check(joined.len()).and_then(|()| self.hits(&joined)) {
+            Ok(hits) => hits,
+            Err(_) => {
+                return parts
+                    .iter()
+                    .map(|p| {
+                        vec![Span {
+                            range: 0..p.len(),
+                            label: "secret".into(),
+                        }]
+                    })
+                    .collect();
+            }
+        };
+        for hit in hits {
+            let first = starts.partition_point(|&s| s <= hit.start) - 1;
+            let last = starts.partition_point(|&s| s < hit.end) - 1;
+            for (i, span) in spans.iter_mut().enumerate().take(last + 1).skip(first) {
+                let (start, end) = (starts[i], starts[i] + parts[i].len());
+                let range = hit.start.max(start) - start..hit.end.min(end) - start;
+                if !range.is_empty() {
+                    span.push(Span {
+                        range,
+                        label: Arc::clone(&hit.name),
+                    });
+                }
+            }
+        }
+        spans
+    }
+
+    /// `text` in one view, with `spans` hidden too (see [`Redactor::crossing_spans`]);
+    /// spans past the end of `text` (a capped view's head) are cut to it.
+    pub(crate) fn text_hiding(&self, text: &str, spans: &[Span], view: View) -> String {
+        if spans.is_empty() {
+            return self.text(text, view);
+        }
+        let hidden = || -> Result<String, RedactionFailed> {
+            self.check(text.len())?;
+            let extra = spans
+                .iter()
+                .filter(|s| s.range.start < text.len())
+                .map(|s| {
+                    let mut end = s.range.end.min(text.len());
+                    while !text.is_char_boundary(end) {
+                        end += 1;
+                    }
+                    Hit {
+                        start: s.range.start,
+                        end,
+                        name: Arc::clone(&s.label),
+                        longest: 0,
+                    }
+                })
+                .collect();
+            Ok(render(text, &absorb(self.hits(text)?, extra), view))
+        };
+        hidden().unwrap_or_else(|_| REDACTION_FAILED.to_string())
+    }
+
     /// `text` in one view; [`REDACTION_FAILED`] if it cannot be redacted.
     pub fn text(&self, text: &str, view: View) -> String {
         self.try_text(text, view)
@@ -560,13 +745,14 @@ impl Redactor {
                     (Some(n), Some(v), _, _) | (_, _, Some(n), Some(v)) => (n, v),
                     _ => continue,
                 };
-                shape(value.start(), value.end(), &name.as_str().to_lowercase());
+                shape(value.start(), value.end(), header_label(name.as_str()));
             }
         }
         if text.contains('"') {
             for c in JSON_FIELD.captures_iter(text) {
                 if let (Some(name), Some(value)) = (c.get(1), c.get(3)) {
-                    shape(value.start(), value.end(), name.as_str());
+                    let label = sensitive_label(name.as_str()).unwrap_or("secret");
+                    shape(value.start(), value.end(), label);
                 }
             }
         }
@@ -574,17 +760,17 @@ impl Redactor {
             for c in SPACED_OPTION.captures_iter(text) {
                 let value = c.get(2).or_else(|| c.get(3)).or_else(|| c.get(4));
                 if let (Some(name), Some(value)) = (c.get(1), value) {
-                    let name = name.as_str().trim_start_matches('-');
-                    shape(value.start(), value.end(), name);
+                    let label = sensitive_label(name.as_str()).unwrap_or("secret");
+                    shape(value.start(), value.end(), label);
                 }
             }
         }
         if text.contains('=') {
             for c in SENSITIVE_ASSIGNMENT.captures_iter(text) {
                 if let (Some(name), Some(value)) = (c.get(2), c.get(3))
-                    && is_sensitive_assignment(name.as_str())
+                    && let Some(label) = assignment_label(name.as_str())
                 {
-                    shape(value.start(), value.end(), name.as_str());
+                    shape(value.start(), value.end(), label);
                 }
             }
         }
@@ -633,23 +819,35 @@ impl Redactor {
             Value::Object(map) => {
                 let mut out = Map::with_capacity(map.len());
                 for (key, v) in map {
-                    let key_out = self.try_text(key, view)?;
-                    // A list or map under a sensitive key is opaque: it is replaced whole.
-                    let v_out = if is_sensitive_field(key) && !v.is_null() {
-                        match view {
+                    let mut key_out = self.try_text(key, view)?;
+                    // Keys redacted alike stay apart (none hides a neighbour).
+                    if out.contains_key(&key_out) {
+                        let mut n = 2;
+                        while out.contains_key(&format!("{key_out}#{n}")) {
+                            n += 1;
+                        }
+                        key_out = format!("{key_out}#{n}");
+                    }
+                    // A list or map under a sensitive key is opaque: it is replaced whole,
+                    // under the key's fixed label (never a name made from the key).
+                    let label = sensitive_label(key).filter(|_| !v.is_null());
+                    let v_out = match label {
+                        Some(_) if is_quantity_name(key) && (v.is_number() || v.is_boolean()) => {
+                            v.clone()
+                        }
+                        Some(label) => match view {
                             View::Event | View::Durable => serde_json::json!({
-                                "redacted": true, "name": key_out, "source": "field"
+                                "redacted": true, "name": label, "source": "field"
                             }),
                             _ => {
                                 let raw = match v {
                                     Value::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
                                     other => std::borrow::Cow::Owned(other.to_string()),
                                 };
-                                Value::String(marker(view, key, &raw))
+                                Value::String(marker(view, label, &raw))
                             }
-                        }
-                    } else {
-                        self.try_json(v, view)?
+                        },
+                        None => self.try_json(v, view)?,
                     };
                     out.insert(key_out, v_out);
                 }
@@ -692,6 +890,14 @@ impl Redactor {
             || Value::String(REDACTION_FAILED.into()),
         )
     }
+}
+
+/// What of one text a search of a longer, joined text found (see
+/// [`Redactor::crossing_spans`]): a byte range and its label.
+#[derive(Debug, Clone)]
+pub(crate) struct Span {
+    range: std::ops::Range<usize>,
+    label: Arc<str>,
 }
 
 /// A secret found in a text: its byte range and the name it is shown under. The value
@@ -767,28 +973,51 @@ fn guarded<T>(
     }
 }
 
-/// `key=value` redaction only fires for names that are really sensitive: the regex also
+/// The label of a `key=value` name, when it is really sensitive: the regex also
 /// catches `key`/`auth`/`sig`, which must be whole words of the name (`monkey=1` stays).
-fn is_sensitive_assignment(name: &str) -> bool {
-    if is_sensitive_field(name) {
-        return true;
+fn assignment_label(name: &str) -> Option<&'static str> {
+    if let Some(label) = sensitive_label(name) {
+        return Some(label);
     }
+    const WORDS: &[&str] = &["key", "auth", "sig", "signature", "apikey", "pass"];
     name.to_lowercase()
         .split(|c: char| !c.is_ascii_alphanumeric())
-        .any(|w| matches!(w, "key" | "auth" | "sig" | "signature" | "apikey" | "pass"))
+        .find_map(|w| WORDS.iter().copied().find(|word| *word == w))
 }
 
-fn sensitive_name(key: &str) -> Option<&str> {
-    is_sensitive_field(key).then_some(key)
+/// The label of a header-like line's name (`Authorization:`, `Cookie:`), from the
+/// fixed names the pattern allows.
+fn header_label(name: &str) -> &'static str {
+    const NAMES: &[&str] = &[
+        "proxy-authorization",
+        "authorization",
+        "x-api-key",
+        "set-cookie",
+        "cookie",
+    ];
+    let name = name.to_ascii_lowercase();
+    NAMES
+        .iter()
+        .copied()
+        .find(|n| *n == name)
+        .unwrap_or("authorization")
 }
 
 /// Every value under a sensitive key, named by the nearest sensitive key above it:
 /// below such a key everything is a secret, whatever its own keys are called.
-fn collect_sensitive(value: &Value, under: Option<&str>, out: &mut Vec<(String, String)>) {
+fn collect_sensitive(value: &Value, under: Option<&'static str>, out: &mut Vec<(String, String)>) {
     match value {
         Value::Object(map) => {
             for (k, v) in map {
-                collect_sensitive(v, under.or_else(|| sensitive_name(k)), out);
+                // A count under a sensitive name (`token_count: 42`) is no secret.
+                if under.is_none()
+                    && (v.is_number() || v.is_boolean())
+                    && sensitive_label(k).is_some()
+                    && is_quantity_name(k)
+                {
+                    continue;
+                }
+                collect_sensitive(v, under.or_else(|| sensitive_label(k)), out);
             }
         }
         Value::Array(items) => items.iter().for_each(|v| collect_sensitive(v, under, out)),
@@ -1020,11 +1249,7 @@ mod tests {
             .as_array()
             .unwrap();
         assert_eq!(notes.len(), 20_000);
-        assert!(
-            notes
-                .iter()
-                .all(|n| n["note"] == "uses <redacted:api_token>")
-        );
+        assert!(notes.iter().all(|n| n["note"] == "uses <redacted:token>"));
         let flood = "abcdefgh ".repeat(1_000_000);
         let r = Redactor::new().with_secrets([("key", "abcdefgh"), ("k2", "efgh abcd")]);
         let text = r.text(&flood, View::Model);
