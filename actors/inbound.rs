@@ -56,16 +56,27 @@ impl Pipeline {
                 let answer = if schema.is_null() {
                     ElicitationAnswer::Decline
                 } else {
-                    // Redacted whole, then cut: a cut first could leave half a secret.
+                    // What a person sees of the request is the server's text: the message,
+                    // titles, descriptions, property names, enum labels and defaults, all
+                    // redacted (the defaults' sensitive values are secrets of the request).
+                    // The message is redacted whole, then cut: a cut first could leave
+                    // half a secret.
+                    let redactor = redactor.with_call_object(Some(&defaults));
                     let message = redactor.text(&message, View::Operator);
                     let message = crate::result::cap_chars(&message, 2_000);
+                    let shown_defaults = match redactor
+                        .json(&serde_json::Value::Object(defaults.clone()), View::Operator)
+                    {
+                        serde_json::Value::Object(map) => map,
+                        _ => serde_json::Map::new(),
+                    };
                     elicitor
                         .elicit(ElicitationRequest {
                             session: session.clone(),
                             server: server.clone(),
                             message,
-                            schema: schema.clone(),
-                            defaults: defaults.clone(),
+                            schema: shown_schema(&schema, &redactor, &shown_defaults),
+                            defaults: shown_defaults,
                         })
                         .await
                 };
@@ -206,4 +217,43 @@ pub(super) fn notice_route(
         };
         hub.emit(&session, kind);
     })
+}
+
+/// A requested schema as a person may be shown it: every string redacted for the
+/// operator (titles, descriptions, enum labels and names, property names, `required`)
+/// except the structural `type` and `format` words, and each property's `default` the
+/// redacted default (`shown_defaults`, keyed by the redacted property name).
+fn shown_schema(
+    schema: &serde_json::Value,
+    redactor: &Redactor,
+    shown_defaults: &serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Value {
+    use serde_json::Value;
+    fn walk(value: &Value, redactor: &Redactor) -> Value {
+        match value {
+            Value::String(s) => Value::String(redactor.text(s, View::Operator)),
+            Value::Array(items) => Value::Array(items.iter().map(|i| walk(i, redactor)).collect()),
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let v = match (k.as_str(), v) {
+                            ("type" | "format", Value::String(_)) => v.clone(),
+                            _ => walk(v, redactor),
+                        };
+                        (redactor.text(k, View::Operator), v)
+                    })
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+    let mut shown = walk(schema, redactor);
+    if let Some(Value::Object(props)) = shown.get_mut("properties") {
+        for (name, prop) in props.iter_mut() {
+            if let (Some(default), Value::Object(prop)) = (shown_defaults.get(name), prop) {
+                prop.insert("default".into(), default.clone());
+            }
+        }
+    }
+    shown
 }

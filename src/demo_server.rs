@@ -40,7 +40,9 @@ pub struct DemoOptions {
     pub page_size: usize,
     /// A JSON file of tools (`[{"name", "description"}]`) served after the built-in
     /// ones, read anew at every listing: tests reorder, change or drop tools between
-    /// connections with it. A call to one answers `ran <name>`.
+    /// connections with it. A call to one answers `ran <name>`; one with an `elicit`
+    /// (`{"message", "requestedSchema"}`) first asks the client that, and answers with
+    /// what came back.
     pub tools_file: Option<std::path::PathBuf>,
     /// A way to misbehave, for fault-injection tests.
     pub fault: Option<Fault>,
@@ -474,6 +476,18 @@ impl DemoServer {
             .collect()
     }
 
+    /// The elicitation a tools-file tool asks before answering, if it has one.
+    fn file_elicitation(&self, tool: &str) -> Option<rmcp::model::ElicitRequestParams> {
+        let path = self.options.tools_file.as_ref()?;
+        let listed: Vec<Value> = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        let entry = listed
+            .iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))?;
+        let mut asked = entry.get("elicit")?.clone();
+        asked.as_object_mut()?.insert("mode".into(), json!("form"));
+        serde_json::from_value(asked).ok()
+    }
+
     fn all_tools(&self) -> Vec<Tool> {
         let mut tools = self.tool_router.list_all();
         let schema = Arc::new(
@@ -743,8 +757,15 @@ impl ServerHandler for DemoServer {
             .iter()
             .any(|(name, _)| *name == request.name)
         {
-            let result =
-                CallToolResult::success(vec![ContentBlock::text(format!("ran {}", request.name))]);
+            let mut text = format!("ran {}", request.name);
+            if let Some(asked) = self.file_elicitation(&request.name) {
+                let answer = context.peer.create_elicitation(asked).await;
+                text = match answer {
+                    Ok(answer) => serde_json::to_string(&answer).unwrap_or_default(),
+                    Err(e) => format!("elicitation failed: {e}"),
+                };
+            }
+            let result = CallToolResult::success(vec![ContentBlock::text(text)]);
             return Ok(CallToolResponse::Complete(result));
         }
         if let Some(n) = request.name.strip_prefix("extra_") {

@@ -469,3 +469,88 @@ fn json_output_escapes_what_a_terminal_must_not_see() {
     let parsed: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(parsed["content"], message);
 }
+
+/// An elicitor that records what it is shown and accepts with the defaults.
+#[derive(Clone, Default)]
+struct ShownElicitations(
+    std::sync::Arc<std::sync::Mutex<Vec<demiurge_mcp::authority::ElicitationRequest>>>,
+);
+
+impl demiurge_mcp::authority::Elicitor for ShownElicitations {
+    fn elicit(
+        &self,
+        request: demiurge_mcp::authority::ElicitationRequest,
+    ) -> futures::future::BoxFuture<'static, demiurge_mcp::authority::ElicitationAnswer> {
+        self.0.lock().unwrap().push(request);
+        Box::pin(async {
+            demiurge_mcp::authority::ElicitationAnswer::Accept(serde_json::Map::new())
+        })
+    }
+}
+
+/// Everything of an elicitation that a person is shown comes from the server: its
+/// message, titles, descriptions, property names, enum labels and defaults are
+/// redacted with the connection's secrets before the host's elicitor (and the events)
+/// see them; the server still gets its own defaults back.
+#[tokio::test]
+async fn elicitation_text_is_redacted_before_anyone_sees_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tools.json");
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            format!("field_{DECLARED}"): {"type": "string", "title": format!("Title {DECLARED}"),
+                "description": format!("see https://u:{REVEALED}@example.test/x")},
+            "choice": {"type": "string", "enum": [format!("opt-{DECLARED}"), "plain"],
+                "default": "plain"},
+            "password": {"type": "string", "default": "default-pw-6655"},
+            "note": {"type": "string", "default": format!("token={REVEALED}")}
+        }
+    });
+    let listed = json!([{"name": "ask", "elicit": {
+        "message": format!("need input, key {DECLARED}, Authorization: Bearer {REVEALED}"),
+        "requestedSchema": schema
+    }}]);
+    std::fs::write(&file, listed.to_string()).unwrap();
+    let core = Core::new().grant_servers(&["w"]).server(
+        "w",
+        &format!(
+            "command: {}\nargs: [demo-server, --tools-file, {}]\nenv:\n  API_TOKEN: {DECLARED}\napproval_policy: auto\n",
+            serde_json::to_string(exe()).unwrap(),
+            serde_json::to_string(&file).unwrap()
+        ),
+    );
+    let shown = ShownElicitations::default();
+    let elicitor = shown.clone();
+    let h = harness_with(Recorder::allow(), move |mut c| {
+        c.elicitor = std::sync::Arc::new(elicitor);
+        c
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    let result = turn.call("w__ask", json!({})).await.unwrap();
+    let asked = shown.0.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{:?}", result.view(View::Operator));
+    let seen = serde_json::to_string(&asked[0]).unwrap();
+    for leaked in [DECLARED, REVEALED, "default-pw-6655"] {
+        assert!(
+            !seen.contains(leaked),
+            "the elicitor was shown {leaked}: {seen}"
+        );
+    }
+    // The structure a host renders is intact.
+    assert_eq!(asked[0].schema["properties"]["choice"]["type"], "string");
+    assert_eq!(asked[0].schema["properties"]["choice"]["enum"][1], "plain");
+    assert_eq!(asked[0].defaults["choice"], "plain");
+    // The server got its own defaults, and the result shows none of them in clear.
+    let content = &result.view(View::Operator).content;
+    assert!(content.contains("\"accept\""), "{content}");
+    assert!(content.contains("plain"), "{content}");
+    assert!(!every_view(&result).contains("default-pw-6655"));
+    h.finish().await;
+    let events = serde_json::to_string(&h.sink.events()).unwrap();
+    for leaked in [DECLARED, REVEALED, "default-pw-6655"] {
+        assert!(!events.contains(leaked), "an event shows {leaked}");
+    }
+}

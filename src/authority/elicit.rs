@@ -16,11 +16,16 @@ pub struct ElicitationRequest {
     pub session: String,
     /// Server id.
     pub server: String,
-    /// The server's message (its words: escape before a terminal shows it).
+    /// The server's message, redacted (its words: escape before a terminal shows it).
     pub message: String,
-    /// The requested schema (an object of primitive properties).
+    /// The requested schema (an object of primitive properties) as a person may see
+    /// it: its titles, descriptions, property names, enum labels and defaults redacted
+    /// with the connection's secrets (escape them before a terminal shows them). The
+    /// runtime checks an answer against the schema the server sent.
     pub schema: Value,
-    /// The schema's defaults, already applied: what accepting with no input sends.
+    /// The schema's defaults as a person may see them (redacted; a default under a
+    /// sensitive property name is a marker). Accepting with no input sends the
+    /// server's own defaults.
     pub defaults: Map<String, Value>,
 }
 

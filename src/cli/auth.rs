@@ -172,6 +172,38 @@ impl Elicitor for TerminalElicitor {
             t(&request.server),
             t(&request.message)
         );
+        let empty = serde_json::Map::new();
+        let properties = request
+            .schema
+            .get("properties")
+            .and_then(serde_json::Value::as_object)
+            .unwrap_or(&empty);
+        let said = |prop: &serde_json::Value, key: &str| {
+            prop.get(key)
+                .and_then(serde_json::Value::as_str)
+                .map(|s| demiurge_mcp::result::cap_chars(s, 200))
+        };
+        for (name, prop) in properties.iter().take(32) {
+            text.push_str(&format!("  field {}", t(name)));
+            if let Some(title) = said(prop, "title") {
+                text.push_str(&format!(" ({})", t(&title)));
+            }
+            if let Some(description) = said(prop, "description") {
+                text.push_str(&format!(": {}", t(&description)));
+            }
+            if let Some(options) = prop.get("enum").and_then(serde_json::Value::as_array) {
+                let options: Vec<String> = options
+                    .iter()
+                    .take(16)
+                    .map(|o| demiurge_mcp::result::cap_chars(&o.to_string(), 60))
+                    .collect();
+                text.push_str(&format!(" [one of {}]", t(&options.join(", "))));
+            }
+            text.push('\n');
+        }
+        if properties.len() > 32 {
+            text.push_str(&format!("  ... {} more fields\n", properties.len() - 32));
+        }
         for (name, value) in request.defaults.iter().take(32) {
             let value = demiurge_mcp::result::cap_chars(&value.to_string(), 200);
             text.push_str(&format!("  {}: {}\n", t(name), t(&value)));
