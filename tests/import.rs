@@ -200,3 +200,38 @@ fn a_json_file_in_the_mcp_root_is_reported_with_the_import_hint() {
         "{stderr}"
     );
 }
+
+/// A server whose arguments carry a secret shape (a `Bearer` credential inside a shell
+/// script, `token=...`, URL credentials) is reported and not written; its neighbours
+/// are.
+#[test]
+fn servers_whose_arguments_hold_a_secret_are_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(".mcp.json");
+    let config = serde_json::json!({"mcpServers": {
+        "curl": {"command": "sh", "args": ["-c", "curl -H 'Authorization: Bearer imp-secret-1111' https://x.test"]},
+        "assign": {"command": "srv", "args": ["--opt", "api_key=imp-secret-2222"]},
+        "userinfo": {"command": "srv", "args": ["https://bob:imp-secret-3333@x.test/"]},
+        "clean": {"command": "srv", "args": ["--verbose", "/data"]}
+    }});
+    std::fs::write(&file, config.to_string()).unwrap();
+    let core = Core::new();
+    let out = import(&core, &file, true);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    for id in ["curl", "assign", "userinfo"] {
+        assert!(
+            !core.mcp_dir().join(format!("{id}.yaml")).exists(),
+            "{id} written"
+        );
+    }
+    read(&core, "clean");
+    for n in ["1111", "2222", "3333"] {
+        let secret = format!("imp-secret-{n}");
+        assert!(
+            !stdout.contains(&secret) && !stderr.contains(&secret),
+            "{stdout}{stderr}"
+        );
+    }
+    assert!(stdout.contains("holds a secret"), "{stdout}{stderr}");
+}

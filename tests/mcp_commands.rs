@@ -255,11 +255,95 @@ fn hostile_names_values_and_links_write_nothing_outside_and_no_literal() {
         &["mcp", "add", "u", "--url", "https://user:pw@x.test/mcp"][..],
         &["mcp", "add", "u", "--url", "https://x.test/mcp?token=abc"][..],
         &["mcp", "add", "u", "--", "srv", "--api-key", "abc123"][..],
+        // Secret shapes in positional arguments, inside shell scripts too.
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "srv",
+            "Bearer",
+            "x",
+            "Authorization: Bearer sk-abc-123",
+        ][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "sh",
+            "-c",
+            "curl -H 'Authorization: Bearer sk-abc-123' https://x.test",
+        ][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "sh",
+            "-c",
+            "exec srv --token sk-abc-123",
+        ][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "srv",
+            "https://bob:pw-1234@x.test/",
+        ][..],
+        &["mcp", "add", "u", "--", "srv", "api_key=abc12345"][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "env",
+            "GITHUB_TOKEN=ghp_abcdef123456",
+            "srv",
+        ][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "srv",
+            "{\"password\": \"hunter22\"}",
+        ][..],
     ] {
         let out = run(&core, home.path(), args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(!core.mcp_dir().join("u.yaml").exists());
+        let said = String::from_utf8_lossy(&out.stderr);
+        for secret in [
+            "sk-abc-123",
+            "pw-1234",
+            "abc12345",
+            "ghp_abcdef",
+            "hunter22",
+        ] {
+            assert!(!said.contains(secret), "{said}");
+        }
     }
+    // A reference in the secret's place is what the message asks for, and is written.
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "mcp",
+            "add",
+            "r",
+            "--",
+            "sh",
+            "-c",
+            "curl -H 'Authorization: Bearer ${API_TOKEN}' https://x.test",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A dangling link where the declaration would go: never written through.
     let outside = tempfile::tempdir().unwrap();
     let target = outside.path().join("planted");

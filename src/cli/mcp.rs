@@ -53,6 +53,16 @@ fn is_reference(value: &str) -> bool {
         .is_some_and(is_env_name)
 }
 
+/// Whether `arg` holds a secret shape anywhere (also inside a shell script: `sh -c
+/// 'curl -H "Authorization: Bearer X" ...'`) whose value is not exactly a `${NAME}`
+/// reference.
+fn holds_secret_shape(arg: &str) -> bool {
+    demiurge_mcp::redact::Redactor::new()
+        .secret_spans(arg)
+        .into_iter()
+        .any(|span| !is_reference(arg[span].trim_matches(|c| c == '"' || c == '\'')))
+}
+
 /// The YAML of an `mcp add`, every literal value turned into a reference.
 pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
     let mut variables = Vec::new();
@@ -74,6 +84,12 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
             let secret_args = demiurge_mcp::authority::preview::secret_arg_values(args);
             if secret_args.iter().any(|(_, v)| !is_reference(v)) {
                 return Err("an argument passes a secret-looking option's value, which would be committed with the core; pass it through an environment variable instead".into());
+            }
+            if let Some(n) = args.iter().position(|a| holds_secret_shape(a)) {
+                return Err(format!(
+                    "argument {} holds a secret (a `Bearer` credential, `token=...`, `--token VALUE` or URL credentials), which would be committed with the core; pass it through an environment variable and write `${{NAME}}` in its place",
+                    n + 1
+                ));
             }
             yaml.push_str(&format!("command: {}\n", yaml_string(program)));
             let args: Vec<String> = args.iter().map(|a| yaml_string(a)).collect();

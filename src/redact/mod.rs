@@ -693,6 +693,17 @@ impl Redactor {
         hidden().unwrap_or_else(|_| REDACTION_FAILED.to_string())
     }
 
+    /// The byte ranges of `text` this redactor would hide (its known secrets, and the
+    /// secret shapes: `Bearer X`, `token=X`, `--token X`, URL credentials), in order; the
+    /// whole text when it cannot be redacted. A writer of files (`mcp add`, `mcp import`)
+    /// checks with it that nothing it writes is a secret.
+    pub fn secret_spans(&self, text: &str) -> Vec<std::ops::Range<usize>> {
+        match self.check(text.len()).and_then(|()| self.hits(text)) {
+            Ok(hits) => hits.into_iter().map(|h| h.start..h.end).collect(),
+            Err(_) => std::iter::once(0..text.len()).collect(),
+        }
+    }
+
     /// `text` in one view; [`REDACTION_FAILED`] if it cannot be redacted.
     pub fn text(&self, text: &str, view: View) -> String {
         self.try_text(text, view)
