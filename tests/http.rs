@@ -636,3 +636,44 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
         h.finish().await;
     }
 }
+
+/// A session id belongs to the origin that issued it: a server that redirects every
+/// request to another origin never receives the session id that origin handed out
+/// (307 and 308 alike), whether or not the connection then works.
+#[tokio::test]
+async fn a_redirect_targets_session_id_never_reaches_the_original_origin() {
+    for status in [307, 308] {
+        let target = serve("127.0.0.1:0", Behaviour::Mcp(Vec::new()), None).await;
+        let front = serve(
+            "127.0.0.1:0",
+            Behaviour::Redirect(status, format!("http://127.0.0.1:{}/mcp", target.port())),
+            None,
+        )
+        .await;
+        let url = format!("http://127.0.0.1:{}/mcp", front.port());
+        let core = Core::new().grant_servers(&["web"]).server(
+            "web",
+            &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\n"),
+        );
+        let h = harness_with(
+            Recorder::allow(),
+            trusting(StaticResolver::new(), &["127.0.0.0/8"]),
+        )
+        .await;
+        let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+        if let Ok(catalog) = session.prepare_turn().await
+            && catalog.get("web__echo").is_some()
+        {
+            let _ = catalog.call("web__echo", json!({"message": "hi"})).await;
+        }
+        let issued = target.requests().iter().any(|r| r.method == "POST");
+        assert!(issued, "the redirect target was never reached");
+        for request in front.requests() {
+            assert!(
+                !request.headers.contains_key("mcp-session-id"),
+                "{status}: the original origin got the target's session id"
+            );
+        }
+        h.finish().await;
+    }
+}

@@ -352,30 +352,15 @@ async fn an_authorization_server_the_policy_blocks_is_never_contacted() {
     h.finish().await;
 }
 
-/// The CLI end to end: `auth login` prints the URL and waits on its loopback redirect
-/// (this test plays the browser), `auth status` shows the stored tokens without them,
-/// `tools` then connects with no terminal and nobody asked, `auth logout` forgets them.
-#[tokio::test]
-async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
+/// `demiurge auth login docs` with `core` and `home`: prints the URL, this helper
+/// plays the browser. Answers the status the CLI's callback page gave (after the
+/// exchange), the login's output and what it printed on stderr.
+async fn cli_login(
+    core: &Core,
+    home: &std::path::Path,
+) -> (u16, std::process::Output, Vec<String>) {
     use tokio::io::AsyncBufReadExt;
-    let server = serve(AuthOptions::default()).await;
-    let core = Core::new()
-        .grant_servers(&["docs"])
-        .server("docs", &protected(&server.url(), ""));
-    let home = tempfile::tempdir().unwrap();
-    let cli = |args: &[&str]| {
-        let mut c = tokio::process::Command::new(common::exe());
-        c.args(args)
-            .arg("--core")
-            .arg(core.root())
-            .arg("--home")
-            .arg(home.path())
-            .args(["--trust-network", "127.0.0.0/8", "--yes"])
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        c
-    };
-    let mut login = cli(&["auth", "login", "docs"])
+    let mut login = cli_command(core, home, &["auth", "login", "docs"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -399,11 +384,57 @@ async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
     let (status, _) = common::oauth::browse(&redirect)
         .await
         .expect("the CLI did not answer");
-    assert_eq!(status, 200);
     let out = tokio::time::timeout(Duration::from_secs(30), login.wait_with_output())
         .await
         .expect("auth login did not finish")
         .unwrap();
+    (status, out, seen)
+}
+
+fn cli_command(core: &Core, home: &std::path::Path, args: &[&str]) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(common::exe());
+    c.args(args)
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home)
+        .args(["--trust-network", "127.0.0.0/8", "--yes"])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    c
+}
+
+/// The browser's callback page tells the truth: it answers after the exchange, and a
+/// failed exchange is a failure page.
+#[tokio::test]
+async fn the_cli_callback_page_answers_with_the_exchanges_outcome() {
+    let server = serve(AuthOptions {
+        unreadable_token_answer: true,
+        ..AuthOptions::default()
+    })
+    .await;
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &protected(&server.url(), ""));
+    let home = tempfile::tempdir().unwrap();
+    let (status, out, _) = cli_login(&core, home.path()).await;
+    assert_eq!(status, 400, "the page said it worked");
+    assert!(!out.status.success());
+}
+
+/// The CLI end to end: `auth login` prints the URL and waits on its loopback redirect
+/// (this test plays the browser), `auth status` shows the stored tokens without them,
+/// `tools` then connects with no terminal and nobody asked, `auth logout` forgets them.
+#[tokio::test]
+async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &protected(&server.url(), ""));
+    let home = tempfile::tempdir().unwrap();
+    let cli = |args: &[&str]| cli_command(&core, home.path(), args);
+    let (status, out, seen) = cli_login(&core, home.path()).await;
+    assert_eq!(status, 200);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout} {seen:?}");
     assert!(stdout.contains("authorized: docs"), "{stdout}");
@@ -683,4 +714,201 @@ async fn a_declared_token_endpoint_auth_method_is_used_or_nothing_is_sent() {
         }
         h.finish().await;
     }
+}
+
+/// The prompt names the issuer whose metadata was fetched; each authorization server
+/// gets a redirect URI of its own (its path bound to the issuer), and the flow's
+/// outcome is reported once the code was exchanged.
+#[tokio::test]
+async fn the_prompt_names_the_issuer_and_each_issuer_has_its_own_redirect_uri() {
+    let (a, b) = (
+        serve(AuthOptions::default()).await,
+        serve(AuthOptions::default()).await,
+    );
+    let core = Core::new()
+        .grant_servers(&["a", "b"])
+        .server("a", &protected(&a.url(), ""))
+        .server("b", &protected(&b.url(), ""));
+    let home = tempfile::tempdir().unwrap();
+    let follow = Follow::new();
+    let h = runtime_at(home.path(), &follow).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let prompts = follow.prompts.lock().unwrap().clone();
+    assert_eq!(prompts.len(), 2);
+    let mut paths = Vec::new();
+    for prompt in &prompts {
+        let server = if prompt.server == "a" { &a } else { &b };
+        let issuer = format!("http://127.0.0.1:{}", server.addr.port());
+        assert_eq!(prompt.issuer, issuer);
+        assert!(
+            prompt
+                .render()
+                .contains(&format!("from the issuer {issuer}")),
+            "{}",
+            prompt.render()
+        );
+        let path = url::Url::parse(&prompt.redirect_uri)
+            .unwrap()
+            .path()
+            .to_string();
+        let tag = path.strip_prefix("/callback/").unwrap_or_default();
+        assert!(
+            tag.len() == 12 && tag.chars().all(|c| c.is_ascii_hexdigit()),
+            "{path}"
+        );
+        paths.push(path);
+    }
+    assert_ne!(paths[0], paths[1], "two issuers share a redirect URI");
+    assert_eq!(
+        *follow.outcomes.lock().unwrap(),
+        [demiurge_mcp::authority::AuthorizationOutcome::Authorized; 2]
+    );
+    h.finish().await;
+}
+
+/// An authorization endpoint that is not the issuer's own https page (another scheme,
+/// plain http off loopback, another origin without `oauth.issuer`, another local
+/// service, credentials in it) is refused before registration, and nothing is opened.
+/// (`PORT` is the server's own port.)
+#[tokio::test]
+async fn authorization_endpoints_other_than_the_issuers_own_page_are_refused() {
+    for endpoint in [
+        "javascript:alert(document.cookie)",
+        "file:///etc/passwd",
+        "data:text/html,<script>x</script>",
+        "http://127.0.0.2:PORT/authorize",
+        "http://localhost:PORT/authorize",
+        "https://127.0.0.1:PORT/authorize",
+        "http://127.0.0.1:1/authorize",
+        "http://login.example.test/authorize",
+        "https://login.example.test/authorize",
+        "http://169.254.169.254/authorize",
+        "http://user:pw@127.0.0.1:PORT/authorize",
+    ] {
+        let server = serve(AuthOptions {
+            authorization_endpoint: Some(endpoint.to_string()),
+            ..AuthOptions::default()
+        })
+        .await;
+        let FirstTurn {
+            h,
+            follow,
+            catalog,
+            _home,
+            ..
+        } = first_turn(&server.url(), "docs", "", &[]).await;
+        let message = &catalog.diagnostics()[0].message;
+        assert!(
+            message.contains("authorization endpoint"),
+            "{endpoint}: {message}"
+        );
+        assert_nothing_sent(&follow, &server);
+        h.finish().await;
+    }
+}
+
+/// Another origin's authorization page is allowed when the declaration names the
+/// issuer in `oauth.issuer`: the flow gets as far as asking the user.
+#[tokio::test]
+async fn another_origins_authorization_page_is_allowed_for_a_declared_issuer() {
+    let server = serve(AuthOptions {
+        authorization_endpoint: Some("https://login.example.test/authorize".into()),
+        ..AuthOptions::default()
+    })
+    .await;
+    let issuer = format!("http://127.0.0.1:{}", server.addr.port());
+    let FirstTurn {
+        h,
+        follow,
+        catalog,
+        _home,
+        ..
+    } = first_turn(
+        &server.url(),
+        "docs",
+        &format!("oauth:\n  issuer: {issuer}\n"),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        follow.asked.load(Ordering::SeqCst),
+        1,
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let prompt = follow.prompts.lock().unwrap()[0].clone();
+    assert_eq!(prompt.authorization_server, "https://login.example.test");
+    assert!(
+        prompt
+            .render()
+            .contains("its authorization page is at https://login.example.test"),
+        "{}",
+        prompt.render()
+    );
+    h.finish().await;
+}
+
+/// A redirect that comes back to another flow's redirect URI (a code another
+/// authorization server issued) is never sent to this flow's token endpoint.
+#[tokio::test]
+async fn a_code_for_another_flows_redirect_uri_is_never_exchanged() {
+    let server = serve(AuthOptions::default()).await;
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &protected(&server.url(), ""));
+    let home = tempfile::tempdir().unwrap();
+    let mut follow = Follow::new();
+    follow.tamper = Some(|location| {
+        let mut url = url::Url::parse(&location).unwrap();
+        url.set_path("/callback/000000000000");
+        url.to_string()
+    });
+    let h = runtime_at(home.path(), &follow).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let message = &catalog.diagnostics()[0].message;
+    assert!(message.contains("another redirect URI"), "{message}");
+    assert!(!server.seen.requests().iter().any(|r| r.contains("/token")));
+    assert_eq!(
+        *follow.outcomes.lock().unwrap(),
+        [demiurge_mcp::authority::AuthorizationOutcome::Failed]
+    );
+    h.finish().await;
+}
+
+/// What an authorization server issues or echoes in a flow (a registered client
+/// secret, the code, an answer that is not JSON and repeats them) is a secret of the
+/// connection from the moment it arrives: no diagnostic or event quotes it.
+#[tokio::test]
+async fn an_unreadable_token_answer_is_not_quoted_and_flow_values_stay_secret() {
+    let server = serve(AuthOptions {
+        unreadable_token_answer: true,
+        ..AuthOptions::default()
+    })
+    .await;
+    let FirstTurn {
+        h,
+        follow,
+        catalog,
+        _home,
+        ..
+    } = first_turn(&server.url(), "docs", "", &[]).await;
+    let message = &catalog.diagnostics()[0].message;
+    assert!(message.contains("token exchange failed"), "{message}");
+    assert!(
+        !message.contains(CANARY) && !message.contains("html"),
+        "{message}"
+    );
+    assert_eq!(
+        *follow.outcomes.lock().unwrap(),
+        [demiurge_mcp::authority::AuthorizationOutcome::Failed]
+    );
+    assert_no_canary(&h, &[format!("{:?}", catalog.diagnostics())]);
+    h.finish().await;
 }

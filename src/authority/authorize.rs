@@ -16,7 +16,12 @@ pub struct AuthorizationPrompt {
     pub session: String,
     /// Server id.
     pub server: String,
-    /// The authorization server's origin (`scheme://host[:port]`).
+    /// The issuer whose metadata was fetched and checked: who is asking the user for
+    /// authority (the protected resource named it, or the declaration's
+    /// `oauth.issuer` pinned it).
+    pub issuer: String,
+    /// The authorization endpoint's origin (`scheme://host[:port]`): the issuer's own,
+    /// unless the declaration's `oauth.issuer` names this issuer.
     pub authorization_server: String,
     /// Where to send the user: the authorization endpoint with the client, PKCE
     /// challenge, state, scopes and resource. It carries no secret of ours.
@@ -32,10 +37,18 @@ impl AuthorizationPrompt {
     /// Text for a terminal, every untrusted field escaped.
     pub fn render(&self) -> String {
         let e = crate::text::escape;
+        let endpoint = if origin(&self.issuer) == self.authorization_server {
+            String::new()
+        } else {
+            format!(
+                " (its authorization page is at {})",
+                e(&self.authorization_server)
+            )
+        };
         format!(
-            "MCP server `{}` needs authorization from {}\n  scopes: {}\n  open this URL to authorize:\n  {}\n",
+            "MCP server `{}` needs authorization from the issuer {}{endpoint}\n  scopes: {}\n  open this URL to authorize:\n  {}\n",
             e(&self.server),
-            e(&self.authorization_server),
+            e(&self.issuer),
             if self.scopes.is_empty() {
                 "(the server's default)".to_string()
             } else {
@@ -44,6 +57,24 @@ impl AuthorizationPrompt {
             e(&self.url)
         )
     }
+}
+
+/// `scheme://host[:port]` of `url` (empty when it does not parse).
+fn origin(url: &str) -> String {
+    url::Url::parse(url)
+        .map(|u| u.origin().ascii_serialization())
+        .unwrap_or_default()
+}
+
+/// How an authorization the user gave ended, once its code was exchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AuthorizationOutcome {
+    /// The code was exchanged for a token.
+    Authorized,
+    /// The exchange failed, or the redirect did not belong to this flow: no token.
+    Failed,
 }
 
 /// The host's way to let a user authorize a remote server.
@@ -56,6 +87,13 @@ pub trait Authorizer: Send + Sync + 'static {
     /// redirected to (with its `code` and `state`), or `None` when the user declined or
     /// there is nobody to ask. Dropped unfinished when the requester goes away.
     fn authorize(&self, prompt: AuthorizationPrompt) -> BoxFuture<'static, Option<String>>;
+
+    /// The flow whose redirect came back to `redirect_uri` ended with `outcome` (after
+    /// the token exchange): a host that answered the browser's redirect can now tell
+    /// the user the truth. Does nothing by default.
+    fn finished(&self, redirect_uri: &str, outcome: AuthorizationOutcome) {
+        let _ = (redirect_uri, outcome);
+    }
 }
 
 /// Nobody to ask: every authorization is declined, and the server fails with a message

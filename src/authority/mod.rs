@@ -15,7 +15,7 @@ pub use approval::{
     Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, CallSubject, FixedApprover,
     PROMPT_ARGUMENTS, PROMPT_VALUE_CHARS,
 };
-pub use authorize::{AuthorizationPrompt, Authorizer, NoAuthorizer};
+pub use authorize::{AuthorizationOutcome, AuthorizationPrompt, Authorizer, NoAuthorizer};
 pub use capability::CapabilitySet;
 pub use cwd::{resolve_cwd, resolve_root};
 pub use elicit::{

@@ -9,7 +9,8 @@ use std::io::IsTerminal;
 use std::sync::Arc;
 
 use demiurge_mcp::authority::{
-    AuthorizationPrompt, Authorizer, ElicitationAnswer, ElicitationRequest, Elicitor,
+    AuthorizationOutcome, AuthorizationPrompt, Authorizer, ElicitationAnswer, ElicitationRequest,
+    Elicitor,
 };
 use demiurge_mcp::core::{Endpoint, load};
 use futures::future::BoxFuture;
@@ -30,6 +31,23 @@ pub(crate) struct TerminalAuthorizer {
     /// One loopback listener per flow, by port: bound when the flow learns its
     /// redirect URI, taken (and closed afterwards) by that flow's `authorize`.
     listeners: std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>>,
+    /// The browser's connection of each flow whose redirect came back, by port: it is
+    /// answered once the code was exchanged ([`Authorizer::finished`]), with the outcome.
+    waiting: Arc<std::sync::Mutex<std::collections::HashMap<u16, tokio::net::TcpStream>>>,
+}
+
+/// How long a browser's redirect waits for the outcome before it is told to look at
+/// the terminal.
+const OUTCOME_WAIT: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// Answers the browser's redirect with `body`.
+async fn answer_browser(mut stream: tokio::net::TcpStream, status: &str, body: &str) {
+    let answer = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\ncache-control: no-store\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
 }
 
 /// How long one connection to the redirect listener may take to send its request.
@@ -41,6 +59,7 @@ impl TerminalAuthorizer {
         TerminalAuthorizer {
             ask,
             listeners: std::sync::Mutex::default(),
+            waiting: Arc::default(),
         }
     }
 }
@@ -73,12 +92,41 @@ impl Authorizer for TerminalAuthorizer {
         format!("http://127.0.0.1:{port}/callback")
     }
 
+    fn finished(&self, redirect_uri: &str, outcome: AuthorizationOutcome) {
+        let port = url::Url::parse(redirect_uri)
+            .ok()
+            .and_then(|u| u.port())
+            .unwrap_or_default();
+        let stream = self
+            .waiting
+            .lock()
+            .ok()
+            .and_then(|mut all| all.remove(&port));
+        let Some(stream) = stream else {
+            return;
+        };
+        let (status, body) = match outcome {
+            AuthorizationOutcome::Authorized => (
+                "200 OK",
+                "Authorized. You can close this window and return to the terminal.",
+            ),
+            _ => (
+                "400 Bad Request",
+                "Authorization failed: no token was obtained. The terminal says why.",
+            ),
+        };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(answer_browser(stream, status, body));
+        }
+    }
+
     fn authorize(&self, prompt: AuthorizationPrompt) -> BoxFuture<'static, Option<String>> {
         let port = url::Url::parse(&prompt.redirect_uri)
             .ok()
             .and_then(|u| u.port());
         let listener = port.and_then(|p| self.listeners.lock().ok()?.remove(&p));
         let listener = listener.filter(|_| self.ask);
+        let waiting = Arc::clone(&self.waiting);
         Box::pin(async move {
             let listener = tokio::net::TcpListener::from_std(listener?).ok()?;
             let expected = state_of(&prompt.url)?;
@@ -101,23 +149,38 @@ impl Authorizer for TerminalAuthorizer {
                     .and_then(|l| l.split(' ').next())
                     .unwrap_or_default()
                     .to_string();
-                let base = prompt.redirect_uri.trim_end_matches("/callback");
-                let url = format!("{base}{target}");
-                // Only the redirect of this flow completes it: another local process or
-                // a web page knocking on the port is answered and ignored.
-                if !target.starts_with("/callback?") || state_of(&url).as_deref() != Some(&expected)
-                {
+                let redirect = url::Url::parse(&prompt.redirect_uri).ok()?;
+                let url = format!("{}{target}", redirect.origin().ascii_serialization());
+                // Only the redirect of this flow completes it (its own path, bound to
+                // its authorization server, and its state): another local process, a
+                // web page knocking on the port or another flow's redirect is answered
+                // and ignored.
+                let path_matches = url::Url::parse(&url).is_ok_and(|u| u.path() == redirect.path());
+                if !path_matches || state_of(&url).as_deref() != Some(&expected) {
                     let _ = stream
                         .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
                         .await;
                     continue;
                 }
-                let body = "Authorized. You can close this window and return to the terminal.";
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
+                // The browser hears the outcome once the code was exchanged; if that
+                // never comes, it is told to look at the terminal.
+                let port = redirect.port().unwrap_or_default();
+                if let Ok(mut all) = waiting.lock() {
+                    all.insert(port, stream);
+                }
+                let late = Arc::clone(&waiting);
+                tokio::spawn(async move {
+                    tokio::time::sleep(OUTCOME_WAIT).await;
+                    let stream = late.lock().ok().and_then(|mut all| all.remove(&port));
+                    if let Some(stream) = stream {
+                        answer_browser(
+                            stream,
+                            "200 OK",
+                            "The outcome is not known yet; see the terminal.",
+                        )
+                        .await;
+                    }
+                });
                 return Some(url);
             }
         })

@@ -254,6 +254,7 @@ impl PinnedClient {
         let mut method = method;
         let mut body = body;
         let mut previous: Option<Target> = None;
+        let mut first: Option<Target> = None;
         for hop in 0..=MAX_REDIRECTS {
             let verdict = match self.inner.net.policy.target(url.as_str()) {
                 Ok(target) => {
@@ -278,17 +279,25 @@ impl PinnedClient {
                 }
             };
             previous = Some(target.clone());
+            let first = first.get_or_insert_with(|| target.clone());
             let path = match url.query() {
                 Some(q) => format!("{}?{q}", url.path()),
                 None => url.path().to_string(),
             };
-            let response = self
+            let mut response = self
                 .dispatch(&target, &addresses, &method, &path, &headers, body.clone())
                 .await?;
             if !follow
                 || !response.status().is_redirection()
                 || response.status() == StatusCode::NOT_MODIFIED
             {
+                // A session id belongs to the origin that issued it: one a redirect
+                // target hands out would be sent to the original origin next.
+                if !first.same_origin(&target) {
+                    response
+                        .headers_mut()
+                        .remove(HeaderName::from_static(SESSION_HEADER));
+                }
                 return Ok(response);
             }
             if hop == MAX_REDIRECTS {

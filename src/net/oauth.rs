@@ -79,12 +79,42 @@ pub type OAuthDecisionHook = Arc<dyn Fn(OAuthStep, &AuditView) + Send + Sync>;
 pub struct PinnedOAuth {
     net: Arc<NetContext>,
     on_decision: OAuthDecisionHook,
+    /// The connection's learned secrets: every credential a request sends or an answer
+    /// carries (a registered client secret, a code and its verifier, tokens) is one of
+    /// them from the moment it passes here.
+    learned: Option<Arc<crate::redact::Learned>>,
 }
 
 impl PinnedOAuth {
     /// OAuth requests under `net`'s policy, each decision reported with its step.
     pub fn new(net: Arc<NetContext>, on_decision: OAuthDecisionHook) -> Self {
-        PinnedOAuth { net, on_decision }
+        PinnedOAuth {
+            net,
+            on_decision,
+            learned: None,
+        }
+    }
+
+    /// These requests, teaching `learned` every credential that passes.
+    pub fn learning(mut self, learned: Arc<crate::redact::Learned>) -> Self {
+        self.learned = Some(learned);
+        self
+    }
+
+    /// Learns the credentials of a request's form body or an answer's JSON body.
+    fn learn(&self, body: &[u8]) {
+        let Some(learned) = &self.learned else {
+            return;
+        };
+        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
+            learn_json(learned, &value, None, 0);
+            return;
+        }
+        for (key, value) in url::form_urlencoded::parse(body) {
+            if is_credential_field(&key) {
+                learned.learn("oauth_credential", &value);
+            }
+        }
     }
 
     /// The body of a `GET` of `url` that answered 200 (no redirect followed).
@@ -126,6 +156,7 @@ impl PinnedOAuth {
         timeout: Duration,
     ) -> Result<http::Response<Vec<u8>>, NetError> {
         let (parts, body) = request.into_parts();
+        self.learn(&body);
         let uri = parts.uri.to_string();
         let step = OAuthStep::of(&parts.method, &uri, &body);
         let hook = Arc::clone(&self.on_decision);
@@ -149,12 +180,58 @@ impl PinnedOAuth {
                 .to_bytes();
             Ok(http::Response::from_parts(parts, body.to_vec()))
         };
-        tokio::time::timeout(timeout, exchange)
+        let response = tokio::time::timeout(timeout, exchange)
             .await
             .map_err(|_| NetError::Connect {
                 target: String::new(),
                 message: format!("no whole answer within {}s", timeout.as_secs()),
-            })?
+            })??;
+        self.learn(response.body());
+        Ok(response)
+    }
+}
+
+/// Whether a form or JSON field of an OAuth exchange carries a credential: any
+/// sensitive name (`client_secret`, `access_token`, `refresh_token`, `id_token`, ...)
+/// and the code, its verifier and assertions.
+fn is_credential_field(name: &str) -> bool {
+    crate::redact::is_sensitive_field(name)
+        || matches!(
+            name,
+            "code"
+                | "code_verifier"
+                | "assertion"
+                | "client_assertion"
+                | "device_code"
+                | "user_code"
+        )
+}
+
+/// Learns every string under a credential field of `value` (at most 16 levels down).
+fn learn_json(
+    learned: &crate::redact::Learned,
+    value: &serde_json::Value,
+    under: Option<&str>,
+    depth: usize,
+) {
+    if depth > 16 {
+        return;
+    }
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                let under =
+                    under.or_else(|| is_credential_field(key).then_some("oauth_credential"));
+                learn_json(learned, v, under, depth + 1);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                learn_json(learned, item, under, depth + 1);
+            }
+        }
+        serde_json::Value::String(s) if under.is_some() => learned.learn("oauth_credential", s),
+        _ => {}
     }
 }
 

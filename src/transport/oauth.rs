@@ -90,8 +90,36 @@ impl std::fmt::Debug for OAuthLaunch {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct OAuthFailure(pub String);
 
+/// A failure of `step` in words of ours: rmcp's texts of a refused or unreadable answer
+/// can quote the authorization server's response (a parse error carries the body), so
+/// only the kind of failure is said, and the URLs this runtime itself requested.
 fn failed(step: &str, e: &AuthError) -> OAuthFailure {
-    OAuthFailure(format!("OAuth {step} failed: {e}"))
+    let why = match e {
+        AuthError::AuthorizationRequired => "authorization is required".to_string(),
+        AuthError::AuthorizationFailed(_) => "the authorization was refused or its answer could not be read".into(),
+        AuthError::TokenExchangeFailed(_) => "the authorization server refused the token request or its answer could not be read".into(),
+        AuthError::TokenRefreshFailed(_) => "the token could not be refreshed".into(),
+        AuthError::TokenRefreshRejected(_) => "the authorization server rejected the refresh token".into(),
+        AuthError::CredentialStoreError(_) => "the token store could not be read or written".into(),
+        AuthError::DiscoveryRequestFailed { url, .. } => {
+            format!("the metadata request to {} failed", origin_of(url.as_str()))
+        }
+        AuthError::ProtectedResourceMetadataInvalid { url, .. } => format!(
+            "the protected resource metadata at {} is unusable",
+            origin_of(url.as_str())
+        ),
+        AuthError::AuthorizationServersUnavailable { .. } => {
+            "none of the authorization servers the resource names published usable metadata".into()
+        }
+        AuthError::AuthorizationServerMismatch { .. } => {
+            "issuer mismatch: the authorization server metadata names another issuer than the one it was fetched for".into()
+        }
+        AuthError::PkceUnsupported => "the authorization server does not support PKCE (S256)".into(),
+        AuthError::NoAuthorizationSupport => "the server offers no authorization".into(),
+        AuthError::TokenExpired => "the token expired".into(),
+        _ => "the authorization server's answer was refused".into(),
+    };
+    OAuthFailure(format!("OAuth {step} failed: {why}"))
 }
 
 /// A manager for `base_url` whose every request goes through the pinned client, with
@@ -101,10 +129,10 @@ async fn manager(
     net: &Arc<NetContext>,
     launch: &OAuthLaunch,
 ) -> Result<AuthorizationManager, OAuthFailure> {
-    let client: Arc<dyn OAuthHttpClient> = Arc::new(PinnedOAuth::new(
-        Arc::clone(net),
-        Arc::clone(&launch.on_decision),
-    ));
+    let client: Arc<dyn OAuthHttpClient> = Arc::new(
+        PinnedOAuth::new(Arc::clone(net), Arc::clone(&launch.on_decision))
+            .learning(Arc::clone(&launch.learned)),
+    );
     let mut manager = AuthorizationManager::new_with_oauth_http_client(base_url, client)
         .await
         .map_err(|e| failed("setup", &e))?;
@@ -148,12 +176,20 @@ pub(crate) async fn authorize(
         Prepared::Granted(manager) => return Ok(*manager),
         Prepared::Session(waiting) => *waiting,
     };
+    // What is opened in a browser is held to the authorization endpoint's rule too.
+    if origin_of(&session.auth_url) != origin_of(&metadata.authorization_endpoint) {
+        return Err(OAuthFailure(
+            "OAuth authorization failed: the authorization URL is not on the authorization endpoint's origin; nothing was opened".into(),
+        ));
+    }
+    let redirect_uri = session.redirect_uri.clone();
     let prompt = AuthorizationPrompt {
         session: launch.session.clone(),
         server: launch.server.clone(),
+        issuer: issuer_of(&metadata, base_url),
         authorization_server: origin_of(&metadata.authorization_endpoint),
         url: session.auth_url.clone(),
-        redirect_uri: session.redirect_uri.clone(),
+        redirect_uri: redirect_uri.clone(),
         scopes: scopes_of(&session.auth_url),
     };
     let answered =
@@ -164,14 +200,133 @@ pub(crate) async fn authorize(
             crate::text::escape(&launch.server)
         )));
     };
-    within("token exchange", async {
-        session
-            .handle_callback_url(&redirected)
-            .await
-            .map_err(|e| failed("token exchange", &e))
-    })
-    .await?;
-    Ok(session.auth_manager)
+    // The code is a secret of this connection from the moment it arrives.
+    learn_query(&launch.learned, &redirected);
+    let exchanged = if same_endpoint(&redirected, &redirect_uri) {
+        within("token exchange", async {
+            session
+                .handle_callback_url(&redirected)
+                .await
+                .map_err(|e| failed("token exchange", &e))
+        })
+        .await
+    } else {
+        // A code delivered to another flow's redirect URI was issued for another
+        // authorization server: it is never redeemed here.
+        Err(OAuthFailure(
+            "OAuth token exchange failed: the authorization came back to another redirect URI than this flow's; nothing was exchanged".into(),
+        ))
+    };
+    let outcome = match exchanged {
+        Ok(_) => crate::authority::AuthorizationOutcome::Authorized,
+        Err(_) => crate::authority::AuthorizationOutcome::Failed,
+    };
+    launch.authorizer.finished(&redirect_uri, outcome);
+    exchanged.map(|_| session.auth_manager)
+}
+
+/// The issuer `metadata` names, or the MCP server's origin when it names none (the
+/// 2025-03-26 fallback endpoints are that origin's).
+fn issuer_of(metadata: &AuthorizationMetadata, base_url: &str) -> String {
+    metadata
+        .issuer
+        .clone()
+        .unwrap_or_else(|| origin_of(base_url))
+}
+
+/// Whether `redirected` came back to `redirect_uri` itself: the same scheme, host,
+/// port and path.
+fn same_endpoint(redirected: &str, redirect_uri: &str) -> bool {
+    match (url::Url::parse(redirected), url::Url::parse(redirect_uri)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin() && a.path() == b.path(),
+        _ => false,
+    }
+}
+
+/// Learns the values of a redirect URL's query (its `code`, `state`, `iss`) as secrets
+/// of the connection.
+fn learn_query(learned: &crate::redact::Learned, url: &str) {
+    if let Ok(parsed) = url::Url::parse(url) {
+        for (key, value) in parsed.query_pairs() {
+            match key.as_ref() {
+                "code" => learned.learn("oauth_code", &value),
+                "state" => learned.learn("oauth_state", &value),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// `redirect_uri` bound to one authorization server: its path gets the first 12 hex
+/// characters of the issuer's digest (`/callback/3f0c9a1b2d4e`), so a redirect can be
+/// told apart by the flow it belongs to and a code one authorization server issued is
+/// never sent to another's token endpoint (mix-up). A redirect URI that does not parse
+/// is kept as it is.
+fn bound_to_issuer(redirect_uri: &str, issuer: &str) -> String {
+    let Ok(mut url) = url::Url::parse(redirect_uri) else {
+        return redirect_uri.to_string();
+    };
+    let tag = &crate::digest::sha256_hex(issuer.as_bytes())[..12];
+    let path = format!("{}/{tag}", url.path().trim_end_matches('/'));
+    url.set_path(&path);
+    url.to_string()
+}
+
+/// The authorization endpoint a browser will be sent to, checked against its issuer:
+/// https (http only on the issuer's own loopback origin, which the URL policy already
+/// let this runtime reach), no credentials in it, on the issuer's origin unless the
+/// declaration's `oauth.issuer` names this issuer, and never a loopback or private
+/// address of another origin (another local service).
+///
+/// Metadata that names no issuer (the 2025-03-26 fallback to the MCP server's own
+/// `/authorize`) is the MCP server's origin's.
+fn check_authorization_endpoint(
+    metadata: &AuthorizationMetadata,
+    declared_issuer: Option<&str>,
+    base_url: &str,
+) -> Result<(), OAuthFailure> {
+    let refuse = |why: &str| {
+        Err(OAuthFailure(format!(
+            "OAuth discovery failed: the authorization endpoint {why}; nothing was opened"
+        )))
+    };
+    let Ok(endpoint) = url::Url::parse(&metadata.authorization_endpoint) else {
+        return refuse("is not a URL");
+    };
+    let issuer = url::Url::parse(&issuer_of(metadata, base_url)).ok();
+    let same_origin = issuer
+        .as_ref()
+        .is_some_and(|i| i.origin() == endpoint.origin());
+    let local = match endpoint.host() {
+        Some(url::Host::Ipv4(a)) => crate::net::policy::classify(a.into()).is_some(),
+        Some(url::Host::Ipv6(a)) => crate::net::policy::classify(a.into()).is_some(),
+        Some(url::Host::Domain(name)) => {
+            let name = name.trim_end_matches('.').to_ascii_lowercase();
+            name == "localhost" || name.ends_with(".localhost")
+        }
+        None => true,
+    };
+    match endpoint.scheme() {
+        "https" => {}
+        "http" if local && same_origin => {}
+        "http" => return refuse("is plain http on a public or other origin"),
+        _ => return refuse("is not an https URL"),
+    }
+    if !endpoint.username().is_empty() || endpoint.password().is_some() {
+        return refuse("carries credentials");
+    }
+    if local && !same_origin {
+        return refuse("is a local or private address of another origin than the issuer's");
+    }
+    let pinned = declared_issuer.is_some_and(|p| {
+        metadata.issuer.as_deref().map(|i| i.trim_end_matches('/')) == Some(p.trim_end_matches('/'))
+    });
+    if !same_origin && !pinned {
+        return refuse(
+            "is on another origin than its issuer; name this issuer in the declaration's oauth.issuer to allow it",
+        );
+    }
+    Ok(())
 }
 
 /// What discovery led to: a token already (client credentials), or a session waiting
@@ -200,7 +355,16 @@ async fn prepare(
         let manager = exchange_client_credentials(manager, config).await?;
         return Ok(Prepared::Granted(Box::new(manager)));
     }
-    let redirect_uri = launch.authorizer.redirect_uri();
+    // A client this runtime registers gets a redirect URI of its own per authorization
+    // server; a pre-registered one (or one described by its metadata document) keeps
+    // the URI its operator registered.
+    let redirect_uri = match (&declared.client_id, &declared.client_metadata_url) {
+        (None, None) => bound_to_issuer(
+            &launch.authorizer.redirect_uri(),
+            &issuer_of(&metadata, base_url),
+        ),
+        _ => launch.authorizer.redirect_uri(),
+    };
     let mut request = AuthorizationRequest::new(redirect_uri.clone())
         .with_challenge(challenge)
         .with_client_name("demiurge-mcp");
@@ -252,6 +416,7 @@ async fn discover(
             ));
         }
     }
+    check_authorization_endpoint(&metadata, declared.issuer.as_deref(), base_url)?;
     if let Some(method) = declared.token_endpoint_auth_method {
         only_method(&mut metadata, method)?;
     }

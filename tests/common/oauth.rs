@@ -37,6 +37,11 @@ pub struct AuthOptions {
     pub legacy: bool,
     /// `token_endpoint_auth_methods_supported`, when not the default three.
     pub auth_methods: Option<Vec<String>>,
+    /// The `authorization_endpoint` the metadata names, when not `<origin>/authorize`.
+    pub authorization_endpoint: Option<String>,
+    /// The token endpoint answers 200 with a body that is not JSON and repeats the code
+    /// and the canary (a parse error that quotes its input would show them).
+    pub unreadable_token_answer: bool,
 }
 
 /// What the server saw.
@@ -190,7 +195,11 @@ async fn answer(
             StatusCode::OK,
             json!({
                 "issuer": named_issuer,
-                "authorization_endpoint": format!("{origin}/authorize"),
+                "authorization_endpoint": options
+                    .authorization_endpoint
+                    .as_deref()
+                    .map(|e| e.replace("PORT", origin.rsplit(':').next().unwrap_or_default()))
+                    .unwrap_or_else(|| format!("{origin}/authorize")),
                 "token_endpoint": format!("{origin}/token"),
                 "registration_endpoint": format!("{origin}/register"),
                 "response_types_supported": ["code"],
@@ -204,7 +213,9 @@ async fn answer(
             let asked: Value = serde_json::from_slice(&body).unwrap_or_default();
             reply(
                 StatusCode::CREATED,
-                json!({"client_id": "registered-client", "redirect_uris": asked["redirect_uris"]}),
+                json!({"client_id": "registered-client", "redirect_uris": asked["redirect_uris"],
+                    "client_secret": format!("cs-{CANARY}"),
+                    "registration_access_token": format!("rat-{CANARY}")}),
             )
         }
         "/authorize" => {
@@ -248,6 +259,24 @@ async fn answer(
                 .unwrap_or_default();
             seen.grants.lock().unwrap().push(grant);
             seen.token_forms.lock().unwrap().push(fields.clone());
+            if options.unreadable_token_answer {
+                let code = fields
+                    .iter()
+                    .find(|(k, _)| k == "code")
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default();
+                let mut resp = Response::new(
+                    Full::new(Bytes::from(format!("<html>{code} {CANARY}-raw</html>")))
+                        .map_err(|never| match never {})
+                        .boxed(),
+                );
+                *resp.status_mut() = StatusCode::OK;
+                resp.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    "application/json".parse().unwrap(),
+                );
+                return resp;
+            }
             let n = seen.issued.fetch_add(1, Ordering::SeqCst);
             let access = format!("at-{n}-{CANARY}");
             seen.valid.lock().unwrap().insert(access.clone());
@@ -300,12 +329,21 @@ async fn answer(
 #[derive(Clone)]
 pub struct Follow {
     pub asked: Arc<AtomicUsize>,
+    /// Every prompt shown.
+    pub prompts: Arc<Mutex<Vec<demiurge_mcp::authority::AuthorizationPrompt>>>,
+    /// What each finished flow ended with.
+    pub outcomes: Arc<Mutex<Vec<demiurge_mcp::authority::AuthorizationOutcome>>>,
+    /// Changes the redirect the browser came back with (another flow's path, say).
+    pub tamper: Option<fn(String) -> String>,
 }
 
 impl Follow {
     pub fn new() -> Self {
         Follow {
             asked: Arc::default(),
+            prompts: Arc::default(),
+            outcomes: Arc::default(),
+            tamper: None,
         }
     }
 }
@@ -320,7 +358,23 @@ impl demiurge_mcp::authority::Authorizer for Follow {
         prompt: demiurge_mcp::authority::AuthorizationPrompt,
     ) -> futures::future::BoxFuture<'static, Option<String>> {
         self.asked.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move { browse(&prompt.url).await.map(|(_, location)| location) })
+        self.prompts.lock().unwrap().push(prompt.clone());
+        let tamper = self.tamper;
+        Box::pin(async move {
+            let location = browse(&prompt.url).await.map(|(_, location)| location)?;
+            Some(match tamper {
+                Some(change) => change(location),
+                None => location,
+            })
+        })
+    }
+
+    fn finished(
+        &self,
+        _redirect_uri: &str,
+        outcome: demiurge_mcp::authority::AuthorizationOutcome,
+    ) {
+        self.outcomes.lock().unwrap().push(outcome);
     }
 }
 
