@@ -107,6 +107,11 @@ pub enum Fault {
     FloodLongIds,
     /// Keep running after stdin closes (a server that ignores EOF).
     IgnoreEof,
+    /// A raw JSON-RPC server whose tools ask the client for input with odd schemas:
+    /// `ask_no_properties` (an object schema without `properties`), `ask_deep` (a
+    /// property nested 300 levels deep) and `ask_plain`; each answers with the
+    /// client's reply to its elicitation, as JSON text.
+    OddElicitations,
 }
 
 impl Fault {
@@ -146,9 +151,10 @@ impl Fault {
             "flood-cancelled" => Fault::FloodCancelled,
             "flood-long-ids" => Fault::FloodLongIds,
             "ignore-eof" => Fault::IgnoreEof,
+            "odd-elicitations" => Fault::OddElicitations,
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations"
                 ));
             }
         })
@@ -838,6 +844,7 @@ pub async fn serve_stdio(mut options: DemoOptions) -> Result<(), Error> {
         }
         Some(
             Fault::HostileTools
+            | Fault::OddElicitations
             | Fault::BadSchema
             | Fault::FloodUnreadable
             | Fault::FloodPings
@@ -949,6 +956,11 @@ async fn serve_raw(fault: Option<Fault>) -> Result<(), Error> {
         Some(Fault::BadSchema) => {
             json!([{ "name": "bad", "description": "schema is a string", "inputSchema": "not an object" }])
         }
+        Some(Fault::OddElicitations) => json!([
+            { "name": "ask_no_properties", "description": "asks with no properties", "inputSchema": {"type": "object"} },
+            { "name": "ask_deep", "description": "asks with a deep schema", "inputSchema": {"type": "object"} },
+            { "name": "ask_plain", "description": "asks for a name", "inputSchema": {"type": "object"} },
+        ]),
         _ => json!([
             { "name": "bell\u{7}and\nnewline", "description": "control characters in the name", "inputSchema": {"type": "object"} },
             { "name": "long", "description": "d".repeat(10_000), "inputSchema": {"type": "object"} },
@@ -976,6 +988,11 @@ async fn serve_raw(fault: Option<Fault>) -> Result<(), Error> {
                 "serverInfo": {"name": "hostile", "version": "0"}
             }),
             Some("tools/list") => json!({ "tools": tools }),
+            Some("tools/call") if fault == Some(Fault::OddElicitations) => {
+                let tool = request["params"]["name"].as_str().unwrap_or_default();
+                let reply = odd_elicitation(tool, &mut lines, &mut out).await?;
+                json!({ "content": [{"type": "text", "text": reply.to_string()}] })
+            }
             Some("tools/call") => {
                 json!({ "content": [{"type": "text", "text": "hostile answer"}] })
             }
@@ -1004,6 +1021,46 @@ async fn serve_raw(fault: Option<Fault>) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Asks the client for input with the schema `tool` names, and returns its reply (the
+/// `result` or `error` of the answer to that request).
+async fn odd_elicitation(
+    tool: &str,
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>,
+    out: &mut tokio::io::Stdout,
+) -> Result<Value, Error> {
+    use tokio::io::AsyncWriteExt;
+    let schema = match tool {
+        "ask_no_properties" => json!({"type": "object"}),
+        "ask_deep" => {
+            let mut deep = json!({"type": "string"});
+            for _ in 0..300 {
+                deep = json!({"type": "object", "properties": {"x": deep}});
+            }
+            json!({"type": "object", "properties": {"nested": deep}})
+        }
+        _ => {
+            json!({"type": "object", "properties": {"name": {"type": "string", "default": "ann"}}})
+        }
+    };
+    let asked = json!({"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create",
+        "params": {"mode": "form", "message": "a question", "requestedSchema": schema}});
+    out.write_all(format!("{asked}\n").as_bytes()).await?;
+    out.flush().await?;
+    while let Some(line) = lines.next_line().await? {
+        let Ok(reply) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if reply.get("id") == Some(&json!("ask-1")) {
+            return Ok(reply
+                .get("result")
+                .or_else(|| reply.get("error"))
+                .cloned()
+                .unwrap_or_default());
+        }
+    }
+    Ok(json!("the client closed"))
 }
 
 /// What a flooding server writes.

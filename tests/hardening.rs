@@ -554,3 +554,43 @@ async fn elicitation_text_is_redacted_before_anyone_sees_it() {
         assert!(!events.contains(leaked), "an event shows {leaked}");
     }
 }
+
+/// Elicitations whose schema rmcp's typed form does not take are still answered as
+/// elicitations on the same connection: one without `properties` asks (an empty form),
+/// one nested too deep is declined without asking; the connection stays up either way.
+#[tokio::test]
+async fn odd_elicitation_schemas_are_answered_not_fatal() {
+    let core = Core::new().grant_servers(&["odd"]).server(
+        "odd",
+        &common::demo_fault("odd-elicitations", "approval_policy: auto\n"),
+    );
+    let shown = ShownElicitations::default();
+    let elicitor = shown.clone();
+    let h = harness_with(Recorder::allow(), move |mut c| {
+        c.elicitor = std::sync::Arc::new(elicitor);
+        c
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    let reply = |tool: &'static str| {
+        let turn = &turn;
+        async move {
+            let result = turn.call(tool, json!({})).await.unwrap();
+            let text = result.view(View::Operator).content.clone();
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text))
+        }
+    };
+    let plain = reply("odd__ask_plain").await;
+    assert_eq!(plain["action"], "accept", "{plain}");
+    let empty = reply("odd__ask_no_properties").await;
+    assert!(empty.get("code").is_none(), "answered as an error: {empty}");
+    assert_eq!(empty["action"], "accept", "{empty}");
+    let deep = reply("odd__ask_deep").await;
+    assert_eq!(deep["action"], "decline", "{deep}");
+    // Still connected: the plain one again.
+    assert_eq!(reply("odd__ask_plain").await["action"], "accept");
+    // Asked: plain, no-properties, plain; the deep one was declined unasked.
+    assert_eq!(shown.0.lock().unwrap().len(), 3);
+    h.finish().await;
+}

@@ -34,6 +34,21 @@ pub const MAX_TOOL_PAGES: usize = 100;
 /// Most tools kept for one server; the rest are dropped with a diagnostic.
 pub const MAX_TOOLS: usize = 5_000;
 
+/// An elicitation's params that rmcp's typed form refused, repaired where the request is
+/// still a form: a `requestedSchema` object without `properties` gets an empty one.
+fn repaired_elicitation(params: Option<serde_json::Value>) -> Option<ElicitRequestParams> {
+    let mut params = params?;
+    let object = params.as_object_mut()?;
+    object
+        .entry("mode")
+        .or_insert_with(|| serde_json::Value::String("form".into()));
+    let schema = object.get_mut("requestedSchema")?.as_object_mut()?;
+    schema
+        .entry("properties")
+        .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+    serde_json::from_value(params).ok()
+}
+
 /// Where a server's `elicitation/create` requests go (the connect pipeline builds it:
 /// the host's elicitor, defaults, validation, events).
 pub type ElicitRoute =
@@ -191,6 +206,32 @@ impl rmcp::ClientHandler for ClientHandler {
             Some(route) => Ok(route(request).await),
             None => Ok(ElicitResult::new(ElicitationAction::Decline)),
         }
+    }
+
+    /// An `elicitation/create` whose params rmcp's typed form refused arrives here: one
+    /// whose schema names no `properties` is asked as an empty form; any other (a
+    /// property that is not a primitive, a schema nested too deep) is declined on this
+    /// request alone, never an error that could end the connection. Other methods are
+    /// unknown.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CustomResult, rmcp::ErrorData> {
+        if request.method != "elicitation/create" {
+            return Err(rmcp::ErrorData::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                request.method,
+                None,
+            ));
+        }
+        let answer = match (&self.signals.elicit, repaired_elicitation(request.params)) {
+            (Some(route), Some(params)) => route(params).await,
+            _ => ElicitResult::new(ElicitationAction::Decline),
+        };
+        Ok(rmcp::model::CustomResult::new(
+            serde_json::to_value(answer).unwrap_or_default(),
+        ))
     }
 
     fn get_info(&self) -> InitializeRequestParams {

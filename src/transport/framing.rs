@@ -476,15 +476,30 @@ fn decode(line: Line, limit: usize) -> Decoded {
             // An answer to a request that cannot be read (cut, broken, or nested
             // deeper than the parser goes) still fails its request at once when its
             // id shows.
-            if let Envelope {
-                id: Some(id),
-                method: false,
-            } = envelope(text)
-            {
-                return refused(
-                    id,
-                    &format!("the server's answer is not valid JSON: {syntax}"),
-                );
+            match envelope(text) {
+                Envelope {
+                    id: Some(id),
+                    method: false,
+                } => {
+                    return refused(
+                        id,
+                        &format!("the server's answer is not valid JSON: {syntax}"),
+                    );
+                }
+                // A request that cannot be read is answered, never left waiting: an
+                // elicitation (a schema nested deeper than the parser goes) is declined,
+                // as any elicitation the client cannot show; anything else is an error.
+                Envelope {
+                    id: Some(id),
+                    method: true,
+                } => {
+                    return if contains(text, b"\"elicitation/create\"") {
+                        reply_result(id, json!({"action": "decline"}))
+                    } else {
+                        reply_error(id, -32600, "request that cannot be read")
+                    };
+                }
+                Envelope { id: None, .. } => {}
             }
             tracing::debug!("ignored a line that is not JSON from a stdio server");
             return Decoded::Skip;
@@ -522,6 +537,19 @@ fn refused(id: Value, message: &str) -> Decoded {
         Ok(message) => Decoded::Message(Box::new(message)),
         Err(_) => Decoded::Skip,
     }
+}
+
+/// Whether `needle` occurs in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A result answering a request of the server's that the client cannot read.
+fn reply_result(id: Value, result: Value) -> Decoded {
+    let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    let mut bytes = answer.to_string().into_bytes();
+    bytes.push(b'\n');
+    Decoded::Reply(bytes)
 }
 
 /// An error answer to a request of the server's that the client cannot read.
