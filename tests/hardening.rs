@@ -111,6 +111,25 @@ async fn a_label_never_repeats_what_it_hides() {
         .await
         .unwrap();
     let operator = result.view(View::Operator);
+    // The other channels that write labels: stderr (the durable log), a resource read
+    // (a result), the events and the session's event log.
+    turn.call(
+        "w__stderr",
+        json!({ "text": format!("{{\"token_{DECLARED}\": \"under-the-key-9911\"}} --token {REVEALED}") }),
+    )
+    .await
+    .unwrap();
+    let read = turn
+        .read_resource("w", "demo://env/API_TOKEN")
+        .await
+        .unwrap();
+    assert!(
+        read.view(View::Operator)
+            .content
+            .contains("<redacted:API_TOKEN>"),
+        "{:?}",
+        read.view(View::Operator)
+    );
     assert!(
         operator.data.get("<redacted:API_TOKEN>").is_some(),
         "{:?}",
@@ -122,7 +141,51 @@ async fn a_label_never_repeats_what_it_hides() {
         operator.data
     );
     assert_eq!(operator.data["ok"], "plain");
+    drop(turn);
     h.finish().await;
+    let mut written = serde_json::to_string(&h.sink.events()).unwrap();
+    written.push_str(&read_tree(h.home.path()));
+    assert!(
+        written.contains("--token <redacted:token>"),
+        "the stderr log was not written"
+    );
+    for leaked in [DECLARED, REVEALED, "under-the-key-9911"] {
+        assert!(!written.contains(leaked), "an event or log shows {leaked}");
+    }
+    for label in written
+        .split("<redacted:")
+        .skip(1)
+        .filter_map(|r| r.split('>').next())
+    {
+        let label = label.split(':').next().unwrap_or_default();
+        assert!(
+            [
+                "token",
+                "api_key",
+                "password",
+                "secret",
+                "API_TOKEN",
+                "SK",
+                "authorization"
+            ]
+            .contains(&label),
+            "a log or event labels with {label}"
+        );
+    }
+}
+
+/// Every file under `dir`, concatenated (the event logs and the stderr log).
+fn read_tree(dir: &Path) -> String {
+    let mut out = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.push_str(&read_tree(&path));
+        } else if let Ok(text) = std::fs::read_to_string(&path) {
+            out.push_str(&text);
+        }
+    }
+    out
 }
 
 /// A count under a sensitive name is not a secret: `{"token_count": 42}` beside a real
