@@ -81,9 +81,11 @@ pub struct CallSubject {
 }
 
 impl CallSubject {
-    /// What an approval of this tool is remembered under: raw name and definition.
+    /// What an approval of this tool is remembered under: raw name and the whole
+    /// definition digest (`name#sha256:<64 hex>`; a short digest could be matched by a
+    /// second definition a server crafted).
     pub fn identity(&self) -> String {
-        format!("tool:{}#{}", self.definition, self.name)
+        format!("{}#sha256:{}", self.name, self.definition)
     }
 
     /// Lines for a prompt: the raw name and title, the hints (unsaid ones as MCP's
@@ -111,7 +113,7 @@ impl CallSubject {
                 "destructive"
             ),
             hint(self.open_world, "open world", "closed world", "open world"),
-            &self.definition[..self.definition.len().min(12)],
+            self.definition.chars().take(12).collect::<String>(),
         ));
         out
     }

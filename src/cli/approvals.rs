@@ -27,7 +27,7 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
             e.id(),
             e.action,
             t(&e.server),
-            t(e.tool.as_deref().unwrap_or("-")),
+            t(&shown_tool(e.tool.as_deref())),
             t(&e.fingerprint.chars().take(12).collect::<String>())
         );
     }
@@ -64,5 +64,18 @@ pub(crate) fn revoke(cli: &Cli, id: Option<&str>, all: bool) -> u8 {
             eprintln!("error: {}", t(&e.to_string()));
             1
         }
+    }
+}
+
+/// A remembered approval's tool as a person reads it: `name (definition <12 hex>)` for
+/// a call bound to a tool's definition, `-` for a connect.
+fn shown_tool(tool: Option<&str>) -> String {
+    match tool.map(|t| t.rsplit_once("#sha256:")) {
+        Some(Some((name, digest))) => {
+            let short: String = digest.chars().take(12).collect();
+            format!("{name} (definition {short})")
+        }
+        Some(None) => tool.unwrap_or_default().to_string(),
+        None => "-".into(),
     }
 }

@@ -2,11 +2,14 @@
 //! arguments); `--yes` approves for the run; without a terminal and without `--yes`,
 //! every prompt is denied (fail closed) with a message naming `--yes`.
 //!
-//! Answers come from one reader thread, so a prompt whose question is withdrawn (its
-//! future dropped) leaves no blocked read behind to swallow the next answer; a line
-//! typed for a withdrawn prompt is discarded before the next prompt is shown.
+//! Every line of the terminal comes from one reader thread ([`terminal`]), shared by the
+//! shell's commands, the approval prompts and the elicitations: a prompt whose question
+//! is withdrawn (its future dropped), or answered, leaves no blocked read behind to
+//! swallow the shell's next command; a line typed for a withdrawn prompt is discarded
+//! before the next prompt is shown. The thread is detached, so a pending read never
+//! holds the process when it exits (a signal, `/quit`).
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::sync::{Arc, OnceLock};
 
 use demiurge_mcp::{ApprovalAnswer, ApprovalRequest, Approver};
@@ -16,18 +19,28 @@ use tokio::sync::{Mutex, mpsc};
 /// Longest answer line kept (the rest of the line is ignored).
 const ANSWER_CHARS: usize = 64;
 
+/// Longest line the terminal's reader keeps (a shell command with its JSON arguments);
+/// the rest of a longer line is dropped.
+const LINE_BYTES: usize = 1024 * 1024;
+
 /// Lines typed sooner than this after a prompt appeared were typed for something else
 /// (a withdrawn prompt, type-ahead) and are not its answer.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(300);
 
 type Lines = Arc<Mutex<mpsc::Receiver<(std::time::Instant, String)>>>;
 
-/// The terminal's input, shared by every prompt of the CLI (approvals, elicitations):
-/// one reader thread, one prompt at a time, answers typed before a prompt settled
-/// discarded.
+/// The terminal's input, shared by the shell and every prompt of the CLI (approvals,
+/// elicitations): one reader thread, one reader at a time, answers typed before a prompt
+/// settled discarded.
 #[derive(Default)]
 pub(crate) struct Terminal {
     lines: OnceLock<Lines>,
+}
+
+/// The process's one terminal input.
+pub(crate) fn terminal() -> Arc<Terminal> {
+    static TERMINAL: OnceLock<Arc<Terminal>> = OnceLock::new();
+    Arc::clone(TERMINAL.get_or_init(Arc::default))
 }
 
 impl Terminal {
@@ -35,18 +48,23 @@ impl Terminal {
         Arc::clone(self.lines.get_or_init(|| {
             let (tx, rx) = mpsc::channel(2);
             std::thread::spawn(move || {
-                let stdin = std::io::stdin();
-                let mut line = String::new();
+                let mut stdin = std::io::stdin().lock();
+                let mut line = Vec::new();
                 loop {
                     line.clear();
-                    match stdin.lock().read_line(&mut line) {
+                    match (&mut stdin)
+                        .take(LINE_BYTES as u64)
+                        .read_until(b'\n', &mut line)
+                    {
                         Ok(0) | Err(_) => return,
                         Ok(_) => {
-                            let answer: String = line.trim().chars().take(ANSWER_CHARS).collect();
-                            if tx
-                                .blocking_send((std::time::Instant::now(), answer))
-                                .is_err()
-                            {
+                            // The rest of an over-long line is not a line of its own.
+                            if !line.ends_with(b"\n") && line.len() >= LINE_BYTES {
+                                let mut rest = Vec::new();
+                                let _ = stdin.read_until(b'\n', &mut rest);
+                            }
+                            let text = String::from_utf8_lossy(&line).into_owned();
+                            if tx.blocking_send((std::time::Instant::now(), text)).is_err() {
                                 return;
                             }
                         }
@@ -55,6 +73,13 @@ impl Terminal {
             });
             Arc::new(Mutex::new(rx))
         }))
+    }
+
+    /// The next line typed (a shell command), whole; `None` when the input ended.
+    pub(crate) async fn read_line(&self) -> Option<String> {
+        let lines = self.lines();
+        let mut lines = lines.lock().await;
+        lines.recv().await.map(|(_, line)| line)
     }
 
     /// Shows `prompt` (after `text`) once no other prompt is on the terminal, and
@@ -77,7 +102,9 @@ impl Terminal {
             let mut withdrawn = Withdrawn { what: Some(what) };
             let line = loop {
                 match lines.recv().await {
-                    Some((at, line)) if at >= shown + SETTLE => break Some(line),
+                    Some((at, line)) if at >= shown + SETTLE => {
+                        break Some(line.trim().chars().take(ANSWER_CHARS).collect());
+                    }
                     Some(_) => continue,
                     None => break None,
                 }

@@ -559,7 +559,7 @@ impl Cli {
     pub(crate) fn config(&self, events: Arc<dyn EventSink>) -> RuntimeConfig {
         let env = HostEnv::from_process();
         let mut config = RuntimeConfig::new(self.home_dir(&env)).with_host_env(env);
-        let terminal = Arc::new(approver::Terminal::default());
+        let terminal = approver::terminal();
         config.approver = Arc::new(approver::TerminalApprover::new(
             self.yes,
             Arc::clone(&terminal),

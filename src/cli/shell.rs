@@ -2,7 +2,7 @@
 //! command per line, so it can be scripted. Each line is a turn: declaration changes
 //! between two lines are picked up.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 
 use demiurge_mcp::actors::ServerState;
 use demiurge_mcp::{Session, TurnCatalog};
@@ -119,17 +119,10 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// The next command line, from the terminal reader the prompts share (never a read of
+/// its own that could outlive it and swallow a prompt's answer, or hold the process).
 async fn read_line() -> Option<String> {
-    tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        match std::io::stdin().lock().read_line(&mut line) {
-            Ok(0) | Err(_) => None,
-            Ok(_) => Some(line),
-        }
-    })
-    .await
-    .ok()
-    .flatten()
+    super::approver::terminal().read_line().await
 }
 
 async fn turn(session: &Session) -> Option<TurnCatalog> {
