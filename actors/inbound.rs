@@ -219,6 +219,20 @@ pub(super) fn notice_route(
     })
 }
 
+/// The `type` and `format` words of an elicitation schema (MCP's primitive schemas).
+const STRUCTURAL: &[&str] = &[
+    "object",
+    "string",
+    "number",
+    "integer",
+    "boolean",
+    "array",
+    "email",
+    "uri",
+    "date",
+    "date-time",
+];
+
 /// A requested schema as a person may be shown it: every string redacted for the
 /// operator (titles, descriptions, enum labels and names, property names, `required`)
 /// except the structural `type` and `format` words, and each property's `default` the
@@ -236,8 +250,14 @@ fn shown_schema(
             Value::Object(map) => Value::Object(
                 map.iter()
                     .map(|(k, v)| {
+                        // The structural words pass as they are when they are words of
+                        // the vocabulary; anything else there is text like any other.
                         let v = match (k.as_str(), v) {
-                            ("type" | "format", Value::String(_)) => v.clone(),
+                            ("type" | "format", Value::String(word))
+                                if STRUCTURAL.contains(&word.as_str()) =>
+                            {
+                                v.clone()
+                            }
                             _ => walk(v, redactor),
                         };
                         (redactor.text(k, View::Operator), v)

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::listing::{MAX_DESCRIPTION, MAX_TITLE};
 use super::turn::{Binding, CallError, StaleReason, TurnCatalog};
-use crate::authority::Action;
+use crate::authority::{Action, CallSubject};
 use crate::core::Declaration;
 use crate::events::EventKind;
 use crate::naming;
@@ -238,8 +238,11 @@ pub(super) fn shape_offer(
         .collect();
     let prefix = naming::normalize_fragment(&server, "server");
     let mut exposed = std::collections::HashSet::new();
-    let prompts = offer
-        .prompts
+    // Of prompts whose exposed names collide, the first by raw name is kept, whatever
+    // order the server lists them in.
+    let mut listed_prompts = offer.prompts;
+    listed_prompts.sort_by(|a, b| a.name.cmp(&b.name));
+    let prompts = listed_prompts
         .into_iter()
         .filter(|p| naming::filter_allows(&declaration.prompts, &p.name))
         .filter(|p| {
@@ -417,7 +420,18 @@ impl TurnCatalog {
             return Err(refused(CallError::NotOffered { tool: subject }));
         }
         self.still_open(binding, &subject).map_err(refused)?;
-        self.authorize(binding, action, &subject, None, &redactor, None)
+        // Bound to the URI itself: its query values are hidden in the prompt, so an
+        // answer for one must not cover another that differs only there.
+        let exact = CallSubject {
+            name: subject.clone(),
+            title: None,
+            read_only: None,
+            destructive: None,
+            idempotent: None,
+            open_world: None,
+            definition: crate::digest::sha256_hex(uri.as_bytes()),
+        };
+        self.authorize(binding, action, &subject, None, &redactor, Some(exact))
             .await
             .map_err(refused)?;
         Ok((entry, subject, redactor))
@@ -471,13 +485,23 @@ impl TurnCatalog {
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let refused = |error: CallError| self.refused(&prompt.server, error);
         self.still_open(binding, name).map_err(refused)?;
+        // Bound to the prompt as its server defines it, never its exposed name.
+        let exact = CallSubject {
+            name: prompt.prompt.clone(),
+            title: prompt.title.clone(),
+            read_only: None,
+            destructive: None,
+            idempotent: None,
+            open_world: None,
+            definition: crate::digest::sha256_hex(&serde_json::to_vec(prompt).unwrap_or_default()),
+        };
         self.authorize(
             binding,
             Action::Prompt,
             name,
             arguments.as_ref(),
             &redactor,
-            None,
+            Some(exact),
         )
         .await
         .map_err(refused)?;

@@ -155,6 +155,7 @@ fn look_alike_server_ids_are_refused() {
         ("docs", "DOCS"),
         ("caf\u{e9}", "CAF\u{c9}"),
         ("x\u{b2}", "x2"),
+        ("stra\u{df}e", "STRASSE"),
     ] {
         let core = Core::new()
             .server(first, &demo(""))

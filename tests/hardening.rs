@@ -419,9 +419,9 @@ async fn approvals_follow_the_tool_not_its_exposed_name() {
     let asked = h.approver.requests();
     let question = asked.iter().find(|r| r.action == Action::Call).unwrap();
     let shown = question.render();
-    assert!(shown.contains("server's tool name: a-b"), "{shown}");
+    assert!(shown.contains("name on the server: a-b"), "{shown}");
     assert!(
-        shown.contains("hints: writes (not said), destructive (not said), open world (not said)"),
+        shown.contains("hints (the server's own claims): writes (not said), destructive (not said), open world (not said)"),
         "{shown}"
     );
     assert!(shown.contains("definition: sha256:"), "{shown}");
@@ -655,5 +655,32 @@ async fn odd_elicitation_schemas_are_answered_not_fatal() {
     assert_eq!(reply("odd__ask_plain").await["action"], "accept");
     // Asked: plain, no-properties, plain; the deep one was declined unasked.
     assert_eq!(shown.0.lock().unwrap().len(), 3);
+    h.finish().await;
+}
+
+/// A resource read approved for the session covers that URI only: another that
+/// differs only in a query value (hidden in the prompt) is asked about again.
+#[tokio::test]
+async fn a_read_approval_covers_its_exact_uri() {
+    let core = Core::new().grant_servers(&["w"]).server("w", &demo(""));
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    let reads = || {
+        h.approver
+            .requests()
+            .iter()
+            .filter(|r| r.action == Action::Read)
+            .count()
+    };
+    for (uri, asked) in [
+        ("demo://env/X?sql=SELECTAAAA", 1),
+        ("demo://env/X?sql=SELECTAAAA", 1),
+        ("demo://env/X?sql=DROPTABLEX", 2),
+        ("demo://env/X?sql=DROPTABLEY", 3),
+    ] {
+        turn.read_resource("w", uri).await.unwrap();
+        assert_eq!(reads(), asked, "{uri}");
+    }
     h.finish().await;
 }

@@ -310,6 +310,33 @@ fn hostile_names_values_and_links_write_nothing_outside_and_no_literal() {
             "srv",
             "{\"password\": \"hunter22\"}",
         ][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "srv",
+            "--auth-header",
+            "Bearer sk-abc-123",
+        ][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "sh",
+            "-c",
+            "curl -H 'PRIVATE-TOKEN: sk-abc-123' x",
+        ][..],
+        &[
+            "mcp",
+            "add",
+            "u",
+            "--",
+            "srv",
+            "-H",
+            "X-Auth-Token: sk-abc-123",
+        ][..],
     ] {
         let out = run(&core, home.path(), args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

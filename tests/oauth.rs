@@ -790,6 +790,9 @@ async fn authorization_endpoints_other_than_the_issuers_own_page_are_refused() {
         "https://login.example.test/authorize",
         "http://169.254.169.254/authorize",
         "http://user:pw@127.0.0.1:PORT/authorize",
+        "https://localhost.localdomain:631/admin",
+        "http://metadata.google.internal/authorize",
+        "http://10.0.0.5/authorize",
     ] {
         let server = serve(AuthOptions {
             authorization_endpoint: Some(endpoint.to_string()),

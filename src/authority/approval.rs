@@ -53,7 +53,7 @@ pub struct ApprovalRequest {
     pub arguments: Option<serde_json::Value>,
     /// The connect preview (for calls: the preview of the server being called).
     pub preview: ConnectPreview,
-    /// For a tool call: the tool as its server defines it. The approval is bound to
+    /// For a tool call (a prompt, a resource): what its server defines. The approval is bound to
     /// it (an "allow for the session" or an "always" covers this raw name with this
     /// definition, never whatever tool the exposed name points at later).
     pub call: Option<CallSubject>,
@@ -90,21 +90,31 @@ impl CallSubject {
 
     /// Lines for a prompt: the raw name and title, the hints (unsaid ones as MCP's
     /// defaults read them), the definition's digest.
-    fn render(&self) -> String {
+    fn render(&self, hints: bool) -> String {
         let hint = |value: Option<bool>, yes: &str, no: &str, default: &str| match value {
             Some(true) => yes.to_string(),
             Some(false) => no.to_string(),
             None => format!("{default} (not said)"),
         };
         let mut out = format!(
-            "  server's tool name: {}\n",
-            crate::text::escape(&self.name)
+            "  name on the server: {}\n",
+            crate::text::escape(&shown_value(&self.name))
         );
         if let Some(title) = &self.title {
-            out.push_str(&format!("  title: {}\n", crate::text::escape(title)));
+            out.push_str(&format!(
+                "  title: {}\n",
+                crate::text::escape(&shown_value(title))
+            ));
+        }
+        if !hints {
+            out.push_str(&format!(
+                "  definition: sha256:{}\n",
+                self.definition.chars().take(12).collect::<String>()
+            ));
+            return out;
         }
         out.push_str(&format!(
-            "  hints: {}, {}, {}\n  definition: sha256:{}\n",
+            "  hints (the server's own claims): {}, {}, {}\n  definition: sha256:{}\n",
             hint(self.read_only, "read-only", "writes", "writes"),
             hint(
                 self.destructive,
@@ -137,7 +147,7 @@ impl ApprovalRequest {
                 crate::text::escape(&self.preview.path),
                 self.call
                     .as_ref()
-                    .map(CallSubject::render)
+                    .map(|c| c.render(self.action == Action::Call))
                     .unwrap_or_default(),
                 self.preview.risk.as_str(),
                 crate::text::escape(&self.preview.call_capability),

@@ -50,6 +50,9 @@ async fn answer_browser(mut stream: tokio::net::TcpStream, status: &str, body: &
     let _ = stream.shutdown().await;
 }
 
+/// Most loopback listeners waiting for their flow's prompt at once.
+const MAX_LISTENERS: usize = 8;
+
 /// How long one connection to the redirect listener may take to send its request.
 const CALLBACK_READ: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -75,6 +78,16 @@ fn state_of(url: &str) -> Option<String> {
 
 impl Authorizer for TerminalAuthorizer {
     fn redirect_uri(&self) -> String {
+        // Nobody will be asked: no listener is bound for a flow that cannot complete.
+        // Flows that end before they ask leave theirs here; at most
+        // MAX_LISTENERS are kept.
+        let full = self
+            .listeners
+            .lock()
+            .map_or(true, |all| all.len() >= MAX_LISTENERS);
+        if !self.ask || full {
+            return "http://127.0.0.1:0/callback".into();
+        }
         let bound = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| {
             l.set_nonblocking(true)?;
             Ok(l)
@@ -247,7 +260,8 @@ impl Elicitor for TerminalElicitor {
                 .map(|s| demiurge_mcp::result::cap_chars(s, 200))
         };
         for (name, prop) in properties.iter().take(32) {
-            text.push_str(&format!("  field {}", t(name)));
+            let name = demiurge_mcp::result::cap_chars(name, 64);
+            text.push_str(&format!("  field {}", t(&name)));
             if let Some(title) = said(prop, "title") {
                 text.push_str(&format!(" ({})", t(&title)));
             }

@@ -57,10 +57,31 @@ fn is_reference(value: &str) -> bool {
 /// 'curl -H "Authorization: Bearer X" ...'`) whose value is not exactly a `${NAME}`
 /// reference.
 fn holds_secret_shape(arg: &str) -> bool {
-    demiurge_mcp::redact::Redactor::new()
+    // Beyond the redactor's shapes, what a command line carries that a result rarely
+    // does: a bare `Bearer X` (`--auth-header "Bearer X"`) and any header-like
+    // `Name: value` whose name is sensitive (`PRIVATE-TOKEN: X`, `X-Auth-Token: X`).
+    static CREDENTIAL: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(
+            r#"(?i)\b(?:bearer|basic)\s+([^\s'"]+)|\b([A-Za-z0-9_-]+)\s*:\s*(?:(?:bearer|basic|token|digest)\s+)?([^\s'"]+)"#,
+        )
+        .expect("valid regex")
+    });
+    let unquoted = |s: &str| s.trim_matches(|c| c == '"' || c == '\'').to_string();
+    let shaped = demiurge_mcp::redact::Redactor::new()
         .secret_spans(arg)
         .into_iter()
-        .any(|span| !is_reference(arg[span].trim_matches(|c| c == '"' || c == '\'')))
+        .any(|span| !is_reference(&unquoted(&arg[span])));
+    shaped
+        || CREDENTIAL
+            .captures_iter(arg)
+            .any(|c| match (c.get(1), c.get(2), c.get(3)) {
+                (Some(value), _, _) => !is_reference(value.as_str()),
+                (None, Some(name), Some(value)) => {
+                    demiurge_mcp::redact::is_sensitive_field(name.as_str())
+                        && !is_reference(value.as_str())
+                }
+                _ => false,
+            })
 }
 
 /// The YAML of an `mcp add`, every literal value turned into a reference.

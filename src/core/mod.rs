@@ -634,7 +634,13 @@ fn server_id_problem(id: &str) -> Option<&'static str> {
 /// `ﬁles` beside `files`) is the same id and refused as a duplicate.
 fn folded_id(id: &str) -> String {
     use unicode_normalization::UnicodeNormalization;
-    let lowered = id.nfkc().collect::<String>().to_lowercase();
+    // Lowercasing is not all of case folding: `ß` folds to `ss`, final sigma to sigma.
+    let lowered = id
+        .nfkc()
+        .collect::<String>()
+        .to_lowercase()
+        .replace('ß', "ss")
+        .replace('ς', "σ");
     lowered.nfkc().collect()
 }
 

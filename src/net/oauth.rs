@@ -101,20 +101,44 @@ impl PinnedOAuth {
         self
     }
 
-    /// Learns the credentials of a request's form body or an answer's JSON body.
-    fn learn(&self, body: &[u8]) {
+    /// Learns the credentials of a token, refresh or registration exchange: the fields
+    /// of [`CREDENTIAL_FIELDS`] at the top of its form or JSON body, strings only, at most
+    /// [`MAX_LEARNED_PER_BODY`] a body, with one rebuild of the connection's automaton.
+    /// Metadata documents carry no credential of ours and are not read for any (a
+    /// server could otherwise make every word it chose a "secret" hidden from
+    /// previews, or make each learned value a rebuild).
+    fn learn(&self, step: OAuthStep, body: &[u8]) {
         let Some(learned) = &self.learned else {
             return;
         };
-        if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
-            learn_json(learned, &value, None, 0);
+        if !matches!(
+            step,
+            OAuthStep::Token | OAuthStep::Refresh | OAuthStep::Registration
+        ) {
             return;
         }
-        for (key, value) in url::form_urlencoded::parse(body) {
-            if is_credential_field(&key) {
-                learned.learn("oauth_credential", &value);
+        let mut found: Vec<String> = Vec::new();
+        match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(serde_json::Value::Object(map)) => {
+                for (key, value) in map {
+                    if let (true, serde_json::Value::String(s)) =
+                        (CREDENTIAL_FIELDS.contains(&key.as_str()), value)
+                    {
+                        found.push(s);
+                    }
+                }
+            }
+            Ok(_) => {}
+            Err(_) => {
+                for (key, value) in url::form_urlencoded::parse(body) {
+                    if CREDENTIAL_FIELDS.contains(&key.as_ref()) {
+                        found.push(value.into_owned());
+                    }
+                }
             }
         }
+        found.truncate(MAX_LEARNED_PER_BODY);
+        learned.learn_all(found.iter().map(|v| ("oauth_credential", v.as_str())));
     }
 
     /// The body of a `GET` of `url` that answered 200 (no redirect followed).
@@ -156,9 +180,9 @@ impl PinnedOAuth {
         timeout: Duration,
     ) -> Result<http::Response<Vec<u8>>, NetError> {
         let (parts, body) = request.into_parts();
-        self.learn(&body);
         let uri = parts.uri.to_string();
         let step = OAuthStep::of(&parts.method, &uri, &body);
+        self.learn(step, &body);
         let hook = Arc::clone(&self.on_decision);
         // One client per request: each carries its step into the decision events.
         let client = PinnedClient::new(
@@ -186,54 +210,27 @@ impl PinnedOAuth {
                 target: String::new(),
                 message: format!("no whole answer within {}s", timeout.as_secs()),
             })??;
-        self.learn(response.body());
+        self.learn(step, response.body());
         Ok(response)
     }
 }
 
-/// Whether a form or JSON field of an OAuth exchange carries a credential: any
-/// sensitive name (`client_secret`, `access_token`, `refresh_token`, `id_token`, ...)
-/// and the code, its verifier and assertions.
-fn is_credential_field(name: &str) -> bool {
-    crate::redact::is_sensitive_field(name)
-        || matches!(
-            name,
-            "code"
-                | "code_verifier"
-                | "assertion"
-                | "client_assertion"
-                | "device_code"
-                | "user_code"
-        )
-}
+/// The fields of a token, refresh or registration exchange that carry a credential.
+pub const CREDENTIAL_FIELDS: &[&str] = &[
+    "access_token",
+    "refresh_token",
+    "id_token",
+    "client_secret",
+    "registration_access_token",
+    "code",
+    "code_verifier",
+    "client_assertion",
+    "assertion",
+    "device_code",
+];
 
-/// Learns every string under a credential field of `value` (at most 16 levels down).
-fn learn_json(
-    learned: &crate::redact::Learned,
-    value: &serde_json::Value,
-    under: Option<&str>,
-    depth: usize,
-) {
-    if depth > 16 {
-        return;
-    }
-    match value {
-        serde_json::Value::Object(map) => {
-            for (key, v) in map {
-                let under =
-                    under.or_else(|| is_credential_field(key).then_some("oauth_credential"));
-                learn_json(learned, v, under, depth + 1);
-            }
-        }
-        serde_json::Value::Array(items) => {
-            for item in items {
-                learn_json(learned, item, under, depth + 1);
-            }
-        }
-        serde_json::Value::String(s) if under.is_some() => learned.learn("oauth_credential", s),
-        _ => {}
-    }
-}
+/// Most credentials learned from one OAuth body (a real one carries a handful).
+pub const MAX_LEARNED_PER_BODY: usize = 8;
 
 impl OAuthHttpClient for PinnedOAuth {
     fn execute(&self, request: OAuthHttpRequest) -> OAuthHttpClientFuture<'_> {
@@ -248,6 +245,59 @@ impl OAuthHttpClient for PinnedOAuth {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn learning_client() -> (PinnedOAuth, Arc<crate::redact::Learned>) {
+        let net = NetContext::new(
+            super::super::UrlPolicy::with_trusted(Vec::<ipnet::IpNet>::new()),
+            Arc::new(super::super::StaticResolver::new()),
+            &[],
+        )
+        .unwrap();
+        let learned = Arc::new(crate::redact::Learned::default());
+        let client =
+            PinnedOAuth::new(Arc::new(net), Arc::new(|_, _| {})).learning(Arc::clone(&learned));
+        (client, learned)
+    }
+
+    /// Only the credential fields of token, refresh and registration exchanges are
+    /// learned, at most [`MAX_LEARNED_PER_BODY`] a body: a metadata document of a
+    /// hundred thousand "tokens" teaches nothing, and `none`, `Bearer` stay words.
+    #[test]
+    fn only_credentials_of_exchanges_are_learned() {
+        let (client, learned) = learning_client();
+        let r = crate::redact::Redactor::new().with_learned(learned);
+        let flood: Vec<String> = (0..100_000).map(|n| format!("tok{n:06}")).collect();
+        let metadata = serde_json::json!({
+            "token_endpoint_auth_methods_supported": flood,
+            "access_token": "metadata-access-1",
+        });
+        let body = serde_json::to_vec(&metadata).unwrap();
+        let started = std::time::Instant::now();
+        client.learn(OAuthStep::ServerMetadata, &body);
+        client.learn(OAuthStep::ResourceMetadata, &body);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(
+            r.text("tok000001 metadata-access-1", crate::redact::View::Model),
+            "tok000001 metadata-access-1"
+        );
+        let token = serde_json::json!({
+            "access_token": "at-secret-1", "refresh_token": "rt-secret-2",
+            "token_type": "Bearer", "scope": "none", "nested": {"id_token": "deep-3333"}
+        });
+        client.learn(OAuthStep::Token, &serde_json::to_vec(&token).unwrap());
+        client.learn(
+            OAuthStep::Token,
+            b"grant_type=authorization_code&code=code-4444&code_verifier=ver-5555",
+        );
+        let shown = r.text(
+            "at-secret-1 rt-secret-2 code-4444 ver-5555 Bearer none deep-3333",
+            crate::redact::View::Model,
+        );
+        assert_eq!(
+            shown,
+            "<redacted> <redacted> <redacted> <redacted> Bearer none deep-3333"
+        );
+    }
 
     #[test]
     fn steps_are_told_apart() {

@@ -423,7 +423,8 @@ fn is_dns_name(name: &str) -> bool {
         && !name.split('.').next_back().is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
 }
 
-fn is_metadata_name(name: &str) -> bool {
+/// Whether `name` (lowercase, no trailing dot) is a cloud metadata name.
+pub fn is_metadata_name(name: &str) -> bool {
     matches!(
         name,
         "metadata.google.internal" | "metadata.goog" | "metadata"
@@ -431,7 +432,8 @@ fn is_metadata_name(name: &str) -> bool {
         || name.ends_with(".metadata.goog")
 }
 
-fn is_localhost_name(name: &str) -> bool {
+/// Whether `name` (lowercase, no trailing dot) is a `localhost` name.
+pub fn is_localhost_name(name: &str) -> bool {
     name == "localhost" || name.ends_with(".localhost") || name == "localhost.localdomain"
 }
 

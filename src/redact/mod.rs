@@ -234,6 +234,10 @@ pub struct Redactor {
     poisoned: bool,
 }
 
+/// Most secrets one connection learns while it runs (tokens of refreshes and step-ups,
+/// the credentials of its OAuth flows); past it its redaction fails closed.
+pub const MAX_LEARNED: usize = 1024;
+
 /// Secrets a connection learns once it runs (OAuth tokens from a refresh or a step-up),
 /// shared by every redactor of that connection: what one learns, all hide at once.
 #[derive(Debug, Default)]
@@ -242,18 +246,32 @@ pub struct Learned(std::sync::RwLock<Arc<Known>>);
 impl Learned {
     /// Adds a secret (ignored when shorter than [`MIN_SECRET_LEN`] or already known).
     pub fn learn(&self, name: &str, value: &str) {
-        if value.chars().count() < MIN_SECRET_LEN {
+        self.learn_all(std::iter::once((name, value)));
+    }
+
+    /// Adds several secrets with one rebuild of the automaton (each ignored when shorter
+    /// than [`MIN_SECRET_LEN`] or already known).
+    pub fn learn_all<'a>(&self, found: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let Ok(mut known) = self.0.write() else {
             return;
+        };
+        let mut secrets = known.secrets.clone();
+        let before = secrets.len();
+        for (name, value) in found {
+            if value.chars().count() >= MIN_SECRET_LEN && !secrets.iter().any(|s| s.value == value)
+            {
+                secrets.push(Secret {
+                    name: plain_label(name),
+                    value: value.to_string(),
+                });
+            }
         }
-        if let Ok(mut known) = self.0.write()
-            && !known.secrets.iter().any(|s| s.value == value)
-        {
-            let mut secrets = known.secrets.clone();
-            secrets.push(Secret {
-                name: plain_label(name),
-                value: value.to_string(),
-            });
-            *known = Arc::new(Known::new(secrets));
+        if secrets.len() > before {
+            let mut next = Known::new(secrets);
+            // Past the bound nothing of the connection can be shown any more (fail
+            // closed), never a connection that learns without end.
+            next.broken |= next.secrets.len() > MAX_LEARNED;
+            *known = Arc::new(next);
         }
     }
 }
@@ -360,11 +378,6 @@ const QUANTITY_WORDS: &[&str] = &[
     "used",
     "remaining",
     "usage",
-    "input",
-    "output",
-    "prompt",
-    "completion",
-    "cached",
     "expires",
     "expiry",
     "ttl",
@@ -390,7 +403,15 @@ fn is_quantity_name(name: &str) -> bool {
         word.extend(c.to_lowercase());
     }
     words.push(word);
-    words.iter().any(|w| QUANTITY_WORDS.contains(&w.as_str()))
+    // An LLM's usage counts: `input_tokens`, `completionTokens`, `cached_tokens`.
+    let usage = words.iter().any(|w| w == "tokens")
+        && words.iter().any(|w| {
+            matches!(
+                w.as_str(),
+                "input" | "output" | "prompt" | "completion" | "cached" | "reasoning"
+            )
+        });
+    usage || words.iter().any(|w| QUANTITY_WORDS.contains(&w.as_str()))
 }
 
 /// The label a declared name (an env or header name, an option name, a fixed name of
@@ -517,8 +538,14 @@ impl Redactor {
     /// [`Redactor::with_call_arguments`] for an arguments object, without copying it.
     pub fn with_call_object(&self, args: Option<&Map<String, Value>>) -> Redactor {
         let mut found = Vec::new();
-        for (key, value) in args.into_iter().flatten() {
-            collect_sensitive(value, sensitive_label(key), &mut found);
+        if let Some(args) = args {
+            // The same walk as a result's, so a count (`max_tokens: 4096`) is none.
+            for (key, value) in args {
+                if (value.is_number() || value.is_boolean()) && is_quantity_name(key) {
+                    continue;
+                }
+                collect_sensitive(value, sensitive_label(key), &mut found);
+            }
         }
         if found.is_empty() {
             return self.clone();
@@ -549,6 +576,22 @@ impl Redactor {
         found.extend(escaped);
         let mut texts = Vec::new();
         collect_strings(result, &mut texts);
+        // The content's text blocks as the view's text joins them: a shape that begins
+        // in one block and ends in the next reveals its value too.
+        let joined: Option<String> =
+            result
+                .get("content")
+                .and_then(Value::as_array)
+                .and_then(|blocks| {
+                    let parts: Vec<&str> = blocks
+                        .iter()
+                        .filter_map(|b| b.get("text").and_then(Value::as_str))
+                        .collect();
+                    (parts.len() > 1).then(|| parts.join("\n"))
+                });
+        if let Some(joined) = &joined {
+            texts.push(joined);
+        }
         // Made at the first hit: most results have none.
         let mut declared: Option<std::collections::HashSet<&str>> = None;
         for text in texts {
@@ -829,15 +872,22 @@ impl Redactor {
             ),
             Value::Object(map) => {
                 let mut out = Map::with_capacity(map.len());
+                // The next number of each redacted key already taken: a map of many keys
+                // redacted alike costs one probe a key, not one per earlier twin.
+                let mut twins: std::collections::HashMap<String, usize> =
+                    std::collections::HashMap::new();
                 for (key, v) in map {
                     let mut key_out = self.try_text(key, view)?;
                     // Keys redacted alike stay apart (none hides a neighbour).
                     if out.contains_key(&key_out) {
-                        let mut n = 2;
-                        while out.contains_key(&format!("{key_out}#{n}")) {
-                            n += 1;
+                        let next = twins.entry(key_out.clone()).or_insert(2);
+                        let mut numbered = format!("{key_out}#{next}");
+                        while out.contains_key(&numbered) {
+                            *next += 1;
+                            numbered = format!("{key_out}#{next}");
                         }
-                        key_out = format!("{key_out}#{n}");
+                        *next += 1;
+                        key_out = numbered;
                     }
                     // A list or map under a sensitive key is opaque: it is replaced whole,
                     // under the key's fixed label (never a name made from the key).
@@ -1014,12 +1064,27 @@ fn header_label(name: &str) -> &'static str {
         .unwrap_or("authorization")
 }
 
+/// Whether a map key under a sensitive key looks like a credential rather than a field
+/// name: at least 8 characters with a digit in them, or more than 24.
+fn looks_like_a_credential(key: &str) -> bool {
+    let chars = key.chars().count();
+    (chars >= 8 && key.chars().any(|c| c.is_ascii_digit())) || chars > 24
+}
+
 /// Every value under a sensitive key, named by the nearest sensitive key above it:
 /// below such a key everything is a secret, whatever its own keys are called.
 fn collect_sensitive(value: &Value, under: Option<&'static str>, out: &mut Vec<(String, String)>) {
     match value {
         Value::Object(map) => {
             for (k, v) in map {
+                // Below a sensitive key a key that looks like a credential is one too
+                // (`{"api_keys": {"sk_live_4f9a2c": {}}}`); field names (`user`,
+                // `password`) are not, or every such word of the result would go.
+                if let Some(name) = under
+                    && looks_like_a_credential(k)
+                {
+                    out.push((name.to_string(), k.clone()));
+                }
                 // A count under a sensitive name (`token_count: 42`) is no secret.
                 if under.is_none()
                     && (v.is_number() || v.is_boolean())
@@ -1321,6 +1386,40 @@ mod tests {
         let r = Redactor::new().with_secrets([("declared", "s3cr3t-value")]);
         let out = r.text("token=s3cr3t-value-and-more rest", View::Operator);
         assert_eq!(out, "token=<redacted:token> rest");
+    }
+
+    /// A map whose keys all redact alike costs one probe a key, not one per earlier
+    /// twin (200,000 keys `token=N`: quadratic would be minutes).
+    #[test]
+    fn many_keys_redacted_alike_stay_apart_in_linear_time() {
+        let map: Map<String, Value> = (0..200_000)
+            .map(|n| (format!("token={n}"), json!(n)))
+            .collect();
+        let started = std::time::Instant::now();
+        let out = Redactor::new().json(&Value::Object(map), View::Operator);
+        let out = out.as_object().unwrap();
+        assert_eq!(out.len(), 200_000);
+        assert!(out.contains_key("token=<redacted:token>#200000"));
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "took {:?}",
+            started.elapsed()
+        );
+    }
+
+    /// What a connection learns is bounded: past [`MAX_LEARNED`] its redaction fails
+    /// closed, and a batch rebuilds once.
+    #[test]
+    fn learning_is_bounded_and_fails_closed_past_it() {
+        let learned = Arc::new(Learned::default());
+        let r = Redactor::new().with_learned(Arc::clone(&learned));
+        let values: Vec<String> = (0..MAX_LEARNED)
+            .map(|n| format!("learned-{n:06}"))
+            .collect();
+        learned.learn_all(values.iter().map(|v| ("oauth_credential", v.as_str())));
+        assert_eq!(r.text("x learned-000007 y", View::Model), "x <redacted> y");
+        learned.learn("oauth_credential", "one-more-value");
+        assert_eq!(r.text("anything", View::Model), REDACTION_FAILED);
     }
 
     #[test]

@@ -297,18 +297,26 @@ fn check_authorization_endpoint(
     let same_origin = issuer
         .as_ref()
         .is_some_and(|i| i.origin() == endpoint.origin());
-    let local = match endpoint.host() {
-        Some(url::Host::Ipv4(a)) => crate::net::policy::classify(a.into()).is_some(),
-        Some(url::Host::Ipv6(a)) => crate::net::policy::classify(a.into()).is_some(),
+    use crate::net::policy::{Block, classify};
+    let class = match endpoint.host() {
+        Some(url::Host::Ipv4(a)) => classify(a.into()),
+        Some(url::Host::Ipv6(a)) => classify(a.into()),
         Some(url::Host::Domain(name)) => {
             let name = name.trim_end_matches('.').to_ascii_lowercase();
-            name == "localhost" || name.ends_with(".localhost")
+            if crate::net::policy::is_metadata_name(&name) {
+                Some(Block::Metadata)
+            } else if crate::net::policy::is_localhost_name(&name) {
+                Some(Block::Loopback)
+            } else {
+                None
+            }
         }
-        None => true,
+        None => Some(Block::InvalidUrl),
     };
+    let local = class.is_some();
     match endpoint.scheme() {
         "https" => {}
-        "http" if local && same_origin => {}
+        "http" if class == Some(Block::Loopback) && same_origin => {}
         "http" => return refuse("is plain http on a public or other origin"),
         _ => return refuse("is not an https URL"),
     }
@@ -779,6 +787,17 @@ pub const MAX_STEP_UPS: usize = 2;
 
 type HttpError = StreamableHttpError<NetError>;
 
+/// An authorization error of a request (a refresh the authorization server refused)
+/// in words of ours: rmcp's text can carry the server's `error_description`.
+fn described(error: HttpError) -> HttpError {
+    match error {
+        StreamableHttpError::Auth(e) => {
+            StreamableHttpError::UnexpectedServerResponse(failed("refresh", &e).0.into())
+        }
+        other => other,
+    }
+}
+
 impl StepUp {
     pub(crate) fn new(
         inner: AuthClient<PinnedClient>,
@@ -858,9 +877,9 @@ impl StreamableHttpClient for StepUp {
         match send().await {
             Err(StreamableHttpError::InsufficientScope(challenge)) => {
                 self.step_up(&challenge.www_authenticate_header).await?;
-                send().await
+                send().await.map_err(described)
             }
-            answered => answered,
+            answered => answered.map_err(described),
         }
     }
 
@@ -874,6 +893,7 @@ impl StreamableHttpClient for StepUp {
         self.inner
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
+            .map_err(described)
     }
 
     async fn get_stream(
@@ -887,6 +907,7 @@ impl StreamableHttpClient for StepUp {
         self.inner
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
+            .map_err(described)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -908,6 +929,7 @@ impl StreamableHttpClient for StepUp {
                 max_sse_event_size,
             )
             .await
+            .map_err(described)
     }
 }
 
