@@ -496,3 +496,39 @@ fn oauth_sections_are_checked_and_their_secret_is_never_a_literal() {
         assert!(rendered.contains(says), "{says}: {rendered}");
     }
 }
+
+/// A client registered ahead without a pinned issuer is warned of (mix-up): with the
+/// issuer, or with a client this runtime registers itself, it is not.
+#[test]
+fn a_pre_registered_client_without_an_issuer_is_warned_of() {
+    let http = |oauth: &str| {
+        format!("transport: streamable_http\nurl: https://mcp.example.test/mcp\noauth:\n{oauth}")
+    };
+    let core = Core::new()
+        .grant_servers(&["bare", "metadata", "pinned", "own"])
+        .server("bare", &http("  client_id: c-1\n"))
+        .server(
+            "metadata",
+            &http("  client_metadata_url: https://example.test/client.json\n"),
+        )
+        .server(
+            "pinned",
+            &http("  client_id: c-1\n  issuer: https://login.example.test\n"),
+        )
+        .server("own", &http("  scopes: [read]\n"));
+    let run = Command::new(exe())
+        .args(["init", "--check", "--core"])
+        .arg(core.root())
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let warned: Vec<&str> = out.lines().filter(|l| l.contains("mix-up")).collect();
+    assert_eq!(warned.len(), 2, "{out}");
+    assert!(warned.iter().any(|l| l.contains("bare.yaml")), "{out}");
+    assert!(warned.iter().any(|l| l.contains("metadata.yaml")), "{out}");
+}

@@ -102,6 +102,22 @@ fn warnings(report: &core::LoadReport) -> Vec<String> {
             ));
         }
     }
+    // A client registered ahead shares one redirect URI with every authorization
+    // server: without a pinned issuer, only an `iss` in the redirect tells them apart.
+    for d in &report.core.declarations {
+        if let demiurge_mcp::core::Endpoint::StreamableHttp {
+            oauth: Some(oauth), ..
+        } = &d.endpoint
+            && (oauth.client_id.is_some() || oauth.client_metadata_url.is_some())
+            && oauth.issuer.is_none()
+            && oauth.grant != demiurge_mcp::core::OAuthGrant::ClientCredentials
+        {
+            out.push(format!(
+                "{}: oauth declares a client registered ahead but no oauth.issuer; name its authorization server in oauth.issuer, or a server that changes its metadata could have the code redeemed elsewhere (mix-up)",
+                t(&d.path)
+            ));
+        }
+    }
     let mcp = report.core.root.join(&report.core.mcp_root);
     let mut names: Vec<String> = std::fs::read_dir(&mcp)
         .into_iter()
