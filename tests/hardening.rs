@@ -15,7 +15,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{Core, Recorder, demo, exe, harness, harness_with, host_env};
+use common::{Core, Recorder, demo, exe, harness, harness_with, host_env, read_tree};
 use demiurge_mcp::authority::{Action, ApprovalAnswer};
 use demiurge_mcp::redact::View;
 use serde_json::{Value, json};
@@ -174,20 +174,6 @@ async fn a_label_never_repeats_what_it_hides() {
     }
 }
 
-/// Every file under `dir`, concatenated (the event logs and the stderr log).
-fn read_tree(dir: &Path) -> String {
-    let mut out = String::new();
-    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.push_str(&read_tree(&path));
-        } else if let Ok(text) = std::fs::read_to_string(&path) {
-            out.push_str(&text);
-        }
-    }
-    out
-}
-
 /// A count under a sensitive name is not a secret: `{"token_count": 42}` beside a real
 /// token hides the token only, and the count stays wherever it recurs.
 #[tokio::test]
@@ -334,6 +320,16 @@ fn write_tools(file: &Path, tools: &[(&str, &str)]) {
     std::fs::write(file, serde_json::to_vec(&listed).unwrap()).unwrap();
 }
 
+/// What calling `tool` with no arguments answered (operator view).
+async fn ran(turn: &demiurge_mcp::TurnCatalog, tool: &str) -> String {
+    turn.call(tool, json!({}))
+        .await
+        .unwrap()
+        .view(View::Operator)
+        .content
+        .clone()
+}
+
 /// Calls asked about, by the raw tool name the approver was shown.
 fn call_questions(recorder: &Recorder) -> Vec<String> {
     recorder
@@ -405,14 +401,7 @@ async fn approvals_follow_the_tool_not_its_exposed_name() {
 
     let (session, _) = h.runtime.start_session(core.spec_in("one")).await.unwrap();
     let turn = session.prepare_turn().await.unwrap();
-    assert_eq!(
-        turn.call("w__a-b", json!({}))
-            .await
-            .unwrap()
-            .view(View::Operator)
-            .content,
-        "ran a-b"
-    );
+    assert_eq!(ran(&turn, "w__a-b").await, "ran a-b");
     // Allowed for the session and always: asked once.
     turn.call("w__a-b", json!({})).await.unwrap();
     assert_eq!(call_questions(&h.approver), ["a-b"]);
@@ -432,14 +421,7 @@ async fn approvals_follow_the_tool_not_its_exposed_name() {
     write_tools(&file, &[("a.b", "dot")]);
     let (session2, _) = h.runtime.start_session(core.spec_in("two")).await.unwrap();
     let turn = session2.prepare_turn().await.unwrap();
-    assert_eq!(
-        turn.call("w__a-b", json!({}))
-            .await
-            .unwrap()
-            .view(View::Operator)
-            .content,
-        "ran a.b"
-    );
+    assert_eq!(ran(&turn, "w__a-b").await, "ran a.b");
     assert_eq!(call_questions(&h.approver), ["a-b", "a.b"]);
     drop(turn);
 
@@ -551,6 +533,18 @@ impl demiurge_mcp::authority::Elicitor for ShownElicitations {
     }
 }
 
+/// A harness whose elicitor records what it is shown.
+async fn eliciting_harness() -> (common::Harness, ShownElicitations) {
+    let shown = ShownElicitations::default();
+    let elicitor = shown.clone();
+    let h = harness_with(Recorder::allow(), move |mut c| {
+        c.elicitor = std::sync::Arc::new(elicitor);
+        c
+    })
+    .await;
+    (h, shown)
+}
+
 /// Everything of an elicitation that a person is shown comes from the server: its
 /// message, titles, descriptions, property names, enum labels and defaults are
 /// redacted with the connection's secrets before the host's elicitor (and the events)
@@ -583,13 +577,7 @@ async fn elicitation_text_is_redacted_before_anyone_sees_it() {
             serde_json::to_string(&file).unwrap()
         ),
     );
-    let shown = ShownElicitations::default();
-    let elicitor = shown.clone();
-    let h = harness_with(Recorder::allow(), move |mut c| {
-        c.elicitor = std::sync::Arc::new(elicitor);
-        c
-    })
-    .await;
+    let (h, shown) = eliciting_harness().await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let turn = session.prepare_turn().await.unwrap();
     let result = turn.call("w__ask", json!({})).await.unwrap();
@@ -627,13 +615,7 @@ async fn odd_elicitation_schemas_are_answered_not_fatal() {
         "odd",
         &common::demo_fault("odd-elicitations", "approval_policy: auto\n"),
     );
-    let shown = ShownElicitations::default();
-    let elicitor = shown.clone();
-    let h = harness_with(Recorder::allow(), move |mut c| {
-        c.elicitor = std::sync::Arc::new(elicitor);
-        c
-    })
-    .await;
+    let (h, shown) = eliciting_harness().await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let turn = session.prepare_turn().await.unwrap();
     let reply = |tool: &'static str| {

@@ -7,7 +7,7 @@ mod common;
 
 use std::process::{Command, Stdio};
 
-use common::{Core, Recorder, exe, harness_with, host_env};
+use common::{Core, Recorder, exe, harness_with, host_env, read_tree};
 use demiurge_mcp::redact::View;
 use serde_json::json;
 
@@ -42,21 +42,6 @@ fn canary_core() -> Core {
         .server("canary", &server)
         .server("failing", &failing)
         .server("remote", &http)
-}
-
-fn read_tree(dir: &std::path::Path) -> String {
-    let mut out = String::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.push_str(&read_tree(&p));
-            } else if let Ok(t) = std::fs::read_to_string(&p) {
-                out.push_str(&t);
-            }
-        }
-    }
-    out
 }
 
 #[tokio::test]
