@@ -519,3 +519,51 @@ fn url_check_prints_the_audit_view_and_exits_3_when_blocked() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A reader that closes the output early (`| head`) ends the command quietly: exit 0 or
+/// 141 as shells expect, never a panic, and no server left behind.
+#[test]
+fn a_closed_pipe_ends_a_command_quietly() {
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &demo("approval_policy: auto\n"));
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &["mcp", "list", "--json"][..],
+        &["mcp", "list"][..],
+        &["url-check", "http://127.0.0.1/", "--json"][..],
+        &["--yes", "tools", "--json"][..],
+        &["--yes", "tools"][..],
+    ] {
+        let mut child = Command::new(exe())
+            .arg("--core")
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path())
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The reader is gone before anything was written.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert!(
+            matches!(out.status.code(), Some(0 | 141)),
+            "{args:?}: {:?} {stderr}",
+            out.status
+        );
+    }
+    let marker = format!("HOME={}", home.path().join("mcp-home").display());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !common::processes_with_env(&marker).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "servers outlived a command cut by its reader"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

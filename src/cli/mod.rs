@@ -285,7 +285,6 @@ enum AuthAction {
     Status,
 }
 
-/// Parses arguments and runs; exit codes as in the interfaces document.
 /// Prints `value` as JSON (pretty or on one line) on stdout, escaped for a terminal as
 /// the text output is ([`demiurge_mcp::text::json_safe`]).
 pub(crate) fn print_json(value: &impl serde::Serialize, pretty: bool) {
@@ -300,7 +299,33 @@ pub(crate) fn print_json(value: &impl serde::Serialize, pretty: bool) {
     );
 }
 
+/// Exit status of a command whose output was cut by its reader (as a shell reports a
+/// command ended by SIGPIPE).
+const BROKEN_PIPE: i32 = 141;
+
+/// A closed stdout (`demiurge mcp list --json | head`) ends the command quietly with
+/// [`BROKEN_PIPE`] instead of a panic: `println!` panics on it, and this hook turns
+/// that one panic into an exit. Servers started by then are ended by the reaper
+/// process, as on any death of the host.
+fn quiet_on_closed_pipe() {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(BROKEN_PIPE);
+        }
+        previous(info);
+    }));
+}
+
+/// Parses arguments and runs; exit codes as in the interfaces document.
 pub(crate) fn main() -> ExitCode {
+    quiet_on_closed_pipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
