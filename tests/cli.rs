@@ -567,3 +567,85 @@ fn a_closed_pipe_ends_a_command_quietly() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// `read SERVER URI` starts SERVER only, `prompt NAME` only the servers that can own
+/// NAME, and the shell's `/call` only its tool's server; an unknown prompt says so,
+/// with a suggestion.
+#[test]
+fn commands_start_only_the_servers_they_need() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    let core = Core::new()
+        .grant_servers(&["docs", "other"])
+        .server("docs", &demo("approval_policy: auto\n"))
+        .server(
+            "other",
+            &common::demo_counting(&marker, "approval_policy: auto\n"),
+        );
+    let home = tempfile::tempdir().unwrap();
+    let out = run(
+        &core,
+        home.path(),
+        &["--yes", "read", "docs", "demo://readme"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "--yes",
+            "prompt",
+            "docs__greet",
+            "--args",
+            r#"{"name": "Ada"}"#,
+        ],
+    );
+    assert!(text(&out.stdout).contains("Ada"), "{}", text(&out.stderr));
+    let out = run(&core, home.path(), &["--yes", "prompt", "docs__gret"]);
+    assert_eq!(out.status.code(), Some(1));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("unknown prompt `docs__gret`") && said.contains("did you mean `docs__greet`"),
+        "{said}"
+    );
+    let out = run(&core, home.path(), &["--yes", "prompt", "nowhere__greet"]);
+    assert!(
+        text(&out.stderr).contains("unknown prompt"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(
+        &core,
+        home.path(),
+        &["--yes", "read", "nowhere", "demo://readme"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let mut shell = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--yes", "--provider", "fake"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    shell
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"/call docs__echo {\"message\": \"only docs\"}\n/quit\n")
+        .unwrap();
+    let out = shell.wait_with_output().unwrap();
+    assert!(
+        text(&out.stdout).contains("only docs"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(common::count(&marker), 0, "`other` was started");
+    // A whole turn does start it: the counter counts.
+    let out = run(&core, home.path(), &["--yes", "tools"]);
+    assert!(out.status.success());
+    assert_eq!(common::count(&marker), 1);
+}

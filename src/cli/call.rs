@@ -8,6 +8,16 @@ use serde_json::json;
 
 use super::{Cli, start_runtime, t};
 
+/// The enabled servers of the core, and those of them that can own the exposed name
+/// `name` (a tool's or a prompt's: those sharing its prefix).
+pub(crate) fn owners_of(cli: &Cli, name: &str) -> (Vec<String>, Vec<String>) {
+    let ids: Vec<String> = demiurge_mcp::core::load(&cli.core_dir())
+        .map(|core| core.enabled().map(|d| d.server_id.clone()).collect())
+        .unwrap_or_default();
+    let owners = demiurge_mcp::naming::same_prefix(ids.iter().map(String::as_str), name);
+    (ids, owners)
+}
+
 pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> anyhow::Result<u8> {
     let arguments: serde_json::Value = match serde_json::from_str(args) {
         Ok(v @ serde_json::Value::Object(_)) => v,
@@ -20,10 +30,7 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
     };
     // Only the servers that can own TOOL are started (those sharing its name prefix,
     // so it is named as in a full turn); a name no server can own fails at once.
-    let ids: Vec<String> = demiurge_mcp::core::load(&cli.core_dir())
-        .map(|core| core.enabled().map(|d| d.server_id.clone()).collect())
-        .unwrap_or_default();
-    let owners = demiurge_mcp::naming::same_prefix(ids.iter().map(String::as_str), tool);
+    let (ids, owners) = owners_of(cli, tool);
     if owners.is_empty() && !ids.is_empty() {
         let prefix = tool.split_once("__").map_or(tool, |(p, _)| p);
         let hint = demiurge_mcp::text::closest(prefix, ids.iter().map(String::as_str))

@@ -11,10 +11,22 @@ async fn with_turn<T>(
     cli: &Cli,
     with: impl AsyncFnOnce(&TurnCatalog) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    with_turn_for(cli, None, with).await
+}
+
+/// [`with_turn`] for `servers` only (every server when `None`): only they start.
+async fn with_turn_for<T>(
+    cli: &Cli,
+    servers: Option<&[String]>,
+    with: impl AsyncFnOnce(&TurnCatalog) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     let runtime = start_runtime(cli).await?;
     let outcome = async {
         let (session, _) = runtime.start_session(cli.session_spec()).await?;
-        let catalog = session.prepare_turn().await?;
+        let catalog = match servers {
+            Some(servers) => session.prepare_turn_for(servers).await?,
+            None => session.prepare_turn().await?,
+        };
         super::tools::print_problems(&catalog, true);
         with(&catalog).await
     }
@@ -70,7 +82,17 @@ pub(crate) fn print_resources(catalog: &TurnCatalog) {
 
 /// `demiurge read SERVER URI [--json]`.
 pub(crate) async fn read(cli: &Cli, server: &str, uri: &str, as_json: bool) -> anyhow::Result<u8> {
-    with_turn(cli, async |catalog| {
+    // Only SERVER starts; a server the core does not declare fails at once.
+    let (ids, _) = super::call::owners_of(cli, server);
+    if !ids.iter().any(|id| id == server) {
+        let hint = demiurge_mcp::text::closest(server, ids.iter().map(String::as_str))
+            .map(|id| format!("; did you mean `{}`?", t(id)))
+            .unwrap_or_default();
+        eprintln!("error: no enabled server `{}` is declared{hint}", t(server));
+        return Ok(1);
+    }
+    let only = [server.to_string()];
+    with_turn_for(cli, Some(&only), async |catalog| {
         Ok(match catalog.read_resource(server, uri).await {
             Ok(result) => {
                 super::call::print_result(&result, as_json);
@@ -141,7 +163,18 @@ pub(crate) async fn prompt(cli: &Cli, name: &str, args: &str, as_json: bool) -> 
         );
         return Ok(super::USAGE);
     };
-    with_turn(cli, async |catalog| {
+    // Only the servers that can own NAME start; a name none can own fails at once.
+    let (ids, owners) = super::call::owners_of(cli, name);
+    if owners.is_empty() && !ids.is_empty() {
+        let prefix = name.split_once("__").map_or(name, |(p, _)| p);
+        let hint = demiurge_mcp::text::closest(prefix, ids.iter().map(String::as_str))
+            .map(|id| format!("; did you mean a prompt of `{}` (`{}__...`)?", t(id), t(id)))
+            .unwrap_or_else(|| "; run `demiurge prompts` to list them".into());
+        eprintln!("error: unknown prompt `{}`{hint}", t(name));
+        return Ok(1);
+    }
+    let owners = (!owners.is_empty()).then_some(owners);
+    with_turn_for(cli, owners.as_deref(), async |catalog| {
         Ok(match catalog.get_prompt(name, arguments).await {
             Ok(got) if as_json => {
                 super::print_json(&got, true);
@@ -161,6 +194,14 @@ pub(crate) async fn prompt(cli: &Cli, name: &str, args: &str, as_json: bool) -> 
                     );
                 }
                 0
+            }
+            Err(demiurge_mcp::CallError::UnknownTool(_)) => {
+                let names: Vec<&str> = catalog.prompts().map(|p| p.name.as_str()).collect();
+                let hint = demiurge_mcp::text::closest(name, names.iter().copied())
+                    .map(|n| format!("; did you mean `{}`?", t(n)))
+                    .unwrap_or_else(|| "; run `demiurge prompts` to list them".into());
+                eprintln!("error: unknown prompt `{}`{hint}", t(name));
+                1
             }
             Err(refused) => {
                 eprintln!("error: {}", t(&refused.to_string()));

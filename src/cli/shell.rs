@@ -70,7 +70,9 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                         continue;
                     }
                 };
-                if let Some(catalog) = turn(&session).await {
+                // Only the servers that can own NAME are asked about and started.
+                let (_, owners) = super::call::owners_of(cli, name);
+                if let Some(catalog) = turn_for(&session, &owners).await {
                     match catalog.call(name, args).await {
                         Ok(result) => print_result(&result, false),
                         Err(refused) => println!("refused: {}", t(&refused.to_string())),
@@ -123,6 +125,20 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
 /// its own that could outlive it and swallow a prompt's answer, or hold the process).
 async fn read_line() -> Option<String> {
     super::approver::terminal().read_line().await
+}
+
+/// A turn for `servers` only (every server when empty).
+async fn turn_for(session: &Session, servers: &[String]) -> Option<TurnCatalog> {
+    if servers.is_empty() {
+        return turn(session).await;
+    }
+    match session.prepare_turn_for(servers).await {
+        Ok(c) => Some(c),
+        Err(e) => {
+            println!("error: {}", t(&e.to_string()));
+            None
+        }
+    }
 }
 
 async fn turn(session: &Session) -> Option<TurnCatalog> {
