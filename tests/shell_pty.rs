@@ -83,6 +83,16 @@ impl Shell {
         self.keys.write_all(format!("{line}\n").as_bytes()).unwrap();
     }
 
+    /// Waits for the banner, asks `/tools`, answers its connect prompt `s` and waits
+    /// for the tools.
+    async fn tools_after_a_connect_answer(&mut self) {
+        self.wait_for("/quit", 1).await;
+        self.type_line("/tools").await;
+        self.wait_for("allow? [o]nce", 1).await;
+        self.type_line("s").await;
+        self.wait_for("docs__echo", 1).await;
+    }
+
     async fn exits_within(&mut self, bound: Duration) -> std::process::ExitStatus {
         let mut status = None;
         let child = &mut self.child;
@@ -120,11 +130,7 @@ fn demo_core() -> Core {
 #[tokio::test]
 async fn the_shell_keeps_reading_its_commands_after_an_approval() {
     let mut shell = Shell::start(demo_core());
-    shell.wait_for("/quit", 1).await;
-    shell.type_line("/tools").await;
-    shell.wait_for("allow? [o]nce", 1).await;
-    shell.type_line("s").await;
-    shell.wait_for("docs__echo", 1).await;
+    shell.tools_after_a_connect_answer().await;
     shell.type_line("/servers").await;
     shell.wait_for("connected (pid", 1).await;
     shell
@@ -151,11 +157,7 @@ async fn a_signal_ends_a_shell_waiting_on_its_terminal() {
         nix::sys::signal::Signal::SIGHUP,
     ] {
         let mut shell = Shell::start(demo_core());
-        shell.wait_for("/quit", 1).await;
-        shell.type_line("/tools").await;
-        shell.wait_for("allow? [o]nce", 1).await;
-        shell.type_line("s").await;
-        shell.wait_for("docs__echo", 1).await;
+        shell.tools_after_a_connect_answer().await;
         let pid = nix::unistd::Pid::from_raw(shell.child.id() as i32);
         nix::sys::signal::kill(pid, signal).unwrap();
         let status = shell.exits_within(Duration::from_secs(15)).await;

@@ -384,6 +384,12 @@ const QUANTITY_WORDS: &[&str] = &[
     "estimated",
 ];
 
+/// Whether `value` under `key` is a count, not a secret: a number or a boolean under a
+/// name that counts or measures. The one rule for results, call arguments and views.
+fn is_count(key: &str, value: &Value) -> bool {
+    (value.is_number() || value.is_boolean()) && is_quantity_name(key)
+}
+
 /// Whether a sensitive name counts or measures (see [`QUANTITY_WORDS`]): its words are
 /// split at `_`, `-`, `.`, spaces and lower-to-upper case changes.
 fn is_quantity_name(name: &str) -> bool {
@@ -541,7 +547,7 @@ impl Redactor {
         if let Some(args) = args {
             // The same walk as a result's, so a count (`max_tokens: 4096`) is none.
             for (key, value) in args {
-                if (value.is_number() || value.is_boolean()) && is_quantity_name(key) {
+                if is_count(key, value) {
                     continue;
                 }
                 collect_sensitive(value, sensitive_label(key), &mut found);
@@ -893,9 +899,7 @@ impl Redactor {
                     // under the key's fixed label (never a name made from the key).
                     let label = sensitive_label(key).filter(|_| !v.is_null());
                     let v_out = match label {
-                        Some(_) if is_quantity_name(key) && (v.is_number() || v.is_boolean()) => {
-                            v.clone()
-                        }
+                        Some(_) if is_count(key, v) => v.clone(),
                         Some(label) => match view {
                             View::Event | View::Durable => serde_json::json!({
                                 "redacted": true, "name": label, "source": "field"
@@ -1086,11 +1090,7 @@ fn collect_sensitive(value: &Value, under: Option<&'static str>, out: &mut Vec<(
                     out.push((name.to_string(), k.clone()));
                 }
                 // A count under a sensitive name (`token_count: 42`) is no secret.
-                if under.is_none()
-                    && (v.is_number() || v.is_boolean())
-                    && sensitive_label(k).is_some()
-                    && is_quantity_name(k)
-                {
+                if under.is_none() && is_count(k, v) {
                     continue;
                 }
                 collect_sensitive(v, under.or_else(|| sensitive_label(k)), out);
