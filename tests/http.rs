@@ -86,7 +86,10 @@ async fn an_http_server_works_end_to_end_through_the_pinned_client() {
         preview.origin.as_deref(),
         Some(format!("http://mcp.test:{}", server.port()).as_str())
     );
-    assert_eq!(preview.addresses, ["127.0.0.1"]);
+    assert_eq!(
+        preview.url_policy.as_ref().map(|p| p.addresses.clone()),
+        Some(vec!["127.0.0.1".to_string()])
+    );
     assert_eq!(preview.header_names, ["X-Api-Key"]);
 
     // Every request was checked and pinned; Host kept the name; the header was sent.

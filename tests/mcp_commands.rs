@@ -390,3 +390,47 @@ fn hostile_names_values_and_links_write_nothing_outside_and_no_literal() {
     assert_eq!(out.status.code(), Some(1));
     assert!(!target.exists());
 }
+
+#[test]
+fn get_names_the_package_a_runner_fetches_and_the_declared_cwd() {
+    let core = Core::new()
+        .server(
+            "files",
+            "transport: stdio\ncommand: npx\nargs: [\"-y\", \"@modelcontextprotocol/server-filesystem\", \".\"]\ncwd: \".\"\n",
+        )
+        .server(
+            "elsewhere",
+            "transport: stdio\ncommand: npx\nargs: [\"--registry\", \"https://registry.example.test\", \"lookalike-pkg\"]\n",
+        )
+        .server(
+            "boxed",
+            "transport: stdio\ncommand: docker\nargs: [\"run\", \"-i\", \"--rm\", \"-e\", \"GITHUB_TOKEN\", \"ghcr.io/github/github-mcp-server\"]\n",
+        )
+        .grant_servers(&["files", "elsewhere", "boxed"]);
+    let home = tempfile::tempdir().unwrap();
+    let shown = text(&run(&core, home.path(), &["mcp", "get", "files"]).stdout);
+    assert!(
+        shown.contains("fetches and runs (npx npm): @modelcontextprotocol/server-filesystem\n"),
+        "{shown}"
+    );
+    assert!(shown.contains("  cwd: .\n"), "{shown}");
+    // The positional rule still holds in `args`.
+    assert!(shown.contains("args: -y <value sha256:"), "{shown}");
+    let out = run(&core, home.path(), &["mcp", "get", "files", "--json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["fetches"]["ecosystem"], "npm");
+    assert_eq!(
+        json["fetches"]["packages"][0],
+        "@modelcontextprotocol/server-filesystem"
+    );
+    assert_eq!(json["cwd_declared"], ".");
+    // An option that could change the source hides nothing and shows no name.
+    let shown = text(&run(&core, home.path(), &["mcp", "get", "elsewhere"]).stdout);
+    assert!(!shown.contains("fetches") && !shown.contains("lookalike-pkg"), "{shown}");
+    assert!(shown.contains("cwd: the workspace root"), "{shown}");
+    let shown = text(&run(&core, home.path(), &["mcp", "get", "boxed"]).stdout);
+    assert!(
+        shown.contains("fetches and runs (docker run image): ghcr.io/github/github-mcp-server\n"),
+        "{shown}"
+    );
+}

@@ -7,6 +7,7 @@ mod authorize;
 mod capability;
 mod cwd;
 mod elicit;
+mod fetched;
 mod policy;
 pub mod preview;
 mod remembered;

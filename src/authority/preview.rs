@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 
+pub use super::fetched::{Ecosystem, Fetched, fetched};
 use crate::core::{ApprovalPolicy, Declaration, Endpoint, Risk, TransportKind};
 use crate::redact::SECRET_OPTION_MARKERS;
 
@@ -32,12 +33,19 @@ pub struct ConnectPreview {
     /// Stdio: the program.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// Stdio: the resolved working directory.
+    /// Stdio: the working directory as declared (`None`: the workspace root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd_declared: Option<String>,
+    /// Stdio: the resolved working directory, once checked at connect.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
     /// Stdio: arguments with values summarized or redacted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// Stdio: what a package runner (`npx`, `uvx`, `docker run`, ...) downloads and
+    /// runs, when its command line can be read exactly ([`fetched`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fetches: Option<Fetched>,
     /// Stdio: declared environment names, sorted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env_names: Vec<String>,
@@ -51,13 +59,24 @@ pub struct ConnectPreview {
     /// HTTP: `scheme://host[:port]`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
-    /// HTTP: the addresses the URL policy validated.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub addresses: Vec<String>,
+    /// HTTP: the URL policy's verdict, once checked at connect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url_policy: Option<UrlPolicyPreview>,
     /// HTTP: how the server is authorized, when declared (never a secret: the client
     /// secret shows as the name of its variable).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub oauth: Option<OAuthPreview>,
+}
+
+/// The URL policy's verdict on an HTTP server's URL, as the approver sees it (an
+/// approval is asked only after the policy allowed the URL).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct UrlPolicyPreview {
+    /// `allowed`.
+    pub verdict: &'static str,
+    /// The addresses the policy validated, which every request is pinned to.
+    pub addresses: Vec<String>,
 }
 
 /// The `oauth:` section as an approver and a reviewer see it.
@@ -132,8 +151,10 @@ impl ConnectPreview {
             connect_capability: decl.connect_capability(),
             call_capability: decl.call_capability.clone(),
             command: None,
+            cwd_declared: None,
             cwd: None,
             args: Vec::new(),
+            fetches: None,
             env_names: Vec::new(),
             header_names: Vec::new(),
             roots: match &decl.roots {
@@ -141,16 +162,21 @@ impl ConnectPreview {
                 roots => roots.clone().unwrap_or_default(),
             },
             origin: None,
-            addresses: Vec::new(),
+            url_policy: None,
             oauth: None,
         };
         match &decl.endpoint {
             Endpoint::Stdio {
-                command, args, env, ..
+                command,
+                args,
+                env,
+                cwd: declared_cwd,
             } => {
                 preview.command = Some(command.clone());
+                preview.cwd_declared = declared_cwd.clone();
                 preview.cwd = cwd.map(|p| p.display().to_string());
                 preview.args = summarize_args(args);
+                preview.fetches = fetched(command, args);
                 preview.env_names = env.keys().cloned().collect();
             }
             Endpoint::StreamableHttp {
@@ -159,7 +185,10 @@ impl ConnectPreview {
                 oauth,
             } => {
                 preview.origin = Some(url.origin());
-                preview.addresses = addresses.to_vec();
+                preview.url_policy = (!addresses.is_empty()).then(|| UrlPolicyPreview {
+                    verdict: "allowed",
+                    addresses: addresses.to_vec(),
+                });
                 preview.header_names = headers.keys().cloned().collect();
                 preview.oauth = oauth.as_ref().map(OAuthPreview::of);
             }
@@ -186,8 +215,16 @@ impl ConnectPreview {
         if let Some(c) = &self.command {
             out.push_str(&format!("  command: {}\n", e(c)));
         }
-        if let Some(c) = &self.cwd {
-            out.push_str(&format!("  cwd: {}\n", e(c)));
+        match (&self.cwd_declared, &self.cwd) {
+            (Some(declared), Some(resolved)) => {
+                out.push_str(&format!("  cwd: {} ({})\n", e(declared), e(resolved)));
+            }
+            (Some(declared), None) => out.push_str(&format!("  cwd: {}\n", e(declared))),
+            (None, Some(resolved)) => {
+                out.push_str(&format!("  cwd: {} (the workspace root)\n", e(resolved)));
+            }
+            (None, None) if self.command.is_some() => out.push_str("  cwd: the workspace root\n"),
+            (None, None) => {}
         }
         let list = |items: &[String], sep: &str| {
             items
@@ -199,14 +236,26 @@ impl ConnectPreview {
         if !self.args.is_empty() {
             out.push_str(&format!("  args: {}\n", list(&self.args, " ")));
         }
+        if let Some(fetched) = &self.fetches {
+            out.push_str(&format!(
+                "  fetches and runs ({} {}): {}\n",
+                fetched.runner,
+                fetched.ecosystem.as_str(),
+                list(&fetched.packages, ", ")
+            ));
+        }
         if !self.env_names.is_empty() {
             out.push_str(&format!("  env: {}\n", list(&self.env_names, ", ")));
         }
         if let Some(o) = &self.origin {
             out.push_str(&format!("  url: {}\n", e(o)));
         }
-        if !self.addresses.is_empty() {
-            out.push_str(&format!("  addresses: {}\n", list(&self.addresses, ", ")));
+        if let Some(policy) = &self.url_policy {
+            out.push_str(&format!(
+                "  url policy: {}, pinned to {}\n",
+                policy.verdict,
+                list(&policy.addresses, ", ")
+            ));
         }
         if !self.header_names.is_empty() {
             out.push_str(&format!("  headers: {}\n", list(&self.header_names, ", ")));
