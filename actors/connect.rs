@@ -149,6 +149,12 @@ pub(super) struct Pipeline {
 /// server and returned as they are; boxing them would buy nothing.
 type Step<T> = Result<T, Outcome>;
 
+/// What step 4 produced: env or header values, and a stdio server's arguments.
+struct Interpolated {
+    values: BTreeMap<String, String>,
+    args: Vec<String>,
+}
+
 impl Pipeline {
     /// Authorizes and connects one server, step by step (see the module documentation).
     pub(super) async fn connect(&self, declaration: Arc<Declaration>) -> Outcome {
@@ -165,15 +171,15 @@ impl Pipeline {
             .roots(declaration)
             .map_err(|reason| denied(declaration, reason))?;
         self.approve(declaration, &place).await?;
-        let values = self.interpolate(declaration)?;
+        let Interpolated { values, args } = self.interpolate(declaration)?;
         // What the connection learns later (refreshed OAuth tokens), every clone of its
         // redactor hides too: the failure path, the elicitation route, the dispatch.
         let learned = Arc::new(crate::redact::Learned::default());
         let redactor = self
-            .secrets(declaration, &values)
+            .secrets(declaration, &values, &args)
             .with_learned(Arc::clone(&learned));
         let _permit = self.permit(declaration).await?;
-        let launch = self.launch(declaration, place, values, &redactor, learned)?;
+        let launch = self.launch(declaration, place, (values, args), &redactor, learned)?;
         let route = self.elicit_route(declaration, &redactor);
         let notices = self.notices(declaration, &redactor);
         let signals = Arc::new(ServerSignals::new(route, notices, roots));
@@ -287,12 +293,14 @@ impl Pipeline {
         }
     }
 
-    /// Step 4: `${NAME}` in env or header values, only now; a missing variable skips
-    /// the server for this turn (not failure-cached).
-    fn interpolate(&self, declaration: &Arc<Declaration>) -> Step<BTreeMap<String, String>> {
-        let declared = match &declaration.endpoint {
-            Endpoint::Stdio { env, .. } => env,
-            Endpoint::StreamableHttp { headers, .. } => headers,
+    /// Step 4: `${NAME}` in env or header values and in a stdio server's arguments,
+    /// only now; a missing variable skips the server for this turn (not
+    /// failure-cached).
+    fn interpolate(&self, declaration: &Arc<Declaration>) -> Step<Interpolated> {
+        let host = &self.shared.config.host_env;
+        let (declared, declared_args): (_, &[String]) = match &declaration.endpoint {
+            Endpoint::Stdio { env, args, .. } => (env, args),
+            Endpoint::StreamableHttp { headers, .. } => (headers, &[]),
         };
         let skipped = |missing: crate::process::MissingVariable| Outcome::Skipped {
             declaration: Arc::clone(declaration),
@@ -308,14 +316,27 @@ impl Pipeline {
                 .references()
                 .map(|(field, value)| (field.to_string(), value.to_string()))
                 .collect();
-            interpolate_all(&references, &self.shared.config.host_env).map_err(skipped)?;
+            interpolate_all(&references, host).map_err(skipped)?;
         }
-        interpolate_all(declared, &self.shared.config.host_env).map_err(skipped)
+        let args = declared_args
+            .iter()
+            .map(|arg| crate::process::interpolate(arg, host))
+            .collect::<Result<_, _>>()
+            .map_err(skipped)?;
+        Ok(Interpolated {
+            values: interpolate_all(declared, host).map_err(skipped)?,
+            args,
+        })
     }
 
     /// Every secret the connection will know (docs/design.md#5-secrets-and-results).
-    fn secrets(&self, declaration: &Declaration, values: &BTreeMap<String, String>) -> Redactor {
-        connection_secrets(declaration, values, &self.shared.config.host_env)
+    fn secrets(
+        &self,
+        declaration: &Declaration,
+        values: &BTreeMap<String, String>,
+        args: &[String],
+    ) -> Redactor {
+        connection_secrets(declaration, values, args, &self.shared.config.host_env)
     }
 
     /// Step 5: a discovery permit, then the `connecting` event. A limiter being
@@ -343,13 +364,13 @@ impl Pipeline {
         &self,
         declaration: &Arc<Declaration>,
         place: Place,
-        values: BTreeMap<String, String>,
+        (values, args): (BTreeMap<String, String>, Vec<String>),
         redactor: &Redactor,
         learned: Arc<crate::redact::Learned>,
     ) -> Step<Launch> {
         let config = &self.shared.config;
         match (&declaration.endpoint, place) {
-            (Endpoint::Stdio { command, args, .. }, Place::Dir(cwd)) => {
+            (Endpoint::Stdio { command, .. }, Place::Dir(cwd)) => {
                 let home = self.shared.server_home();
                 private_dir(&home).map_err(|e| Outcome::Failed {
                     declaration: Arc::clone(declaration),
@@ -358,7 +379,7 @@ impl Pipeline {
                 })?;
                 Ok(Launch::Stdio(StdioLaunch {
                     command: command.clone(),
-                    args: args.clone(),
+                    args,
                     env: child_environment(&config.host_env, &home, &values),
                     cwd,
                     log: StderrLog {
@@ -471,6 +492,7 @@ fn denied(declaration: &Arc<Declaration>, reason: DenyReason) -> Outcome {
 pub(super) fn connection_secrets(
     declaration: &Declaration,
     values: &BTreeMap<String, String>,
+    interpolated_args: &[String],
     host: &HostEnv,
 ) -> Redactor {
     let referenced = |map: &BTreeMap<String, String>| -> Vec<(String, String)> {
@@ -482,7 +504,10 @@ pub(super) fn connection_secrets(
     match &declaration.endpoint {
         Endpoint::Stdio { args, env, .. } => redactor
             .with_secrets(referenced(env))
-            .with_secrets(crate::authority::preview::secret_arg_values(args)),
+            .with_secrets(args.iter().flat_map(|arg| referenced_values(arg, host)))
+            .with_secrets(crate::authority::preview::secret_arg_values(
+                interpolated_args,
+            )),
         Endpoint::StreamableHttp {
             url,
             headers,

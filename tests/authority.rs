@@ -467,3 +467,84 @@ async fn an_always_answer_does_not_cover_a_copy_of_the_declaration_in_another_co
     assert_eq!(asked.load(Ordering::SeqCst), 2);
     h.finish().await;
 }
+
+#[tokio::test]
+async fn arguments_are_interpolated_after_approval_and_their_values_are_secrets() {
+    let marker = tempfile::tempdir().unwrap();
+    let seen = marker.path().join("seen");
+    // `sh -c SCRIPT sh A B`: the script records the arguments it was given, then serves.
+    let script = format!(
+        "printf '%s|%s' \"$1\" \"$2\" > '{}'; exec '{}' demo-server",
+        seen.display(),
+        common::exe()
+    );
+    let declared = |extra: &str| {
+        format!(
+            "command: sh\nargs: [-c, {}, sh, \"${{WHO:-nobody}}\", \"--key=${{ARG_SECRET}}\"]\n{extra}",
+            serde_json::to_string(&script).unwrap()
+        )
+    };
+    let core = Core::new()
+        .grant_servers(&["args"])
+        .server("args", &declared(""));
+    // Without the variable: skipped by name, nothing started, no failure cached.
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert_eq!(
+        catalog.diagnostics()[0].message,
+        "missing environment variable: ARG_SECRET"
+    );
+    assert!(!seen.exists());
+    h.finish().await;
+    // With it: the default and the value reach the process; the value is a secret.
+    let value = "argvalue-7c1d2e";
+    let h = harness_with(Recorder::allow(), move |c| {
+        c.with_host_env(common::host_env(&[("ARG_SECRET", value)]))
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        format!("nobody|--key={value}")
+    );
+    let preview = &h.approver.requests()[0].preview;
+    // The preview hashes what is declared, never the value it becomes.
+    assert_eq!(
+        preview.args[4],
+        format!(
+            "--key={}",
+            demiurge_mcp::authority::preview::value_summary("${ARG_SECRET}")
+        )
+    );
+    let result = catalog
+        .call(
+            "args__echo",
+            serde_json::json!({"message": format!("got {value}")}),
+        )
+        .await
+        .unwrap();
+    for view in [
+        demiurge_mcp::redact::View::Model,
+        demiurge_mcp::redact::View::Operator,
+    ] {
+        let shown = &result.view(view).content;
+        assert!(!shown.contains(value), "{shown}");
+    }
+    h.finish().await;
+    // A form interpolation does not know is a load error naming the argument.
+    let bad = Core::new()
+        .grant_servers(&["bad"])
+        .server("bad", "command: sh\nargs: [-c, \"x\", \"${NOT VALID}\"]\n");
+    let report = demiurge_mcp::core::load_report(&bad.root());
+    let error = report
+        .errors
+        .iter()
+        .map(|e| e.to_string())
+        .collect::<String>();
+    assert!(
+        error.contains("args[2]") && error.contains("${NAME:-default}"),
+        "{error}"
+    );
+}

@@ -11,10 +11,12 @@ use std::process::{Command, Output, Stdio};
 use common::{Core, exe};
 
 /// Literal values in the fixtures: none may reach the core.
-const LITERALS: [&str; 3] = [
+const LITERALS: [&str; 5] = [
     "ghp-literal-fixture-0001",
     "lit-header-fixture-0002",
     "literal-codex-fixture-0003",
+    "BSAk3x9Qq2LmN8pR7tZw",
+    "pw-default-fixture",
 ];
 
 fn fixture(name: &str) -> PathBuf {
@@ -77,9 +79,23 @@ fn claude_code_servers_are_imported_with_secrets_as_references() {
         fs.contains("GITHUB_TOKEN: \"${GITHUB_TOKEN}\"") && fs.contains("MODE: \"${MODE}\""),
         "{fs}"
     );
+    // Harmless values are kept as written (a default too); a generated-looking one is
+    // a reference even under a harmless name.
+    for line in [
+        "REGION: \"eu-west-1\"",
+        "LOG: \"${LOG_LEVEL:-info}\"",
+        "BRAVE_ID: \"${BRAVE_ID}\"",
+    ] {
+        assert!(fs.contains(line), "{line}: {fs}");
+    }
+    assert!(
+        stdout.contains("kept the value of REGION as written") && !stdout.contains("no counterpart"),
+        "{stdout}"
+    );
     let issues = read(&core, "issues");
     assert!(
-        issues.contains("\"Authorization\": \"Bearer ${ISSUES_AUTHORIZATION}\""),
+        issues.contains("\"Authorization\": \"Bearer ${ISSUES_AUTHORIZATION}\"")
+            && issues.contains("\"X-Region\": \"eu\""),
         "{issues}"
     );
     assert!(
@@ -129,7 +145,32 @@ fn claude_desktop_vscode_and_codex_files_are_read_too() {
         stdout.contains("`${workspaceFolder}` became `.`"),
         "{stdout}"
     );
-    assert!(read(&core, "ws").contains("\"./server.js\""));
+    let ws = read(&core, "ws");
+    assert!(
+        ws.contains("\"./server.js\"") && ws.contains("cwd: \"tools\"") && ws.contains("enabled: false"),
+        "{ws}"
+    );
+    // An input's default is kept unless the input is a password; arguments carry
+    // references (they are interpolated after approval), `${userHome}` is `${HOME}`.
+    assert!(
+        perplexity.contains("\"--region\", \"${REGION:-eu}\"")
+            && perplexity.contains("\"${HOME}/x\"")
+            && perplexity.contains("\"--secret\", \"${SECRET_WITH_DEFAULT}\"")
+            && !perplexity.contains("pw-default-fixture"),
+        "{perplexity}"
+    );
+    // What has no counterpart says what to do, in words that exist.
+    for note in [
+        "`envFile` is not imported: the runtime reads no env file",
+        "`autoApprove` is not imported: here a person approves calls; answer `a` (always)",
+        "`cwd` is absolute or a variable, and is not imported",
+        "`${workspaceFolderBasename}` has no counterpart here; it became the host variable VSCODE_WORKSPACEFOLDERBASENAME",
+    ] {
+        assert!(stdout.contains(note), "{note}: {stdout}");
+    }
+    assert!(!stdout.contains("see the README for"), "{stdout}");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    assert!(readme.contains("## Quick start") && readme.contains("\ncwd: "), "the cwd note points at the Quick start");
     assert!(out.status.success(), "{stdout}");
 
     let out = import(&core, &fixture("codex.config.toml"), true);
@@ -138,6 +179,9 @@ fn claude_desktop_vscode_and_codex_files_are_read_too() {
     let context7 = read(&core, "context7");
     for line in [
         "API_KEY: \"${API_KEY}\"",
+        "REGION: \"eu\"",
+        "FROM_HOST: \"${FROM_HOST}\"",
+        "cwd: \"sub\"",
         "connect_timeout_seconds: 20",
         "timeout_seconds: 90",
         "include: [\"resolve-library-id\"]",
@@ -234,4 +278,38 @@ fn servers_whose_arguments_hold_a_secret_are_not_written() {
         );
     }
     assert!(stdout.contains("holds a secret"), "{stdout}{stderr}");
+}
+
+#[test]
+fn an_imported_vscode_server_with_inputs_and_a_cwd_starts_as_written() {
+    let core = Core::new();
+    std::fs::create_dir_all(core.root().join("sub")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mcp.json");
+    let config = serde_json::json!({
+        "inputs": [{"type": "promptString", "id": "page", "default": "3"}],
+        "servers": {"vs": {
+            "command": exe(),
+            "args": ["demo-server", "--page-size", "${input:page}"],
+            "cwd": "${workspaceFolder}/sub"
+        }}
+    });
+    std::fs::write(&file, config.to_string()).unwrap();
+    let out = import(&core, &file, true);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    // Nothing to export: the default and the cwd carry the server.
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--yes", "call", "vs__cwd"])
+        .env_remove("PAGE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}{}", text(&out.stderr));
+    assert!(shown.trim_end().ends_with("/sub"), "{shown}");
 }

@@ -63,8 +63,8 @@ fn servers_are_added_listed_shown_toggled_and_removed_without_writing_a_secret()
         );
     }
     assert!(written.contains("API_KEY: \"${API_KEY}\""), "{written}");
-    // A default is a literal committed with the core: not kept.
-    assert!(written.contains("REGION: \"${REGION}\""), "{written}");
+    // A value under a harmless name, without a secret shape, is kept as written.
+    assert!(written.contains("REGION: \"${REGION:-eu}\""), "{written}");
     assert!(manifest.starts_with("# my agent, my comments\n") && manifest.contains("# keep me"));
     // An HTTP server: the header's scheme word stays, the credential is referenced.
     let out = run(
@@ -219,10 +219,11 @@ fn hostile_names_values_and_links_write_nothing_outside_and_no_literal() {
     assert_eq!(out.status.code(), Some(2));
     // A literal next to a reference, or behind a default, is still a literal.
     let secret = "sk-live-7c0ffee1234";
-    for value in [
-        format!("{secret}${{X}}"),
-        format!("${{X}} {secret}"),
-        format!("${{X:-{secret}}}"),
+    for (value, reference) in [
+        (format!("{secret}${{X}}"), "${KEY}"),
+        (format!("${{X}} {secret}"), "${KEY}"),
+        // A default that may not be committed is dropped; its variable stays.
+        (format!("${{X:-{secret}}}"), "${X}"),
     ] {
         let _ = std::fs::remove_file(core.mcp_dir().join("lit.yaml"));
         let out = run(
@@ -241,7 +242,7 @@ fn hostile_names_values_and_links_write_nothing_outside_and_no_literal() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         let written = std::fs::read_to_string(core.mcp_dir().join("lit.yaml")).unwrap();
         assert!(
-            !written.contains(secret) && written.contains("KEY: \"${KEY}\""),
+            !written.contains(secret) && written.contains(&format!("KEY: \"{reference}\"")),
             "{written}"
         );
         assert!(
@@ -426,11 +427,89 @@ fn get_names_the_package_a_runner_fetches_and_the_declared_cwd() {
     assert_eq!(json["cwd_declared"], ".");
     // An option that could change the source hides nothing and shows no name.
     let shown = text(&run(&core, home.path(), &["mcp", "get", "elsewhere"]).stdout);
-    assert!(!shown.contains("fetches") && !shown.contains("lookalike-pkg"), "{shown}");
+    assert!(
+        !shown.contains("fetches") && !shown.contains("lookalike-pkg"),
+        "{shown}"
+    );
     assert!(shown.contains("cwd: the workspace root"), "{shown}");
     let shown = text(&run(&core, home.path(), &["mcp", "get", "boxed"]).stdout);
     assert!(
         shown.contains("fetches and runs (docker run image): ghcr.io/github/github-mcp-server\n"),
         "{shown}"
     );
+}
+
+#[test]
+fn harmless_literals_are_kept_and_check_names_unset_variables() {
+    let core = Core::new();
+    let home = tempfile::tempdir().unwrap();
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "mcp",
+            "add",
+            "lit",
+            "--env",
+            "REGION=eu",
+            "--env",
+            "LOG_FORMAT=json",
+            "--env",
+            "API_KEY=abc",
+            "--env",
+            "ACCOUNT=k3yL1k3V4lu3xx9qZ0aa",
+            "--env",
+            "DSN=https://u:pw@db.example.test/x",
+            "--",
+            exe(),
+            "demo-server",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let written = std::fs::read_to_string(core.mcp_dir().join("lit.yaml")).unwrap();
+    for line in [
+        "REGION: \"eu\"",
+        "LOG_FORMAT: \"json\"",
+        "API_KEY: \"${API_KEY}\"",
+        "ACCOUNT: \"${ACCOUNT}\"",
+        "DSN: \"${DSN}\"",
+    ] {
+        assert!(written.contains(line), "{line}: {written}");
+    }
+    for said in [
+        "kept the value of REGION as written",
+        "kept the value of LOG_FORMAT as written",
+        "set API_KEY in the host environment",
+        "set ACCOUNT in the host environment",
+    ] {
+        assert!(stdout.contains(said), "{said}: {stdout}");
+    }
+    // init --check names each referenced variable this environment lacks, by name.
+    let check = |env: &[(&str, &str)]| {
+        let mut command = Command::new(exe());
+        command
+            .arg("--core")
+            .arg(core.root())
+            .args(["init", "--check"])
+            .env_remove("API_KEY")
+            .env_remove("ACCOUNT")
+            .env_remove("DSN");
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let out = command.stdin(Stdio::null()).output().unwrap();
+        assert!(out.status.success());
+        text(&out.stderr)
+    };
+    let warned = check(&[]);
+    for name in ["API_KEY", "ACCOUNT", "DSN"] {
+        assert!(
+            warned.contains(&format!("env.{name} references {name}, which is not set")),
+            "{warned}"
+        );
+    }
+    assert!(!warned.contains("REGION"), "{warned}");
+    let warned = check(&[("API_KEY", "x-value"), ("ACCOUNT", "y"), ("DSN", "z")]);
+    assert!(!warned.contains("not set") && !warned.contains("x-value"), "{warned}");
 }

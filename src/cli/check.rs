@@ -118,6 +118,19 @@ fn warnings(report: &core::LoadReport) -> Vec<String> {
             ));
         }
     }
+    // A referenced variable the host lacks skips its server at every turn.
+    for d in report.core.declarations.iter().filter(|d| d.enabled) {
+        for (field, name) in d.required_variables() {
+            if std::env::var_os(&name).is_none() {
+                out.push(format!(
+                    "{}: {} references {}, which is not set in this environment; the server is skipped until it is",
+                    t(&d.path),
+                    t(&field),
+                    t(&name)
+                ));
+            }
+        }
+    }
     let mcp = report.core.root.join(&report.core.mcp_root);
     let mut names: Vec<String> = std::fs::read_dir(&mcp)
         .into_iter()

@@ -3,16 +3,22 @@
 //! VS Code `mcp.json` (`servers`, `inputs`) and Codex `config.toml`
 //! (`[mcp_servers.*]`), shows what it will write, and writes one declaration per server
 //! with its grants (`--yes`, or a `y` on a terminal). A core is usually committed, so
-//! no literal env or header value is written: each becomes a `${NAME}` reference and
-//! the variables to set are printed. What the runtime cannot express is reported,
-//! never dropped in silence.
+//! no secret is written: an env or header value under a sensitive name, or with a
+//! secret shape, becomes a `${NAME}` reference and the variables to set are printed
+//! (the rule of `mcp add`). What the runtime cannot express is reported, never dropped
+//! in silence, and every note says what to do instead.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 
+use demiurge_mcp::core::is_env_name;
+
 use serde_json::Value;
 
-use super::mcp::{Addition, Declared, Refused, declaration, variable_name, write_declaration};
+use super::mcp::{
+    Addition, Declared, Refused, declaration, keeps_literal, variable_name, write_declaration,
+};
 use super::{Cli, t};
 
 /// One server found in the file, before it is written.
@@ -50,9 +56,10 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<Found>, String> {
         .or_else(|| json.get("servers"))
         .and_then(Value::as_object)
         .ok_or("no `mcpServers` (Claude) or `servers` (VS Code) object in this file")?;
+    let inputs = inputs_of(&json);
     Ok(servers
         .iter()
-        .map(|(name, server)| json_server(name, server))
+        .map(|(name, server)| json_server(name, server, &inputs))
         .collect())
 }
 
@@ -71,9 +78,38 @@ fn id_of(name: &str) -> String {
     if id.is_empty() { "server".into() } else { id }
 }
 
-/// `${input:ID}` (VS Code) and `${env:NAME}` forms as the runtime's `${NAME}`; other
-/// VS Code variables are reported.
-fn references(value: &str, notes: &mut Vec<String>, field: &str) -> String {
+/// VS Code's `inputs`: each id, with the default that may be committed with the core
+/// (none for a `password` input or a value [`keeps_literal`] refuses).
+type Inputs = BTreeMap<String, Option<String>>;
+
+fn inputs_of(json: &Value) -> Inputs {
+    let Some(list) = json.get("inputs").and_then(Value::as_array) else {
+        return Inputs::new();
+    };
+    list.iter()
+        .filter_map(|input| {
+            let id = input.get("id")?.as_str()?;
+            let secret = input.get("password").and_then(Value::as_bool) == Some(true);
+            let default = input
+                .get("default")
+                .and_then(Value::as_str)
+                .filter(|d| {
+                    !secret
+                        && !d.contains(['{', '}', '$'])
+                        && keeps_literal(&variable_name(&[id]), d)
+                })
+                .map(str::to_string);
+            Some((id.to_string(), default))
+        })
+        .collect()
+}
+
+/// Other hosts' `${...}` forms as the runtime's: `${input:ID}` (VS Code) is the host
+/// variable `ID` (with the input's default, when it may be committed), `${env:NAME}`
+/// is `${NAME}`, `${NAME}` and `${NAME:-default}` stay, `${userHome}` is `${HOME}`,
+/// `${workspaceFolder}` in `args` is `.`; any other VS Code variable becomes a host
+/// variable named after it, and a note says which.
+fn references(value: &str, inputs: &Inputs, notes: &mut Vec<String>, field: &str) -> String {
     let mut out = String::new();
     let mut rest = value;
     while let Some(start) = rest.find("${") {
@@ -84,39 +120,107 @@ fn references(value: &str, notes: &mut Vec<String>, field: &str) -> String {
             return out;
         };
         let inner = &after[..end];
+        let defaulted = inner
+            .split_once(":-")
+            .is_some_and(|(name, _)| is_env_name(name));
         if let Some(id) = inner.strip_prefix("input:") {
             let name = variable_name(&[id]);
-            notes.push(format!(
-                "{field}: the VS Code input `{}` becomes the host variable {name}",
-                t(id)
-            ));
+            match inputs.get(id).cloned().flatten() {
+                Some(default) => {
+                    notes.push(format!(
+                        "{field}: the VS Code input `{}` becomes the host variable {name}, its default kept",
+                        t(id)
+                    ));
+                    out.push_str(&format!("${{{name}:-{default}}}"));
+                }
+                None => {
+                    notes.push(format!(
+                        "{field}: the VS Code input `{}` becomes the host variable {name}",
+                        t(id)
+                    ));
+                    out.push_str(&format!("${{{name}}}"));
+                }
+            }
+        } else if let Some(name) = inner.strip_prefix("env:").filter(|n| is_env_name(n)) {
             out.push_str(&format!("${{{name}}}"));
-        } else if let Some(name) = inner.strip_prefix("env:") {
-            out.push_str(&format!("${{{name}}}"));
+        } else if is_env_name(inner) && !VSCODE_VARIABLES.contains(&inner) || defaulted {
+            out.push_str(&format!("${{{inner}}}"));
         } else if inner == "workspaceFolder" && field == "args" {
             // A stdio server starts in the workspace (its default `cwd`).
             notes.push(
                 "args: `${workspaceFolder}` became `.` (servers start in the workspace)".into(),
             );
             out.push('.');
-        } else if inner.contains(':') || inner == "workspaceFolder" || inner == "userHome" {
-            let fate = if field == "args" {
-                "passed to the server as written (arguments are not interpolated)"
-            } else {
-                "the value becomes a host variable named after its key"
-            };
+        } else if inner == "userHome" {
+            out.push_str("${HOME}");
+        } else {
+            let name = variable_name(&["vscode", inner]);
             notes.push(format!(
-                "{field}: `${{{}}}` has no counterpart here; {fate}",
+                "{field}: `${{{}}}` has no counterpart here; it became the host variable {name}: set it before connecting",
                 t(inner)
             ));
-            out.push_str(&format!("${{{inner}}}"));
-        } else {
-            out.push_str(&format!("${{{inner}}}"));
+            out.push_str(&format!("${{{name}}}"));
         }
         rest = &after[end + 1..];
     }
     out.push_str(rest);
     out
+}
+
+/// VS Code's predefined variables that look like host variable names.
+const VSCODE_VARIABLES: &[&str] = &[
+    "workspaceFolder",
+    "workspaceFolderBasename",
+    "workspaceRoot",
+    "userHome",
+    "file",
+    "fileBasename",
+    "fileDirname",
+    "relativeFile",
+    "cwd",
+    "execPath",
+    "pathSeparator",
+    "lineNumber",
+    "selectedText",
+    "defaultBuildTask",
+];
+
+/// A declared `cwd` from another host, as the runtime takes it (relative to the
+/// workspace), or `None` (the workspace root, or not importable: noted).
+fn cwd_of(value: &str, notes: &mut Vec<String>) -> Option<String> {
+    let value = value.trim();
+    let relative = match value.strip_prefix("${workspaceFolder}") {
+        Some(rest) => rest.trim_start_matches(['/', '\\']),
+        None => value,
+    };
+    if relative.is_empty() || relative == "." {
+        return None;
+    }
+    if std::path::Path::new(relative).is_absolute()
+        || relative.starts_with('~')
+        || relative.contains("${")
+    {
+        notes.push(
+            "`cwd` is absolute or a variable, and is not imported: a server's cwd here is a directory inside the workspace; write `cwd:` relative to it (see the README's Quick start)".into(),
+        );
+        return None;
+    }
+    Some(relative.to_string())
+}
+
+/// The fields `mcp add` does not write: `cwd`, and `enabled: false`.
+fn extra_fields(cwd: Option<String>, disabled: bool) -> String {
+    let mut extra = String::new();
+    if disabled {
+        extra.push_str("enabled: false\n");
+    }
+    if let Some(cwd) = cwd {
+        extra.push_str(&format!(
+            "cwd: {}\n",
+            serde_json::to_string(&cwd).unwrap_or_default()
+        ));
+    }
+    extra
 }
 
 /// `command` then `args`, as one list.
@@ -141,7 +245,7 @@ fn strings(v: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn pairs(v: Option<&Value>, notes: &mut Vec<String>, what: &str) -> Vec<String> {
+fn pairs(v: Option<&Value>, inputs: &Inputs, notes: &mut Vec<String>, what: &str) -> Vec<String> {
     v.and_then(Value::as_object)
         .map(|m| {
             m.iter()
@@ -149,7 +253,7 @@ fn pairs(v: Option<&Value>, notes: &mut Vec<String>, what: &str) -> Vec<String> 
                     let field = format!("{what}.{}", t(k));
                     format!(
                         "{k}={}",
-                        references(v.as_str().unwrap_or_default(), notes, &field)
+                        references(v.as_str().unwrap_or_default(), inputs, notes, &field)
                     )
                 })
                 .collect()
@@ -158,7 +262,7 @@ fn pairs(v: Option<&Value>, notes: &mut Vec<String>, what: &str) -> Vec<String> 
 }
 
 /// A Claude (`mcpServers`) or VS Code (`servers`) entry.
-fn json_server(name: &str, server: &Value) -> Found {
+fn json_server(name: &str, server: &Value, inputs: &Inputs) -> Found {
     let mut notes = Vec::new();
     let kind = server.get("type").and_then(Value::as_str).unwrap_or("");
     let url = server
@@ -174,17 +278,24 @@ fn json_server(name: &str, server: &Value) -> Found {
     }
     let command: Vec<String> = command_of(server)
         .iter()
-        .map(|a| references(a, &mut notes, "args"))
+        .map(|a| references(a, inputs, &mut notes, "args"))
         .collect();
-    let env = pairs(server.get("env"), &mut notes, "env");
-    let headers = pairs(server.get("headers"), &mut notes, "headers");
-    for unsupported in ["envFile", "cwd", "disabled", "alwaysAllow", "autoApprove"] {
-        if server.get(unsupported).is_some() {
-            notes.push(format!(
-                "`{unsupported}` is not imported; see the README for its counterpart"
-            ));
+    let env = pairs(server.get("env"), inputs, &mut notes, "env");
+    let headers = pairs(server.get("headers"), inputs, &mut notes, "headers");
+    if server.get("envFile").is_some() {
+        notes.push("`envFile` is not imported: the runtime reads no env file; set its variables in the host environment and name each under `env` (`KEY: \"${KEY}\"`)".into());
+    }
+    for key in ["alwaysAllow", "autoApprove"] {
+        if server.get(key).is_some() {
+            notes.push(format!("`{key}` is not imported: here a person approves calls; answer `a` (always) at a call's prompt, and `demiurge approvals list` shows what was remembered"));
         }
     }
+    let cwd = server
+        .get("cwd")
+        .and_then(Value::as_str)
+        .and_then(|c| cwd_of(c, &mut notes))
+        .filter(|_| url.is_none());
+    let disabled = server.get("disabled").and_then(Value::as_bool) == Some(true);
     let addition = Addition {
         name,
         url: url.as_deref(),
@@ -194,7 +305,10 @@ fn json_server(name: &str, server: &Value) -> Found {
     };
     Found {
         name: id_of(name),
-        declared: declaration(&addition),
+        declared: declaration(&addition).map(|mut d| {
+            d.yaml.push_str(&extra_fields(cwd, disabled));
+            d
+        }),
         notes,
     }
 }
@@ -207,8 +321,25 @@ fn codex(name: &str, server: &Value) -> Found {
         .and_then(Value::as_str)
         .map(str::to_string);
     let command = command_of(server);
-    let env = pairs(server.get("env"), &mut notes, "env");
-    let mut headers = pairs(server.get("http_headers"), &mut notes, "http_headers");
+    let inputs = Inputs::new();
+    let mut env = pairs(server.get("env"), &inputs, &mut notes, "env");
+    // `env_vars = ["NAME"]` passes NAME through from the host.
+    for name in strings(server.get("env_vars")) {
+        if is_env_name(&name) {
+            env.push(format!("{name}=${{{name}}}"));
+        } else {
+            notes.push(format!(
+                "env_vars: `{}` is not a variable name and is not imported",
+                t(&name)
+            ));
+        }
+    }
+    let mut headers = pairs(
+        server.get("http_headers"),
+        &inputs,
+        &mut notes,
+        "http_headers",
+    );
     if let Some(m) = server.get("env_http_headers").and_then(Value::as_object) {
         headers.extend(
             m.iter()
@@ -225,11 +356,14 @@ fn codex(name: &str, server: &Value) -> Found {
         headers: &headers,
         command: if url.is_some() { &[] } else { &command },
     };
+    let cwd = server
+        .get("cwd")
+        .and_then(Value::as_str)
+        .and_then(|c| cwd_of(c, &mut notes))
+        .filter(|_| url.is_none());
+    let disabled = server.get("enabled").and_then(Value::as_bool) == Some(false);
     let declared = declaration(&addition).map(|mut d| {
-        let mut extra = String::new();
-        if server.get("enabled").and_then(Value::as_bool) == Some(false) {
-            extra.push_str("enabled: false\n");
-        }
+        let mut extra = extra_fields(cwd, disabled);
         for (from, to) in [
             ("startup_timeout_sec", "connect_timeout_seconds"),
             ("tool_timeout_sec", "timeout_seconds"),
@@ -260,6 +394,8 @@ fn codex(name: &str, server: &Value) -> Found {
         "command",
         "args",
         "env",
+        "env_vars",
+        "cwd",
         "url",
         "http_headers",
         "env_http_headers",
@@ -334,7 +470,7 @@ pub(crate) fn run(cli: &Cli, file: &Path) -> u8 {
         return 1;
     }
     let mut code = 0;
-    let mut variables = Vec::new();
+    let mut advice = Vec::new();
     for f in found {
         let Ok(declared) = f.declared else {
             code = 1;
@@ -343,7 +479,7 @@ pub(crate) fn run(cli: &Cli, file: &Path) -> u8 {
         match write_declaration(cli, &f.name, &declared.yaml) {
             Ok(path) => {
                 println!("wrote {}", t(&path.display().to_string()));
-                variables.extend(declared.variables);
+                advice.extend(declared.advice());
             }
             Err(Refused::Usage(e)) => {
                 eprintln!("{}: not written: {e}", t(&f.name));
@@ -355,13 +491,11 @@ pub(crate) fn run(cli: &Cli, file: &Path) -> u8 {
             }
         }
     }
-    variables.sort();
-    variables.dedup();
-    for v in variables {
-        println!(
-            "set {} in the host environment (the core only names it)",
-            t(&v)
-        );
+    let mut advice: Vec<String> = advice.into_iter().collect();
+    advice.sort();
+    advice.dedup();
+    for line in advice {
+        println!("{line}");
     }
     code
 }

@@ -1,8 +1,9 @@
 //! `demiurge mcp add|list|get|remove|enable|disable`: manage declarations the way other
 //! hosts' `mcp` commands do, without hand-editing YAML. A core is usually committed,
-//! so `add` never writes a literal env or header value: each becomes a `${NAME}`
-//! reference and the command says which host variables to set. Edits of existing
-//! files are line edits: the user's comments and order stay.
+//! so `add` never writes a secret: an env or header value is kept as written only when
+//! its name is not sensitive and the value has no secret shape ([`keeps_literal`]);
+//! any other becomes a `${NAME}` reference and the command says which host variables
+//! to set. Edits of existing files are line edits: the user's comments and order stay.
 
 use std::path::PathBuf;
 
@@ -23,7 +24,61 @@ pub(crate) struct Addition<'a> {
 /// A declaration to write, and the host variables it references.
 pub(crate) struct Declared {
     pub yaml: String,
+    /// Variables the host must set (a literal became a reference to them).
     pub variables: Vec<String>,
+    /// Env and header names whose values were kept as written.
+    pub kept: Vec<String>,
+}
+
+impl Declared {
+    /// The lines `add` and `import` print after writing: what was kept, what to set.
+    pub(crate) fn advice(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .kept
+            .iter()
+            .map(|name| {
+                format!(
+                    "kept the value of {} as written (not a sensitive name, no secret shape)",
+                    t(name)
+                )
+            })
+            .collect();
+        lines.extend(self.variables.iter().map(|v| {
+            format!(
+                "set {} in the host environment (the core only names it)",
+                t(v)
+            )
+        }));
+        lines
+    }
+}
+
+/// Whether a literal env or header value may be committed with the core as written:
+/// its name is not sensitive (`REGION`, not `API_KEY` or `Authorization`), the value
+/// has no secret shape (`token=`, `Bearer`, URL credentials), does not look like a
+/// generated credential (a long run of mixed letters and digits), fits on one line and
+/// holds only references interpolation knows.
+pub(crate) fn keeps_literal(name: &str, value: &str) -> bool {
+    !demiurge_mcp::redact::is_sensitive_field(name)
+        && !holds_secret_shape(value)
+        && !looks_generated(value)
+        && !value.contains(['\n', '\r'])
+        && value.chars().count() <= 256
+        && core::check_references(value).is_ok()
+}
+
+/// A token-like run: 16 or more characters of letters, digits and `_-+/=`, with both
+/// letters and digits, not a path. Such a value under a harmless name
+/// (`BRAVE=BSAk3...`, `KEY=sk-live-...`) is more likely a key than a setting.
+fn looks_generated(value: &str) -> bool {
+    value
+        .split(|c: char| !(c.is_ascii_alphanumeric() || "_-+/=".contains(c)))
+        .any(|run| {
+            run.len() >= 16
+                && !run.starts_with('/')
+                && run.chars().any(|c| c.is_ascii_digit())
+                && run.chars().any(|c| c.is_ascii_alphabetic())
+        })
 }
 
 fn yaml_string(s: &str) -> String {
@@ -51,6 +106,13 @@ fn is_reference(value: &str) -> bool {
         .strip_prefix("${")
         .and_then(|v| v.strip_suffix('}'))
         .is_some_and(is_env_name)
+}
+
+/// `NAME` when `value` is exactly `${NAME:-default}`.
+fn defaulted_reference(value: &str) -> Option<&str> {
+    let inner = value.strip_prefix("${")?.strip_suffix('}')?;
+    let (name, _) = inner.split_once(":-")?;
+    is_env_name(name).then_some(name)
 }
 
 /// Whether `arg` holds a secret shape anywhere (also inside a shell script: `sh -c
@@ -87,6 +149,7 @@ fn holds_secret_shape(arg: &str) -> bool {
 /// The YAML of an `mcp add`, every literal value turned into a reference.
 pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
     let mut variables = Vec::new();
+    let mut kept = Vec::new();
     let mut yaml = String::new();
     match (add.url, add.command.split_first()) {
         (Some(url), None) => {
@@ -147,10 +210,15 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
             }
             let value = if is_reference(&value) {
                 value
+            } else if keeps_literal(&key, &value) {
+                kept.push(key.clone());
+                value
             } else {
-                // The value stays in the host: the core only names it.
-                variables.push(key.clone());
-                format!("${{{key}}}")
+                // The value stays in the host: the core only names it (a default that
+                // may not be committed is dropped, its variable kept).
+                let name = defaulted_reference(&value).unwrap_or(&key).to_string();
+                variables.push(name.clone());
+                format!("${{{name}}}")
             };
             // An env name is letters, digits and `_`: plain YAML.
             yaml.push_str(&format!("  {key}: {}\n", yaml_string(&value)));
@@ -171,6 +239,9 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
             });
             let value = if is_reference(&value) || scheme_and_reference {
                 value
+            } else if keeps_literal(&key, &value) {
+                kept.push(key.clone());
+                value
             } else {
                 let name = variable_name(&[add.name, &key]);
                 variables.push(name.clone());
@@ -189,7 +260,11 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
             ));
         }
     }
-    Ok(Declared { yaml, variables })
+    Ok(Declared {
+        yaml,
+        variables,
+        kept,
+    })
 }
 
 /// `agent.yaml` with grants for `server` added under `capabilities.defaults`, by line
@@ -375,11 +450,8 @@ pub(crate) fn add(cli: &Cli, addition: &Addition<'_>) -> u8 {
     match write_declaration(cli, addition.name, &declared.yaml) {
         Ok(path) => {
             println!("added {} and its grants", t(&path.display().to_string()));
-            for variable in &declared.variables {
-                println!(
-                    "set {} in the host environment (the core only names it)",
-                    t(variable)
-                );
+            for line in declared.advice() {
+                println!("{line}");
             }
             0
         }

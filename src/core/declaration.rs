@@ -620,6 +620,14 @@ impl Declaration {
                         ));
                     }
                 }
+                for (index, arg) in args.iter().flatten().enumerate() {
+                    if crate::process::check_references(arg).is_err() {
+                        errors.push(err(
+                            &format!("args[{index}]"),
+                            crate::process::UnsupportedReference.to_string(),
+                        ));
+                    }
+                }
                 for name in env.keys() {
                     if let Some(problem) = env_name_problem(name) {
                         let field = format!("env.{}", crate::text::plain_name(name, "<name>"));
@@ -830,6 +838,44 @@ impl Declaration {
 
     /// What an approval of this server is bound to: its fingerprint, where it was
     /// declared (the absolute file, or the host's provenance for an in-memory one), the
+    /// The host variables this declaration needs (`${NAME}` without a default in its
+    /// env, args, headers and OAuth section), each with the field that names it, in
+    /// declaration order.
+    pub fn required_variables(&self) -> Vec<(String, String)> {
+        let mut fields: Vec<(String, &str)> = Vec::new();
+        match &self.endpoint {
+            Endpoint::Stdio { args, env, .. } => {
+                fields.extend(
+                    args.iter()
+                        .enumerate()
+                        .map(|(i, a)| (format!("args[{i}]"), a.as_str())),
+                );
+                fields.extend(env.iter().map(|(k, v)| (format!("env.{k}"), v.as_str())));
+            }
+            Endpoint::StreamableHttp { headers, oauth, .. } => {
+                fields.extend(
+                    headers
+                        .iter()
+                        .map(|(k, v)| (format!("headers.{k}"), v.as_str())),
+                );
+                fields.extend(
+                    oauth
+                        .iter()
+                        .flat_map(|o| o.references())
+                        .map(|(field, v)| (field.to_string(), v)),
+                );
+            }
+        }
+        fields
+            .into_iter()
+            .flat_map(|(field, value)| {
+                crate::process::required_names(value)
+                    .into_iter()
+                    .map(move |name| (field.clone(), name.to_string()))
+            })
+            .collect()
+    }
+
     /// workspace it works in and its resolved `cwd` (a connect's), so an answer given
     /// for one core or one workspace never covers a copy of the declaration elsewhere.
     pub fn approval_identity(&self, workspace: &Path, cwd: Option<&Path>) -> Fingerprint {

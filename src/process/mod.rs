@@ -150,6 +150,22 @@ pub fn interpolate_all(
         .collect()
 }
 
+/// The names `value` references without a default: what the host must have for it to
+/// interpolate.
+pub fn required_names(value: &str) -> Vec<&str> {
+    pieces(value)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|piece| match piece {
+            Piece::Var {
+                name,
+                default: None,
+            } => Some(name),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The `${NAME}` references of `value`, with their host values: secrets in their own
 /// right (`Bearer ${TOKEN}` makes the token secret, not only the whole header). A
 /// default is written in the core, so it is no secret of the host's.
