@@ -205,9 +205,17 @@ impl Pipeline {
                 })
             }
             Err(e) => {
-                let message = match &e.logged {
-                    Some(log) => format!("{}; its stderr is in {}", e.message, log.display()),
-                    None => e.message,
+                let message = match (&e.logged, e.stderr_tail.is_empty()) {
+                    (Some(log), true) => {
+                        format!("{}; its stderr is in {}", e.message, log.display())
+                    }
+                    (Some(log), false) => format!(
+                        "{}; its stderr ends: {} (all of it is in {})",
+                        e.message,
+                        e.stderr_tail.join(" | "),
+                        log.display()
+                    ),
+                    (None, _) => e.message,
                 };
                 Err(Outcome::Failed {
                     declaration: Arc::clone(declaration),

@@ -63,6 +63,17 @@ pub enum CallError {
     /// No tool of that name in this turn's catalog.
     #[error("unknown tool `{0}`; list the tools of this turn to see what is available")]
     UnknownTool(String),
+    /// No tool of that name in this turn, and the server that could own it did not
+    /// connect (failed, skipped or denied): the reason is that server's.
+    #[error("`{tool}` is not available: server `{server}` did not connect this turn ({reason})")]
+    ServerUnavailable {
+        /// The exposed tool name.
+        tool: String,
+        /// The server that could own it.
+        server: String,
+        /// Its diagnostic or denial, redacted.
+        reason: String,
+    },
     /// The session does not hold the server's call capability.
     #[error(
         "call denied: missing capability {capability}; grant it under capabilities.defaults in agent.yaml"
@@ -471,6 +482,33 @@ impl TurnCatalog {
         &self.denied
     }
 
+    /// Why a name is missing from this turn when a server that could own it (by its
+    /// prefix) did not connect: that server and its diagnostic or denial. `None` when
+    /// the name is in the catalog, or every possible owner connected (a plain unknown
+    /// name).
+    pub fn unavailable(&self, name: &str) -> Option<(String, String)> {
+        if self.get(name).is_some() {
+            return None;
+        }
+        let connected = |server: &str| {
+            self.offers
+                .iter()
+                .any(|o| o.binding.declaration.server_id == server)
+        };
+        let failed = self
+            .diagnostics
+            .iter()
+            .map(|d| (&d.server, &d.message))
+            .chain(self.denied.iter().map(|d| (&d.server, &d.reason)))
+            .filter(|(server, _)| !connected(server));
+        let owners =
+            crate::naming::same_prefix(failed.clone().map(|(server, _)| server.as_str()), name);
+        failed
+            .filter(|(server, _)| owners.contains(server))
+            .map(|(server, reason)| (server.clone(), reason.clone()))
+            .next()
+    }
+
     /// Calls the tool `name` of this turn with `arguments` (a JSON object or null).
     ///
     /// # Errors
@@ -491,9 +529,16 @@ impl TurnCatalog {
         arguments: Value,
         on_progress: Option<ProgressSink>,
     ) -> Result<ToolResult, CallError> {
-        let entry = self
-            .get(name)
-            .ok_or_else(|| CallError::UnknownTool(name.to_string()))?;
+        let Some(entry) = self.get(name) else {
+            return Err(match self.unavailable(name) {
+                Some((server, reason)) => CallError::ServerUnavailable {
+                    tool: name.to_string(),
+                    server,
+                    reason,
+                },
+                None => CallError::UnknownTool(name.to_string()),
+            });
+        };
         self.call_entry_with(entry, arguments, on_progress).await
     }
 

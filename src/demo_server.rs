@@ -112,6 +112,9 @@ pub enum Fault {
     /// property nested 300 levels deep) and `ask_plain`; each answers with the
     /// client's reply to its elicitation, as JSON text.
     OddElicitations,
+    /// Refuse a legacy `initialize` with `-32022` and `2026-07-28` as the only
+    /// supported version, as a modern-only server does, and stay up.
+    ModernOnly,
 }
 
 impl Fault {
@@ -152,6 +155,7 @@ impl Fault {
             "flood-long-ids" => Fault::FloodLongIds,
             "ignore-eof" => Fault::IgnoreEof,
             "odd-elicitations" => Fault::OddElicitations,
+            "modern-only" => Fault::ModernOnly,
             other => {
                 return Err(format!(
                     "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations"
@@ -530,6 +534,13 @@ impl ServerHandler for DemoServer {
         if self.options.fault == Some(Fault::HangInitialize) {
             std::future::pending::<()>().await;
         }
+        if self.options.fault == Some(Fault::ModernOnly) {
+            // What a 2026-07-28-only server answers a legacy `initialize`.
+            return Err(ErrorData::unsupported_protocol_version(
+                request.protocol_version,
+                &[rmcp::model::ProtocolVersion::V_2026_07_28],
+            ));
+        }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
     }
@@ -879,9 +890,21 @@ pub async fn serve_stdio(mut options: DemoOptions) -> Result<(), Error> {
         return Ok(());
     }
     let ignore_eof = options.fault == Some(Fault::IgnoreEof);
-    let service = DemoServer::new(options)
+    let modern_only = options.fault == Some(Fault::ModernOnly);
+    let service = match DemoServer::new(options)
         .serve(rmcp::transport::stdio())
-        .await?;
+        .await
+    {
+        Ok(service) => service,
+        Err(e) if modern_only => {
+            // Like a modern-only SDK server: it says why on stderr and stays up,
+            // waiting for a client that speaks its version.
+            eprintln!("legacy initialize refused: {e}");
+            std::future::pending::<()>().await;
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     service.waiting().await?;
     if ignore_eof {
         // stdin is closed; a well-behaved server would exit now.

@@ -649,3 +649,31 @@ fn commands_start_only_the_servers_they_need() {
     assert!(out.status.success());
     assert_eq!(common::count(&marker), 1);
 }
+
+#[test]
+fn a_call_to_a_server_that_did_not_connect_says_so() {
+    let core = Core::new()
+        .grant_servers(&["modern"])
+        .server("modern", &common::demo_fault("modern-only", ""));
+    let home = tempfile::tempdir().unwrap();
+    for args in [
+        &[
+            "--yes",
+            "call",
+            "modern__echo",
+            "--args",
+            r#"{"message": "x"}"#,
+        ][..],
+        &["--yes", "prompt", "modern__greet"][..],
+    ] {
+        let out = run(&core, home.path(), args);
+        assert_eq!(out.status.code(), Some(1));
+        let said = text(&out.stderr);
+        assert!(
+            said.contains("server requires MCP 2026-07-28")
+                && said.contains("is not available: server `modern` did not connect this turn")
+                && !said.contains("unknown"),
+            "{said}"
+        );
+    }
+}

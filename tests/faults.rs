@@ -438,3 +438,100 @@ async fn pid_of_the_healthy_peer_is_stable_across_a_faulty_neighbour() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_modern_only_server_is_named_as_such_and_its_tools_say_why() {
+    scenario("modern-only", "", |h, catalog, _| async move {
+        let d = catalog
+            .diagnostics()
+            .iter()
+            .find(|d| d.server == "bad")
+            .expect("a diagnostic for the modern-only server");
+        assert!(
+            d.message.starts_with(
+                "the server requires MCP 2026-07-28, which this runtime does not speak yet"
+            ),
+            "{}",
+            d.message
+        );
+        // It stayed up and the runtime ended it: no exit status blames the server,
+        // and no JSON-RPC error is dumped as the reason.
+        let reason = d.message.split("; its stderr").next().unwrap();
+        for wrong in ["signal", "SIGKILL", "exited", "JSON-RPC", "{"] {
+            assert!(!reason.contains(wrong), "{wrong}: {}", d.message);
+        }
+        for result in [
+            catalog.call("bad__echo", json!({})).await.map(|_| ()),
+            catalog
+                .get_prompt("bad__greet", json!({}))
+                .await
+                .map(|_| ()),
+        ] {
+            match result {
+                Err(demiurge_mcp::CallError::ServerUnavailable { server, reason, .. }) => {
+                    assert_eq!(server, "bad");
+                    assert!(reason.contains("requires MCP 2026-07-28"), "{reason}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A name of a server that did connect is still a plain unknown tool.
+        assert!(matches!(
+            catalog.call("ok__nope", json!({})).await,
+            Err(demiurge_mcp::CallError::UnknownTool(_))
+        ));
+        h
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_start_shows_the_last_stderr_lines_redacted_and_escaped() {
+    let _one_at_a_time = SERIAL.lock().await;
+    let secret = "stderr-secret-9f8e7d";
+    let script = "printf 'Traceback (most recent call last):\\n  File \"x.py\"\\n' >&2; \
+         printf 'fatal: . is not a valid Git repository\\n' >&2; \
+         printf 'using token=%s\\n\\033[2Jforged\\n' \"$TOKEN\" >&2; exit 3";
+    let core = Core::new().grant_servers(&["git"]).server(
+        "git",
+        &common::shell(script, &format!("env:\n  TOKEN: \"{secret}\"\n")),
+    );
+    let h = harness(Recorder::allow()).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let message = &catalog.diagnostics()[0].message;
+    assert!(
+        message.contains("(the server exited: exit status: 3)"),
+        "{message}"
+    );
+    let tail = message.split("its stderr ends: ").nth(1).expect(message);
+    assert!(
+        tail.starts_with("fatal: . is not a valid Git repository | using token=<redacted"),
+        "{tail}"
+    );
+    assert!(
+        !message.contains(secret) && !message.contains('\u{1b}'),
+        "{message}"
+    );
+    assert!(
+        tail.contains("\\u{1b}[2Jforged"),
+        "escaped, not drawn: {tail}"
+    );
+    assert!(
+        !tail.contains("Traceback"),
+        "only the last three lines: {tail}"
+    );
+    // The log's entry is headed by a UTC time a person reads.
+    let log = std::fs::read_to_string(h.home.path().join("logs/mcp-stderr.log")).unwrap();
+    let header = log.lines().next().unwrap();
+    let stamp = header
+        .rsplit(" at ")
+        .next()
+        .unwrap()
+        .trim_end_matches(" ---");
+    assert!(
+        stamp.len() == 24 && stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+        "{header}"
+    );
+    h.finish().await;
+}

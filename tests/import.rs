@@ -89,7 +89,8 @@ fn claude_code_servers_are_imported_with_secrets_as_references() {
         assert!(fs.contains(line), "{line}: {fs}");
     }
     assert!(
-        stdout.contains("kept the value of REGION as written") && !stdout.contains("no counterpart"),
+        stdout.contains("kept the value of REGION as written")
+            && !stdout.contains("no counterpart"),
         "{stdout}"
     );
     let issues = read(&core, "issues");
@@ -147,7 +148,9 @@ fn claude_desktop_vscode_and_codex_files_are_read_too() {
     );
     let ws = read(&core, "ws");
     assert!(
-        ws.contains("\"./server.js\"") && ws.contains("cwd: \"tools\"") && ws.contains("enabled: false"),
+        ws.contains("\"./server.js\"")
+            && ws.contains("cwd: \"tools\"")
+            && ws.contains("enabled: false"),
         "{ws}"
     );
     // An input's default is kept unless the input is a password; arguments carry
@@ -169,8 +172,12 @@ fn claude_desktop_vscode_and_codex_files_are_read_too() {
         assert!(stdout.contains(note), "{note}: {stdout}");
     }
     assert!(!stdout.contains("see the README for"), "{stdout}");
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    assert!(readme.contains("## Quick start") && readme.contains("\ncwd: "), "the cwd note points at the Quick start");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    assert!(
+        readme.contains("## Quick start") && readme.contains("\ncwd: "),
+        "the cwd note points at the Quick start"
+    );
     assert!(out.status.success(), "{stdout}");
 
     let out = import(&core, &fixture("codex.config.toml"), true);

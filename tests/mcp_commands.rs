@@ -511,5 +511,8 @@ fn harmless_literals_are_kept_and_check_names_unset_variables() {
     }
     assert!(!warned.contains("REGION"), "{warned}");
     let warned = check(&[("API_KEY", "x-value"), ("ACCOUNT", "y"), ("DSN", "z")]);
-    assert!(!warned.contains("not set") && !warned.contains("x-value"), "{warned}");
+    assert!(
+        !warned.contains("not set") && !warned.contains("x-value"),
+        "{warned}"
+    );
 }

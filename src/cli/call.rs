@@ -51,6 +51,15 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
             session.prepare_turn_for(&owners).await?
         };
         super::tools::print_problems(&catalog, true);
+        if let Some((server, _)) = catalog.unavailable(tool) {
+            // Its diagnostic or denial was printed just above.
+            eprintln!(
+                "error: `{}` is not available: server `{}` did not connect this turn (the reason is above)",
+                t(tool),
+                t(&server)
+            );
+            return Ok(Err(None));
+        }
         if catalog.get(tool).is_none() {
             let names = catalog.tools().iter().map(|e| e.name.as_str());
             let hint = demiurge_mcp::text::closest(tool, names)

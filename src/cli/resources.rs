@@ -203,6 +203,15 @@ pub(crate) async fn prompt(cli: &Cli, name: &str, args: &str, as_json: bool) -> 
                 eprintln!("error: unknown prompt `{}`{hint}", t(name));
                 1
             }
+            Err(demiurge_mcp::CallError::ServerUnavailable { tool, server, .. }) => {
+                // Its diagnostic or denial was printed with the turn's problems.
+                eprintln!(
+                    "error: `{}` is not available: server `{}` did not connect this turn (the reason is above)",
+                    t(&tool),
+                    t(&server)
+                );
+                1
+            }
             Err(refused) => {
                 eprintln!("error: {}", t(&refused.to_string()));
                 1

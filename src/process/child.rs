@@ -44,10 +44,10 @@ impl StderrLog {
 /// What closing a server observed.
 #[derive(Debug, Clone, Default)]
 pub struct CloseReport {
-    /// Exit status, when it could be observed.
-    pub exit: Option<String>,
     /// The log file, when this close appended an entry to it.
     pub logged: Option<PathBuf>,
+    /// The last lines of that entry (redacted, escaped, cut), for a diagnostic.
+    pub tail: Vec<String>,
 }
 
 /// A running server and its process group.
@@ -141,6 +141,12 @@ impl ChildProcess {
         let _ = killpg(Pid::from_raw(self.pid as i32), signal);
     }
 
+    /// Waits up to `wait` for the process to exit on its own; its status if it did.
+    pub(crate) async fn exit_within(&mut self, wait: Duration) -> Option<String> {
+        self.wait_exit(wait).await;
+        self.exited()
+    }
+
     async fn wait_exit(&mut self, wait: Duration) -> bool {
         let mut rx = self.exit.clone();
         tokio::time::timeout(wait, rx.wait_for(Option::is_some))
@@ -174,18 +180,20 @@ impl ChildProcess {
         self.registry.end(self.pid);
         self.wait_exit(grace).await;
         self.closed = true;
-        let exit = self.exited();
-        let mut logged = None;
+        let (mut logged, mut tail) = (None, Vec::new());
         if let Some(capture) = self.stderr.take() {
             let captured = capture.finish(grace).await;
             let l = &self.log;
             match append_stderr_log(&l.home, &l.server, &l.session, &captured, &l.redactor) {
-                Ok(true) => logged = Some(l.path()),
-                Ok(false) => {}
+                Ok(Some(last)) => {
+                    logged = Some(l.path());
+                    tail = last;
+                }
+                Ok(None) => {}
                 Err(e) => tracing::warn!("cannot write the MCP stderr log: {e}"),
             }
         }
-        CloseReport { exit, logged }
+        CloseReport { logged, tail }
     }
 }
 

@@ -110,9 +110,29 @@ impl StderrCapture {
     }
 }
 
+/// How many of the last stderr lines a connect diagnostic shows, and how long each is.
+pub const STDERR_TAIL_LINES: usize = 3;
+/// See [`STDERR_TAIL_LINES`].
+pub const STDERR_TAIL_CHARS: usize = 200;
+
+/// The last non-blank lines of an already redacted text, each escaped (no control
+/// character can forge a terminal line) and cut.
+fn tail_of(redacted: &str) -> Vec<String> {
+    let mut lines: Vec<String> = redacted
+        .lines()
+        .rev()
+        .filter(|l| !l.trim().is_empty())
+        .take(STDERR_TAIL_LINES)
+        .map(|l| crate::result::cap_chars(&crate::text::escape(l.trim()), STDERR_TAIL_CHARS))
+        .collect();
+    lines.reverse();
+    lines
+}
+
 /// Appends one connection's stderr to `<home>/logs/mcp-stderr.log` (dir 0700, file
 /// 0600, symlinks refused), redacted in the durable view. Nothing is written for an
-/// empty capture; `true` when an entry was written.
+/// empty capture (`None`); after an entry, the last lines of what it holds
+/// ([`STDERR_TAIL_LINES`]), for a diagnostic. Each entry is headed by a UTC time.
 ///
 /// # Errors
 /// IO errors opening or writing the log.
@@ -122,9 +142,9 @@ pub fn append_stderr_log(
     session: &str,
     captured: &CapturedStderr,
     redactor: &Redactor,
-) -> std::io::Result<bool> {
+) -> std::io::Result<Option<Vec<String>>> {
     if captured.text.is_empty() && !captured.truncated {
-        return Ok(false);
+        return Ok(None);
     }
     let mut raw = captured.text.as_str();
     if captured.truncated {
@@ -144,7 +164,7 @@ pub fn append_stderr_log(
         "--- mcp server {} (session {}) at {} ---\n",
         redactor.text(server, View::Durable),
         session,
-        crate::clock::now_ms()
+        crate::clock::utc(crate::clock::now_ms())
     );
     entry.push_str(&body);
     if !entry.ends_with('\n') {
@@ -157,7 +177,7 @@ pub fn append_stderr_log(
     }
     let mut file = super::open_private_append(&home.join("logs").join("mcp-stderr.log"))?;
     file.write_all(entry.as_bytes())?;
-    Ok(true)
+    Ok(Some(tail_of(&body)))
 }
 
 #[cfg(test)]

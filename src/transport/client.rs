@@ -575,6 +575,70 @@ where
     }
 }
 
+/// Why `initialize` failed, in words: never a dump of what the server sent. A server
+/// that speaks only a protocol version this runtime does not gets that said plainly.
+fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
+    use rmcp::service::ClientInitializeError as E;
+    /// Versions a server names, kept only when they look like MCP versions.
+    fn versions<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
+        let version = |v: &&str| {
+            v.len() == 10
+                && v.bytes().enumerate().all(|(i, b)| {
+                    if i == 4 || i == 7 {
+                        b == b'-'
+                    } else {
+                        b.is_ascii_digit()
+                    }
+                })
+        };
+        let mut out: Vec<String> = names.filter(version).take(8).map(str::to_string).collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+    let requires = |supported: Vec<String>| {
+        let ours = rmcp::model::ProtocolVersion::V_2025_11_25.to_string();
+        if supported.is_empty() {
+            format!("the server refused MCP {ours} and named no version this runtime speaks")
+        } else {
+            format!(
+                "the server requires MCP {}, which this runtime does not speak yet (it speaks {ours})",
+                supported.join(" or ")
+            )
+        }
+    };
+    match error {
+        E::JsonRpcError(data)
+            if data.code == rmcp::model::ErrorCode::UNSUPPORTED_PROTOCOL_VERSION =>
+        {
+            let named = data
+                .data
+                .as_ref()
+                .and_then(|d| d.get("supported"))
+                .and_then(serde_json::Value::as_array)
+                .map(|list| versions(list.iter().filter_map(serde_json::Value::as_str)))
+                .unwrap_or_default();
+            requires(named)
+        }
+        E::NoCompatibleProtocolVersion {
+            server_supported, ..
+        } => requires(versions(server_supported.iter().map(|v| v.as_str()))),
+        E::JsonRpcError(data) => format!(
+            "the server refused initialize: {} (JSON-RPC error {})",
+            crate::result::cap_chars(&data.message, 300),
+            data.code.0
+        ),
+        E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => {
+            "initialize failed: the server answered something other than an initialize result"
+                .into()
+        }
+        other => format!(
+            "initialize failed: {}",
+            crate::result::cap_chars(&other.to_string(), 300)
+        ),
+    }
+}
+
 async fn start<T>(
     transport: T,
     signals: Arc<ServerSignals>,
@@ -585,7 +649,7 @@ where
     {
         let service = rmcp::ServiceExt::serve(ClientHandler::new(signals), transport)
             .await
-            .map_err(|e| format!("initialize failed: {e}"))?;
+            .map_err(|e| initialize_failure(&e))?;
         let listed = list_tools(service.peer())
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;

@@ -54,6 +54,7 @@ pub(super) async fn connect(
         kind: ConnectErrorKind::Failed,
         message,
         logged: None,
+        stderr_tail: Vec::new(),
     };
     let mut custom = HashMap::new();
     for (name, value) in &launch.headers {
@@ -116,6 +117,7 @@ pub(super) async fn connect(
             kind: ConnectErrorKind::Authorization,
             message: e.0,
             logged: None,
+            stderr_tail: Vec::new(),
         })?;
     attempt(Some(manager)).await
 }
@@ -143,6 +145,7 @@ where
             kind: ConnectErrorKind::Failed,
             message,
             logged: None,
+            stderr_tail: Vec::new(),
         }),
         Err(StartError::TimedOut) => Err(ConnectError {
             kind: ConnectErrorKind::TimedOut,
@@ -151,6 +154,7 @@ where
                 timeout.as_secs_f64()
             ),
             logged: None,
+            stderr_tail: Vec::new(),
         }),
     }
 }

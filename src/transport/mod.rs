@@ -71,6 +71,9 @@ pub struct ConnectError {
     pub message: String,
     /// The stderr log, when the failed server's stderr was appended to it.
     pub logged: Option<PathBuf>,
+    /// The last lines of that stderr (redacted, escaped, cut): often the reason
+    /// (`. is not a valid Git repository`, a traceback's last line).
+    pub stderr_tail: Vec<String>,
 }
 
 /// Starts or reaches the server, initializes MCP and lists every page of tools, all

@@ -41,6 +41,9 @@ impl std::fmt::Debug for StdioLaunch {
     }
 }
 
+/// How long a server that failed to start is given to exit on its own.
+const EXIT_WAIT: Duration = Duration::from_millis(250);
+
 /// Starts the server, initializes MCP and lists its tools, all within `timeout`. On
 /// failure the tree is ended and its stderr logged before the error returns.
 pub(super) async fn connect(
@@ -61,6 +64,7 @@ pub(super) async fn connect(
         kind: ConnectErrorKind::Spawn,
         message: format!("cannot start `{}`: {e}", launch.command),
         logged: None,
+        stderr_tail: Vec::new(),
     })?;
     let (cause, traffic) = (EndCause::default(), Arc::new(Traffic::default()));
     let framing = StdioTransport::new(stdout, stdin, Arc::clone(&traffic), Arc::clone(&cause));
@@ -86,14 +90,21 @@ pub(super) async fn connect(
             ),
         ),
     };
-    let exited = process.exited();
+    let mut process = process;
+    // A server that failed on its own is usually exiting: a moment for its status,
+    // which says more than "connection closed". One that stays up is ended by the
+    // runtime, and its status (SIGKILL) would blame the server for what the runtime did.
+    let exited = match kind {
+        ConnectErrorKind::Failed => process.exit_within(EXIT_WAIT.min(grace)).await,
+        _ => process.exited(),
+    };
     let report = process.kill(grace).await;
     // The exit status says more than "connection closed", unless the runtime ended
     // the stream itself (a flood), which says most.
-    let message = match (cause.get(), exited.or(report.exit)) {
+    let message = match (cause.get(), exited) {
         (Some(end), _) if end.on_purpose() => message,
         (_, Some(status)) if kind == ConnectErrorKind::Failed => {
-            format!("{message} (process exited: {status})")
+            format!("{message} (the server exited: {status})")
         }
         _ => message,
     };
@@ -101,5 +112,6 @@ pub(super) async fn connect(
         kind,
         message,
         logged: report.logged,
+        stderr_tail: report.tail,
     })
 }
