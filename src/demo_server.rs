@@ -158,7 +158,7 @@ impl Fault {
             "modern-only" => Fault::ModernOnly,
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations, modern-only"
                 ));
             }
         })

@@ -165,3 +165,76 @@ async fn a_signal_ends_a_shell_waiting_on_its_terminal() {
         shell.nothing_left().await;
     }
 }
+
+/// An elicitation on the terminal asks each field, insists on a required one, checks
+/// types and choices, confirms, and the server receives exactly what was typed.
+#[tokio::test]
+async fn an_elicitation_is_filled_in_field_by_field_on_the_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.json");
+    let asked = serde_json::json!([{
+        "name": "signup",
+        "description": "asks who you are",
+        "elicit": {
+            "message": "Who are you?",
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "title": "Your name", "minLength": 2},
+                    "age": {"type": "integer", "minimum": 0},
+                    "color": {"type": "string", "enum": ["red", "green"]}
+                },
+                "required": ["name", "color"]
+            }
+        }
+    }]);
+    std::fs::write(&tools, asked.to_string()).unwrap();
+    let core = Core::new().grant_servers(&["docs"]).server(
+        "docs",
+        &format!(
+            "command: {}\nargs: [demo-server, --tools-file, {}]\n",
+            serde_json::to_string(exe()).unwrap(),
+            serde_json::to_string(&tools).unwrap()
+        ),
+    );
+    let mut shell = Shell::start(core);
+    shell.wait_for("/quit", 1).await;
+    shell.type_line("/call docs__signup {}").await;
+    shell.wait_for("allow? [o]nce", 1).await;
+    shell.type_line("s").await;
+    shell.wait_for("allow? [o]nce", 2).await;
+    shell.type_line("o").await;
+    shell.wait_for("asks: Who are you?", 1).await;
+    // Required fields first.
+    shell.wait_for("2. green", 1).await;
+    shell.type_line("3").await;
+    shell
+        .wait_for(
+            "give the number or the value of one of the choices; try again",
+            1,
+        )
+        .await;
+    shell.type_line("2").await;
+    shell.wait_for("name (Your name) [required]", 1).await;
+    shell.type_line("").await;
+    shell.wait_for("this field is required; try again", 1).await;
+    shell.type_line("Ada").await;
+    shell.wait_for("a whole number", 1).await;
+    shell.type_line("many").await;
+    shell.wait_for("give a whole number; try again", 1).await;
+    shell.type_line("36").await;
+    shell.wait_for("send? [y]es", 1).await;
+    shell.wait_for("color: green", 1).await;
+    shell.type_line("y").await;
+    shell.wait_for(r#""action":"accept""#, 1).await;
+    let screen = shell.screen.lock().unwrap().clone();
+    assert!(
+        screen.contains(r#""name":"Ada""#) && screen.contains(r#""age":36"#),
+        "{screen}"
+    );
+    // The shell reads its commands again after the form.
+    shell.type_line("/quit").await;
+    let status = shell.exits_within(Duration::from_secs(30)).await;
+    assert!(status.success(), "{status:?}");
+    shell.nothing_left().await;
+}

@@ -91,27 +91,60 @@ impl Terminal {
         prompt: String,
         what: String,
     ) -> BoxFuture<'static, Option<String>> {
-        let lines = self.lines();
+        let held = self.converse(what);
         Box::pin(async move {
-            let mut lines = lines.lock().await;
-            while lines.try_recv().is_ok() {}
-            eprint!("{text}");
-            eprint!("{prompt}");
-            let _ = std::io::stderr().flush();
-            let shown = std::time::Instant::now();
-            let mut withdrawn = Withdrawn { what: Some(what) };
-            let line = loop {
-                match lines.recv().await {
-                    Some((at, line)) if at >= shown + SETTLE => {
-                        break Some(line.trim().chars().take(ANSWER_CHARS).collect());
-                    }
-                    Some(_) => continue,
-                    None => break None,
-                }
-            };
-            withdrawn.what = None;
+            let mut conversation = held.await;
+            let line = conversation
+                .ask(&format!("{text}{prompt}"), ANSWER_CHARS)
+                .await;
+            conversation.finish();
             line
         })
+    }
+
+    /// The terminal for several questions in a row (an elicitation's fields), once no
+    /// other prompt is on it; no other prompt is shown until the conversation ends.
+    /// Dropped unfinished, it says `what` was withdrawn.
+    pub(crate) fn converse(&self, what: String) -> BoxFuture<'static, Conversation> {
+        let lines = self.lines();
+        Box::pin(async move {
+            let mut lines = lines.lock_owned().await;
+            while lines.try_recv().is_ok() {}
+            Conversation {
+                lines,
+                withdrawn: Withdrawn { what: Some(what) },
+            }
+        })
+    }
+}
+
+/// Questions asked one after another on the held terminal ([`Terminal::converse`]).
+pub(crate) struct Conversation {
+    lines: tokio::sync::OwnedMutexGuard<mpsc::Receiver<(std::time::Instant, String)>>,
+    withdrawn: Withdrawn,
+}
+
+impl Conversation {
+    /// Shows `prompt` and answers the first line typed after it settled, trimmed and
+    /// cut to `max_chars`; `None` when stdin ends.
+    pub(crate) async fn ask(&mut self, prompt: &str, max_chars: usize) -> Option<String> {
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        let shown = std::time::Instant::now();
+        loop {
+            match self.lines.recv().await {
+                Some((at, line)) if at >= shown + SETTLE => {
+                    break Some(line.trim().chars().take(max_chars).collect());
+                }
+                Some(_) => continue,
+                None => break None,
+            }
+        }
+    }
+
+    /// The conversation ended with an answer: nothing was withdrawn.
+    pub(crate) fn finish(mut self) {
+        self.withdrawn.what = None;
     }
 }
 

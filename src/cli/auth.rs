@@ -8,10 +8,7 @@
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use demiurge_mcp::authority::{
-    AuthorizationOutcome, AuthorizationPrompt, Authorizer, ElicitationAnswer, ElicitationRequest,
-    Elicitor,
-};
+use demiurge_mcp::authority::{AuthorizationOutcome, AuthorizationPrompt, Authorizer};
 use demiurge_mcp::core::{Endpoint, load};
 use futures::future::BoxFuture;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -218,84 +215,6 @@ fn open_browser(url: &str) {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn();
-    }
-}
-
-/// On a terminal (the same input as the approval prompts, one prompt at a time): shows
-/// the server's request and its defaults, and sends them on `y`; without a terminal
-/// every request is declined.
-pub(crate) struct TerminalElicitor {
-    terminal: Arc<super::approver::Terminal>,
-}
-
-impl TerminalElicitor {
-    pub(crate) fn new(terminal: Arc<super::approver::Terminal>) -> Self {
-        TerminalElicitor { terminal }
-    }
-}
-
-impl Elicitor for TerminalElicitor {
-    fn elicit(&self, request: ElicitationRequest) -> BoxFuture<'static, ElicitationAnswer> {
-        if !interactive() {
-            let server = t(&request.server).into_owned();
-            return Box::pin(async move {
-                eprintln!("  declined: server `{server}` asked for input and there is no terminal");
-                ElicitationAnswer::Decline
-            });
-        }
-        let mut text = format!(
-            "MCP server `{}` asks: {}\n",
-            t(&request.server),
-            t(&request.message)
-        );
-        let empty = serde_json::Map::new();
-        let properties = request
-            .schema
-            .get("properties")
-            .and_then(serde_json::Value::as_object)
-            .unwrap_or(&empty);
-        let said = |prop: &serde_json::Value, key: &str| {
-            prop.get(key)
-                .and_then(serde_json::Value::as_str)
-                .map(|s| demiurge_mcp::result::cap_chars(s, 200))
-        };
-        for (name, prop) in properties.iter().take(32) {
-            let name = demiurge_mcp::result::cap_chars(name, 64);
-            text.push_str(&format!("  field {}", t(&name)));
-            if let Some(title) = said(prop, "title") {
-                text.push_str(&format!(" ({})", t(&title)));
-            }
-            if let Some(description) = said(prop, "description") {
-                text.push_str(&format!(": {}", t(&description)));
-            }
-            if let Some(options) = prop.get("enum").and_then(serde_json::Value::as_array) {
-                let options: Vec<String> = options
-                    .iter()
-                    .take(16)
-                    .map(|o| demiurge_mcp::result::cap_chars(&o.to_string(), 60))
-                    .collect();
-                text.push_str(&format!(" [one of {}]", t(&options.join(", "))));
-            }
-            text.push('\n');
-        }
-        if properties.len() > 32 {
-            text.push_str(&format!("  ... {} more fields\n", properties.len() - 32));
-        }
-        for (name, value) in request.defaults.iter().take(32) {
-            let value = demiurge_mcp::result::cap_chars(&value.to_string(), 200);
-            text.push_str(&format!("  {}: {}\n", t(name), t(&value)));
-        }
-        let asked = self.terminal.ask(
-            text,
-            "  send these values? [y/N] ".into(),
-            format!("the input request of `{}`", t(&request.server)),
-        );
-        Box::pin(async move {
-            match asked.await.as_deref() {
-                Some("y" | "yes") => ElicitationAnswer::Accept(serde_json::Map::new()),
-                _ => ElicitationAnswer::Decline,
-            }
-        })
     }
 }
 

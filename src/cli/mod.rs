@@ -7,6 +7,7 @@ mod call;
 mod check;
 mod conformance;
 mod demo;
+mod elicit;
 mod evolution;
 mod import;
 mod mcp;
@@ -590,7 +591,7 @@ impl Cli {
             Arc::clone(&terminal),
         ));
         config.authorizer = Arc::new(auth::TerminalAuthorizer::new(auth::interactive()));
-        config.elicitor = Arc::new(auth::TerminalElicitor::new(terminal));
+        config.elicitor = Arc::new(elicit::TerminalElicitor::new(terminal));
         config.url_policy =
             demiurge_mcp::net::UrlPolicy::with_trusted(self.trust_network.iter().copied());
         config.events = events;
