@@ -524,6 +524,11 @@ impl CatalogState {
                 entries
             }
         };
+        for (server, note) in plan::collision_notes(&shared.0) {
+            if let Some(live) = connected.iter().find(|l| l.declaration.server_id == server) {
+                diagnostics.push(Diagnostic::of(&live.declaration, note));
+            }
+        }
         Ok(TurnCatalog::from_parts(
             Arc::clone(&self.shared),
             self.identity.session.clone(),

@@ -192,6 +192,32 @@ pub(super) fn entries<'a, B: Clone>(
     Ok((out, names))
 }
 
+/// One note per tool whose exposed name was numbered because another took its first
+/// choice: the exposed name and both provenances (server and the server's own tool
+/// name), so a person can tell `docs__search-2` from `docs__search`.
+pub(super) fn collision_notes(entries: &[super::turn::ToolEntry]) -> Vec<(String, String)> {
+    let by_name: std::collections::HashMap<String, &super::turn::ToolEntry> =
+        entries.iter().map(|e| (e.name.to_lowercase(), e)).collect();
+    entries
+        .iter()
+        .filter_map(|e| {
+            let (prefix, _) = e.name.split_once("__")?;
+            let wanted = naming::first_choice(prefix, &e.tool);
+            if wanted.eq_ignore_ascii_case(&e.name) {
+                return None;
+            }
+            let other = by_name.get(&wanted.to_lowercase())?;
+            Some((
+                e.server.clone(),
+                format!(
+                    "tool `{}` is exposed as `{}`: `{}` is already tool `{}` of server `{}` (names compare case-insensitively, after `[A-Za-z0-9_-]` normalization)",
+                    e.tool, e.name, other.name, other.tool, other.server
+                ),
+            ))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 //! `fail`, `whoami`, `env_names`, `cwd`, `stderr`, `add_tool` (adds a tool and sends
 //! `notifications/tools/list_changed`), `progress`, `log`, `roots`, `add_resource`,
 //! `touch`, plus `--extra-tools N` generated tools served `--page-size` per page (to
-//! exercise pagination). Resources `demo://readme`, `demo://cwd` and the template
+//! exercise pagination). Resources `demo://readme`, `demo://cwd`, `demo://pixel` (binary) and the template
 //! `demo://env/{name}`; the prompt `greet`; logging with `logging/setLevel`.
 
 // Roots and logging are deprecated by SEP-2577 for the 2026-07-28 revision; this
@@ -597,6 +597,9 @@ impl ServerHandler for DemoServer {
                 .with_mime_type("text/plain"),
             rmcp::model::Resource::new("demo://cwd", "cwd")
                 .with_description("The server's working directory"),
+            rmcp::model::Resource::new("demo://pixel", "pixel")
+                .with_description("A binary resource: eight bytes of image/png")
+                .with_mime_type("image/png"),
         ];
         let added = self
             .added_resources
@@ -629,6 +632,12 @@ impl ServerHandler for DemoServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
         let uri = request.uri;
+        if uri == "demo://pixel" {
+            // The PNG signature: eight bytes, base64.
+            let blob = rmcp::model::ResourceContents::blob("iVBORw0KGgo=", uri.clone())
+                .with_mime_type("image/png");
+            return Ok(rmcp::model::ReadResourceResult::new(vec![blob]).into());
+        }
         let text = if uri == "demo://readme" {
             "The demiurge demo server, written with rmcp.".to_string()
         } else if uri == "demo://cwd" {

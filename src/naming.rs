@@ -174,6 +174,16 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
     out
 }
 
+/// The name `raw` of a server with `prefix` would be exposed as when nothing collides
+/// with it: what a numbered name (`docs__search-2`) was numbered away from.
+pub fn first_choice(prefix: &str, raw: &str) -> String {
+    let room = MAX_NAME - prefix.len().min(MAX_PREFIX) - SEPARATOR.len();
+    format!(
+        "{prefix}{SEPARATOR}{}",
+        cut(&normalize_fragment(raw, "tool"), room)
+    )
+}
+
 fn cut(s: &str, max: usize) -> String {
     // Fragments are ASCII after normalization, so bytes are chars.
     s[..s.len().min(max)].to_string()

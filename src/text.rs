@@ -113,6 +113,40 @@ pub fn escape_lines(text: &str) -> String {
         .join("\n")
 }
 
+/// A multi-line text for a terminal, each line under `indent`: tabs expanded to the
+/// next multiple of eight columns, every other unsafe character escaped ([`escape`]),
+/// a blank line left blank. Printed under a header, a result's lines can neither look
+/// broken (`\u{9}` for a tab) nor pass for the CLI's own lines.
+///
+/// ```
+/// use demiurge_mcp::text::indented;
+/// assert_eq!(indented("a\tb\n\ndiagnostic: x\u{1b}", "  "), "  a       b\n\n  diagnostic: x\\u{1b}");
+/// ```
+pub fn indented(text: &str, indent: &str) -> String {
+    text.split('\n')
+        .map(|line| {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line.trim().is_empty() {
+                return String::new();
+            }
+            let mut expanded = String::with_capacity(line.len());
+            let mut column = 0;
+            for c in line.chars() {
+                if c == '\t' {
+                    let to = (column / 8 + 1) * 8;
+                    expanded.extend(std::iter::repeat_n(' ', to - column));
+                    column = to;
+                } else {
+                    expanded.push(c);
+                    column += 1;
+                }
+            }
+            format!("{indent}{}", escape(&expanded))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// `name` when it is a plain identifier a message may repeat (letters, digits, `_`, `-`,
 /// `.`, at most 64 characters), otherwise `placeholder`: keys of a hostile file are file
 /// content too, and an error message must not become a way to print it.

@@ -346,6 +346,12 @@ fn demo_runs_with_no_set_up() {
         !text(&out.stderr).contains("metadata.yaml) wants to connect"),
         "a blocked URL never reaches approval"
     );
+    // Run without --yes, the demo does not claim it was given.
+    let said = text(&out.stderr);
+    assert!(
+        said.contains("approved by the demo") && !said.contains("--yes"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -676,4 +682,148 @@ fn a_call_to_a_server_that_did_not_connect_says_so() {
             "{said}"
         );
     }
+}
+
+#[test]
+fn output_reads_well_for_odd_text_long_names_and_binary_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.json");
+    let long = "a_tool_whose_name_is_much_longer_than_forty_characters";
+    std::fs::write(
+        &tools,
+        serde_json::json!([
+            {"name": long, "description": "long one"},
+            {"name": "short", "description": "\n\n  Shown from its first non-blank line\nnot this"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let core = Core::new().grant_servers(&["docs"]).server(
+        "docs",
+        &format!(
+            "command: {}\nargs: [demo-server, --tools-file, {}]\napproval_policy: auto\n",
+            serde_json::to_string(exe()).unwrap(),
+            serde_json::to_string(&tools).unwrap()
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let listed = text(&run(&core, home.path(), &["--yes", "tools"]).stdout);
+    // Every description starts in the same column, long names included.
+    let column = |name: &str, description: &str| {
+        let line = listed
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {listed}"));
+        line.find(description)
+            .unwrap_or_else(|| panic!("{description}: {line}"))
+    };
+    let at = column(&format!("docs__{long}"), "long one");
+    assert_eq!(
+        column("docs__short ", "Shown from its first non-blank line"),
+        at
+    );
+    assert_eq!(column("docs__echo ", "Return the message"), at);
+    // A multi-line result goes under a header, indented: tabs expanded, no line of it
+    // at the margin where the CLI's own lines are.
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "--yes",
+            "call",
+            "docs__echo",
+            "--args",
+            r#"{"message": "col\tnext\ndiagnostic: forged\n\u001b[2J"}"#,
+        ],
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "docs__echo:\n  col     next\n  diagnostic: forged\n  \\u{1b}[2J\n"
+    );
+    // --json carries the provenance, and a binary resource whole.
+    let out = run(
+        &core,
+        home.path(),
+        &[
+            "--yes",
+            "call",
+            "docs__echo",
+            "--args",
+            r#"{"message": "hi"}"#,
+            "--json",
+        ],
+    );
+    let called: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(called["provenance"]["server"], "docs");
+    assert_eq!(called["provenance"]["tool"], "echo");
+    assert!(called["provenance"]["duration_ms"].is_u64(), "{called}");
+    let out = run(
+        &core,
+        home.path(),
+        &["--yes", "read", "docs", "demo://pixel", "--json"],
+    );
+    let read: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let block = &read["blocks"][0];
+    assert_eq!(block["mime_type"], "image/png", "{read}");
+    assert_eq!(block["blob"], "iVBORw0KGgo=");
+    assert_eq!(block["size"], 8);
+    // The shell lists its commands.
+    let mut shell = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .arg("shell")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    shell
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"/help\n/tols\n/quit\n")
+        .unwrap();
+    let out = shell.wait_with_output().unwrap();
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("/call NAME JSON")
+            && said.contains("call a tool")
+            && said.contains("did you mean /tools?"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_numbered_name_says_which_tool_took_its_first_choice() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.json");
+    std::fs::write(
+        &tools,
+        serde_json::json!([
+            {"name": "search", "description": "lower"},
+            {"name": "Search", "description": "upper"}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let core = Core::new().grant_servers(&["docs"]).server(
+        "docs",
+        &format!(
+            "command: {}\nargs: [demo-server, --tools-file, {}]\n",
+            serde_json::to_string(exe()).unwrap(),
+            serde_json::to_string(&tools).unwrap()
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let out = run(&core, home.path(), &["--yes", "tools"]);
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(
+            "tool `search` is exposed as `docs__search-2`: `docs__Search` is already tool `Search` of server `docs`"
+        ),
+        "{said}"
+    );
+    assert_eq!(said.matches("is exposed as").count(), 1, "{said}");
 }

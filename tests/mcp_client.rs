@@ -219,7 +219,7 @@ async fn resources_are_listed_filtered_and_read_through_their_connection_redacte
         )
         .server(
             "narrow",
-            &demo("resources:\n  exclude: [\"demo://cwd\", \"demo://env/*\"]\n"),
+            &demo("resources:\n  exclude: [\"demo://cwd\", \"demo://pixel\", \"demo://env/*\"]\n"),
         );
     let h = harness_with(Recorder::allow(), |c| {
         c.with_host_env(common::host_env(&[("TOKEN", TOKEN)]))
@@ -234,7 +234,7 @@ async fn resources_are_listed_filtered_and_read_through_their_connection_redacte
             .map(|r| r.uri.clone())
             .collect()
     };
-    assert_eq!(of("demo"), ["demo://readme", "demo://cwd"]);
+    assert_eq!(of("demo"), ["demo://readme", "demo://cwd", "demo://pixel"]);
     assert_eq!(of("narrow"), ["demo://readme"]);
     let templates: Vec<(String, String)> = catalog
         .resource_templates()

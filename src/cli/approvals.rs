@@ -21,15 +21,23 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
     if entries.is_empty() {
         println!("no remembered approvals");
     }
-    for e in entries {
-        println!(
-            "{}  {:<9} {:<24} {}  (declaration {})",
-            e.id(),
-            e.action,
-            t(&e.server),
-            t(&shown_tool(e.tool.as_deref())),
-            t(&e.fingerprint.chars().take(12).collect::<String>())
-        );
+    let rows: Vec<Vec<String>> = entries
+        .iter()
+        .map(|e| {
+            vec![
+                e.id(),
+                e.action.to_string(),
+                t(&e.server).into_owned(),
+                t(&shown_tool(e.tool.as_deref())).into_owned(),
+                format!(
+                    "(declaration {})",
+                    t(&e.fingerprint.chars().take(12).collect::<String>())
+                ),
+            ]
+        })
+        .collect();
+    for line in super::aligned(&rows) {
+        println!("{line}");
     }
     0
 }

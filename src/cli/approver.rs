@@ -150,12 +150,27 @@ impl Conversation {
 
 pub(crate) struct TerminalApprover {
     yes: bool,
+    /// What an approval without asking says (`--yes`, or the demo's own core).
+    approved_as: &'static str,
     terminal: Arc<Terminal>,
 }
 
 impl TerminalApprover {
     pub(crate) fn new(yes: bool, terminal: Arc<Terminal>) -> Self {
-        TerminalApprover { yes, terminal }
+        TerminalApprover {
+            yes,
+            approved_as: "approved by --yes for this run",
+            terminal,
+        }
+    }
+
+    /// The demo's approver: it approves the servers of the temporary core it made.
+    pub(crate) fn for_demo() -> Self {
+        TerminalApprover {
+            yes: true,
+            approved_as: "approved by the demo (it answers the prompts of its own temporary core)",
+            terminal: Arc::default(),
+        }
     }
 }
 
@@ -176,7 +191,7 @@ impl Drop for Withdrawn {
 
 impl Approver for TerminalApprover {
     fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
-        let yes = self.yes;
+        let (yes, approved_as) = (self.yes, self.approved_as);
         let what = format!(
             "the {} approval of `{}`",
             request.action.as_str(),
@@ -205,7 +220,7 @@ impl Approver for TerminalApprover {
             let Some(asked) = asked else {
                 eprint!("{}", request.render());
                 if yes {
-                    eprintln!("  approved by --yes for this run");
+                    eprintln!("  {approved_as}");
                     return ApprovalAnswer::AllowSession;
                 }
                 eprintln!("  denied: no terminal to ask for {what}; re-run with --yes to approve");

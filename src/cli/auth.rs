@@ -274,21 +274,23 @@ pub(crate) fn logout(cli: &Cli, server: &str) -> anyhow::Result<u8> {
 pub(crate) fn status(cli: &Cli) -> anyhow::Result<u8> {
     let core = load(&cli.core_dir()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let home = cli.home_dir(&demiurge_mcp::HostEnv::from_process());
-    let mut any = false;
+    let mut rows = Vec::new();
     for d in &core.declarations {
         let Some(current) = demiurge_mcp::oauth_token_file(&home, PRINCIPAL, d) else {
             continue;
         };
-        any = true;
         let all = demiurge_mcp::oauth_token_files_of(&home, PRINCIPAL, &d.server_id);
         let state = match (current.exists(), all.len()) {
             (true, _) => "tokens stored",
             (false, 0) => "not logged in",
             (false, _) => "tokens stored for an earlier declaration (logged in again on use)",
         };
-        println!("{:<24} {state}", t(&d.server_id));
+        rows.push(vec![t(&d.server_id).into_owned(), state.to_string()]);
     }
-    if !any {
+    for line in super::aligned(&rows) {
+        println!("{line}");
+    }
+    if rows.is_empty() {
         println!("no streamable HTTP servers");
     }
     Ok(0)

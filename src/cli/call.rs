@@ -130,17 +130,53 @@ fn progress_line() -> demiurge_mcp::ProgressSink {
 pub(crate) fn print_result(result: &ToolResult, as_json: bool) {
     let view = result.view(View::Operator);
     if as_json {
+        let p = &result.provenance;
         super::print_json(
-            &json!({"tool": result.tool, "is_error": result.is_error, "content": view.content, "data": view.data}),
+            &json!({
+                "tool": result.tool,
+                "is_error": result.is_error,
+                "content": view.content,
+                "data": view.data,
+                "blocks": blocks_json(&view.blocks),
+                "provenance": {"server": p.server, "tool": p.tool, "duration_ms": p.duration_ms},
+            }),
             false,
         );
-    } else if result.is_error {
-        println!(
+        return;
+    }
+    // One line stays one line; more go under a header, indented, so no line of a
+    // result can pass for one of the CLI's own.
+    let single = !view.content.contains('\n');
+    match (result.is_error, single) {
+        (true, true) => println!(
             "error from {}: {}",
             t(&result.tool),
-            demiurge_mcp::text::escape_lines(&view.content)
-        );
-    } else {
-        println!("{}", demiurge_mcp::text::escape_lines(&view.content));
+            demiurge_mcp::text::indented(&view.content, "")
+        ),
+        (true, false) => println!(
+            "error from {}:\n{}",
+            t(&result.tool),
+            demiurge_mcp::text::indented(&view.content, "  ")
+        ),
+        (false, true) => println!("{}", demiurge_mcp::text::indented(&view.content, "")),
+        (false, false) => println!(
+            "{}:\n{}",
+            t(&result.tool),
+            demiurge_mcp::text::indented(&view.content, "  ")
+        ),
     }
+}
+
+/// The blocks of a view for `--json`: as typed, and a binary resource's decoded size
+/// beside its base64 data.
+fn blocks_json(blocks: &[demiurge_mcp::result::Block]) -> serde_json::Value {
+    let mut out = serde_json::to_value(blocks).unwrap_or_default();
+    for block in out.as_array_mut().into_iter().flatten() {
+        if let Some(blob) = block.get("blob").and_then(serde_json::Value::as_str) {
+            let padding = blob.bytes().rev().take_while(|&b| b == b'=').count();
+            let size = (blob.len() / 4 * 3).saturating_sub(padding);
+            block["size"] = json!(size);
+        }
+    }
+    out
 }

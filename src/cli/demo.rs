@@ -49,7 +49,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     let sink = MemorySink::new();
     let mut config = cli.config(Arc::new(sink.clone()));
     config.home = home.clone();
-    config.approver = Arc::new(TerminalApprover::new(true, Arc::default()));
+    config.approver = Arc::new(TerminalApprover::for_demo());
     config.url_policy = demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.0/8".parse()?]);
     let runtime = Runtime::start(config).await?;
     super::register(&runtime);

@@ -567,6 +567,7 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
         super::print_json(&json!({ "servers": rows }), true);
         return 0;
     }
+    let mut lines = Vec::new();
     for row in &rows {
         let text = |k: &str| row[k].as_str().unwrap_or_default().to_string();
         let state = if row["broken"] == true {
@@ -587,7 +588,13 @@ pub(crate) fn list(cli: &Cli, as_json: bool) -> u8 {
                 }
             )
         };
-        println!("{:<24} {}", t(&text("server")), t(&state));
+        lines.push(vec![
+            t(&text("server")).into_owned(),
+            t(&state).into_owned(),
+        ]);
+    }
+    for line in super::aligned(&lines) {
+        println!("{line}");
     }
     if rows.is_empty() {
         println!("no MCP servers declared");

@@ -288,6 +288,49 @@ enum AuthAction {
 
 /// Prints `value` as JSON (pretty or on one line) on stdout, escaped for a terminal as
 /// the text output is ([`demiurge_mcp::text::json_safe`]).
+/// The widest a column is padded to; a longer cell overflows its own line only.
+const MAX_COLUMN: usize = 64;
+
+/// `rows` of already escaped cells as aligned lines: every column but the last padded
+/// to its widest cell (at most [`MAX_COLUMN`] characters), two spaces between columns.
+pub(crate) fn aligned(rows: &[Vec<String>]) -> Vec<String> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+                .min(MAX_COLUMN)
+        })
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let mut line = String::new();
+            for (c, cell) in row.iter().enumerate() {
+                if c + 1 == row.len() {
+                    line.push_str(cell);
+                } else {
+                    let pad = widths[c].saturating_sub(cell.chars().count());
+                    line.push_str(cell);
+                    line.push_str(&" ".repeat(pad + 2));
+                }
+            }
+            line.trim_end().to_string()
+        })
+        .collect()
+}
+
+/// The first line of `text` that is not blank, trimmed: what a one-line listing shows
+/// of a description (one may start with a newline).
+pub(crate) fn summary_line(text: &str) -> &str {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or_default()
+}
+
 pub(crate) fn print_json(value: &impl serde::Serialize, pretty: bool) {
     let json = if pretty {
         serde_json::to_string_pretty(value)

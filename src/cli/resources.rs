@@ -4,7 +4,7 @@
 use demiurge_mcp::TurnCatalog;
 use serde_json::{Value, json};
 
-use super::{Cli, start_runtime, t};
+use super::{Cli, start_runtime, summary_line, t};
 
 /// One turn of a fresh session, `with` it, then shutdown.
 async fn with_turn<T>(
@@ -54,28 +54,27 @@ pub(crate) async fn list_resources(cli: &Cli, as_json: bool) -> anyhow::Result<u
 
 /// Resources and templates for a person.
 pub(crate) fn print_resources(catalog: &TurnCatalog) {
-    let mut any = false;
+    let mut rows = Vec::new();
     for r in catalog.resources() {
-        any = true;
         let what = r.description.as_deref().unwrap_or(&r.name);
-        println!(
-            "{:<12} {:<40} {}",
-            t(&r.server),
-            t(&r.uri),
-            t(first_line(what))
-        );
+        rows.push(vec![
+            t(&r.server).into_owned(),
+            t(&r.uri).into_owned(),
+            t(summary_line(what)).into_owned(),
+        ]);
     }
     for r in catalog.resource_templates() {
-        any = true;
         let what = r.description.as_deref().unwrap_or(&r.name);
-        println!(
-            "{:<12} {:<40} {}",
-            t(&r.server),
-            t(&r.uri_template),
-            t(&format!("(template) {}", first_line(what)))
-        );
+        rows.push(vec![
+            t(&r.server).into_owned(),
+            t(&r.uri_template).into_owned(),
+            format!("(template) {}", t(summary_line(what))),
+        ]);
     }
-    if !any {
+    for line in super::aligned(&rows) {
+        println!("{line}");
+    }
+    if rows.is_empty() {
         println!("no resources");
     }
 }
@@ -134,23 +133,24 @@ pub(crate) async fn list_prompts(cli: &Cli, as_json: bool) -> anyhow::Result<u8>
 
 /// Prompts for a person, with their arguments (`name*` is required).
 pub(crate) fn print_prompts(catalog: &TurnCatalog) {
-    let mut any = false;
+    let mut rows = Vec::new();
     for p in catalog.prompts() {
-        any = true;
         let arguments: Vec<String> = p
             .arguments
             .iter()
             .map(|a| format!("{}{}", a.name, if a.required { "*" } else { "" }))
             .collect();
         let what = p.description.as_deref().unwrap_or_default();
-        println!(
-            "{:<40} ({}) {}",
-            t(&p.name),
-            t(&arguments.join(", ")),
-            t(first_line(what))
-        );
+        rows.push(vec![
+            t(&p.name).into_owned(),
+            format!("({})", t(&arguments.join(", "))),
+            t(summary_line(what)).into_owned(),
+        ]);
     }
-    if !any {
+    for line in super::aligned(&rows) {
+        println!("{line}");
+    }
+    if rows.is_empty() {
         println!("no prompts");
     }
 }
@@ -187,11 +187,19 @@ pub(crate) async fn prompt(cli: &Cli, name: &str, args: &str, as_json: bool) -> 
                         .get("text")
                         .and_then(Value::as_str)
                         .map_or_else(|| message.content.to_string(), str::to_string);
-                    println!(
-                        "{}: {}",
-                        t(&message.role),
-                        demiurge_mcp::text::escape_lines(&text)
-                    );
+                    if text.contains('\n') {
+                        println!(
+                            "{}:\n{}",
+                            t(&message.role),
+                            demiurge_mcp::text::indented(&text, "  ")
+                        );
+                    } else {
+                        println!(
+                            "{}: {}",
+                            t(&message.role),
+                            demiurge_mcp::text::indented(&text, "")
+                        );
+                    }
                 }
                 0
             }
@@ -219,8 +227,4 @@ pub(crate) async fn prompt(cli: &Cli, name: &str, args: &str, as_json: bool) -> 
         })
     })
     .await
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
 }

@@ -16,7 +16,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     let (mut session, _) = runtime.start_session(cli.session_spec()).await?;
     let interactive = std::io::stdin().is_terminal();
     println!(
-        "session {} (fake provider); /tools /servers /call NAME JSON /resources /read SERVER URI /prompts /events /new /resume ID /quit",
+        "session {} (fake provider); /tools /servers /call NAME JSON /resources /read SERVER URI /prompts /events /new /resume ID /help /quit",
         session.id()
     );
     loop {
@@ -33,6 +33,7 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
         let rest = rest.trim();
         match command {
             "/quit" | "/exit" => break,
+            "/help" | "/?" => help(),
             "/tools" => {
                 if let Some(catalog) = turn(&session).await {
                     print_catalog(&catalog, false);
@@ -102,10 +103,15 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                 }
                 Err(e) => println!("error: {}", t(&e.to_string())),
             },
-            other if other.starts_with('/') => println!(
-                "unknown command {}; try /tools /servers /call /resources /read /prompts /events /new /resume /quit",
-                t(other)
-            ),
+            other if other.starts_with('/') => {
+                let names = COMMANDS
+                    .iter()
+                    .map(|(c, _)| c.split(' ').next().unwrap_or(c));
+                let hint = demiurge_mcp::text::closest(other, names)
+                    .map(|c| format!("did you mean {c}? "))
+                    .unwrap_or_default();
+                println!("unknown command {}; {hint}/help lists them", t(other));
+            }
             _ => {
                 if let Some(catalog) = turn(&session).await {
                     println!(
@@ -119,6 +125,35 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     }
     runtime.shutdown().await;
     Ok(0)
+}
+
+/// The shell's commands and what each does.
+const COMMANDS: &[(&str, &str)] = &[
+    ("/tools", "prepare a turn and list its tools"),
+    ("/servers", "each declared server's state"),
+    (
+        "/call NAME JSON",
+        "call a tool (starts only the servers that can own NAME)",
+    ),
+    ("/resources", "the resources and templates of a turn"),
+    ("/read SERVER URI", "read a resource"),
+    ("/prompts", "the prompts of a turn"),
+    ("/events", "this session's event log"),
+    ("/new", "start a new session (the previous one is evicted)"),
+    ("/resume ID", "resume a session by id"),
+    ("/help", "this list"),
+    ("/quit", "close every server and exit"),
+];
+
+fn help() {
+    let rows: Vec<Vec<String>> = COMMANDS
+        .iter()
+        .map(|(c, what)| vec![format!("  {c}"), (*what).to_string()])
+        .collect();
+    for line in super::aligned(&rows) {
+        println!("{line}");
+    }
+    println!("  anything else goes to the fake provider, which says what it could use");
 }
 
 /// The next command line, from the terminal reader the prompts share (never a read of
@@ -166,6 +201,7 @@ async fn report(eviction: Option<demiurge_mcp::Eviction>) {
 async fn servers(session: &Session, cli: &Cli) {
     let states = session.servers().await;
     let report = demiurge_mcp::core::load_report(&cli.core_dir());
+    let mut rows = Vec::new();
     for d in &report.core.declarations {
         let line = match states
             .iter()
@@ -189,6 +225,9 @@ async fn servers(session: &Session, cli: &Cli) {
             Some(ServerState::Denied { reason }) => format!("denied: {reason}"),
             None => "not connected yet (run /tools)".to_string(),
         };
-        println!("{:<24} {}", t(&d.server_id), t(&line));
+        rows.push(vec![t(&d.server_id).into_owned(), t(&line).into_owned()]);
+    }
+    for line in super::aligned(&rows) {
+        println!("{line}");
     }
 }

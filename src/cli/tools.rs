@@ -58,8 +58,9 @@ pub(crate) fn print_catalog(catalog: &TurnCatalog, problems_to_stderr: bool) {
     if catalog.tools().is_empty() {
         println!("no tools");
     }
+    let mut rows = Vec::new();
     for tool in catalog.tools() {
-        let description = tool.description.lines().next().unwrap_or_default();
+        let description = super::summary_line(&tool.description);
         let hints = tool
             .annotations
             .as_ref()
@@ -69,7 +70,13 @@ pub(crate) fn print_catalog(catalog: &TurnCatalog, problems_to_stderr: bool) {
                 (Some(true), _) => "[server: read-only] ",
                 _ => "",
             });
-        println!("{:<40} {hints}{}", t(&tool.name), t(description));
+        rows.push(vec![
+            t(&tool.name).into_owned(),
+            format!("{hints}{}", t(description)),
+        ]);
+    }
+    for line in super::aligned(&rows) {
+        println!("{line}");
     }
     print_problems(catalog, problems_to_stderr);
 }

@@ -632,9 +632,14 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
             "initialize failed: the server answered something other than an initialize result"
                 .into()
         }
+        // The transport's own error, without rmcp's wrapper (which names Rust types).
+        E::TransportError { error, .. } => format!(
+            "initialize failed: {}",
+            crate::result::cap_chars(&error.error.to_string(), 600)
+        ),
         other => format!(
             "initialize failed: {}",
-            crate::result::cap_chars(&other.to_string(), 300)
+            crate::result::cap_chars(&other.to_string(), 600)
         ),
     }
 }
