@@ -198,22 +198,41 @@ pub(super) fn entries<'a, B: Clone>(
 pub(super) fn collision_notes(entries: &[super::turn::ToolEntry]) -> Vec<(String, String)> {
     let by_name: std::collections::HashMap<String, &super::turn::ToolEntry> =
         entries.iter().map(|e| (e.name.to_lowercase(), e)).collect();
-    entries
-        .iter()
-        .filter_map(|e| {
-            let (prefix, _) = e.name.split_once("__")?;
-            let wanted = naming::first_choice(prefix, &e.tool);
-            if wanted.eq_ignore_ascii_case(&e.name) {
-                return None;
+    // A raw name is the server's text: quoted as JSON (a backtick in it cannot close
+    // the quote) and cut; at most a few notes a server, then a count.
+    const NOTES: usize = 4;
+    let quoted =
+        |raw: &str| serde_json::to_string(&crate::result::cap_chars(raw, 64)).unwrap_or_default();
+    let mut per_server: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for e in entries {
+        let Some((prefix, _)) = e.name.split_once("__") else {
+            continue;
+        };
+        let wanted = naming::first_choice(prefix, &e.tool);
+        if wanted.eq_ignore_ascii_case(&e.name) {
+            continue;
+        }
+        let Some(other) = by_name.get(&wanted.to_lowercase()) else {
+            continue;
+        };
+        per_server.entry(&e.server).or_default().push(format!(
+            "tool {} is exposed as `{}`: `{}` is already tool {} of server `{}` (names compare case-insensitively, after `[A-Za-z0-9_-]` normalization)",
+            quoted(&e.tool),
+            e.name,
+            other.name,
+            quoted(&other.tool),
+            other.server
+        ));
+    }
+    per_server
+        .into_iter()
+        .flat_map(|(server, mut notes)| {
+            let more = notes.len().saturating_sub(NOTES);
+            notes.truncate(NOTES);
+            if more > 0 {
+                notes.push(format!("{more} more tools were numbered the same way"));
             }
-            let other = by_name.get(&wanted.to_lowercase())?;
-            Some((
-                e.server.clone(),
-                format!(
-                    "tool `{}` is exposed as `{}`: `{}` is already tool `{}` of server `{}` (names compare case-insensitively, after `[A-Za-z0-9_-]` normalization)",
-                    e.tool, e.name, other.name, other.tool, other.server
-                ),
-            ))
+            notes.into_iter().map(move |n| (server.to_string(), n))
         })
         .collect()
 }

@@ -65,13 +65,16 @@ pub enum CallError {
     UnknownTool(String),
     /// No tool of that name in this turn, and the server that could own it did not
     /// connect (failed, skipped or denied): the reason is that server's.
-    #[error("`{tool}` is not available: server `{server}` did not connect this turn ({reason})")]
+    #[error(
+        "`{tool}` is not available: server `{server}` did not connect this turn; its diagnostic says why"
+    )]
     ServerUnavailable {
         /// The exposed tool name.
         tool: String,
         /// The server that could own it.
         server: String,
-        /// Its diagnostic or denial, redacted.
+        /// Its diagnostic or denial (redacted for a log, not for a model: it is not in
+        /// this error's text, which a host may hand a model).
         reason: String,
     },
     /// The session does not hold the server's call capability.

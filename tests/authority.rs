@@ -510,7 +510,9 @@ async fn arguments_are_interpolated_after_approval_and_their_values_are_secrets(
         format!("nobody|--key={value}")
     );
     let preview = &h.approver.requests()[0].preview;
-    // The preview hashes what is declared, never the value it becomes.
+    // The preview names the variables the arguments use, and hashes what is
+    // declared, never the value it becomes.
+    assert_eq!(preview.arg_variables, ["ARG_SECRET", "WHO"]);
     assert_eq!(
         preview.args[4],
         format!(

@@ -821,7 +821,7 @@ fn a_numbered_name_says_which_tool_took_its_first_choice() {
     let said = text(&out.stderr);
     assert!(
         said.contains(
-            "tool `search` is exposed as `docs__search-2`: `docs__Search` is already tool `Search` of server `docs`"
+            "tool \"search\" is exposed as `docs__search-2`: `docs__Search` is already tool \"Search\" of server `docs`"
         ),
         "{said}"
     );

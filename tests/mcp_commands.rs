@@ -460,6 +460,23 @@ fn harmless_literals_are_kept_and_check_names_unset_variables() {
             "ACCOUNT=k3yL1k3V4lu3xx9qZ0aa",
             "--env",
             "DSN=https://u:pw@db.example.test/x",
+            // Secrets of no one shape, under names and values a loose rule would keep.
+            "--env",
+            "SMTP_PASS=abcd efgh ijkl mnop",
+            "--env",
+            "MYSQL_PWD=Tr0ub4dor&3",
+            "--env",
+            "MSSQL_CONN=Server=db;Uid=sa;Pwd=Hunter2;",
+            "--env",
+            "WALLET_MNEMONIC=abandon ability able about",
+            "--env",
+            "WEBHOOK_URL=https://eo3xk7q2m9z4p1abcd.m.pipedream.net",
+            "--env",
+            "CALLBACK=http://localhost/t/9f8e7d6c5b4a3f2e",
+            "--env",
+            "DATA_DIR=./data",
+            "--env",
+            "API_BASE=https://api.example.test",
             "--",
             exe(),
             "demo-server",
@@ -474,6 +491,14 @@ fn harmless_literals_are_kept_and_check_names_unset_variables() {
         "API_KEY: \"${API_KEY}\"",
         "ACCOUNT: \"${ACCOUNT}\"",
         "DSN: \"${DSN}\"",
+        "SMTP_PASS: \"${SMTP_PASS}\"",
+        "MYSQL_PWD: \"${MYSQL_PWD}\"",
+        "MSSQL_CONN: \"${MSSQL_CONN}\"",
+        "WALLET_MNEMONIC: \"${WALLET_MNEMONIC}\"",
+        "WEBHOOK_URL: \"${WEBHOOK_URL}\"",
+        "CALLBACK: \"${CALLBACK}\"",
+        "DATA_DIR: \"./data\"",
+        "API_BASE: \"https://api.example.test\"",
     ] {
         assert!(written.contains(line), "{line}: {written}");
     }
@@ -495,6 +520,16 @@ fn harmless_literals_are_kept_and_check_names_unset_variables() {
             .env_remove("API_KEY")
             .env_remove("ACCOUNT")
             .env_remove("DSN");
+        for name in [
+            "SMTP_PASS",
+            "MYSQL_PWD",
+            "MSSQL_CONN",
+            "WALLET_MNEMONIC",
+            "WEBHOOK_URL",
+            "CALLBACK",
+        ] {
+            command.env(name, "set");
+        }
         for (k, v) in env {
             command.env(k, v);
         }

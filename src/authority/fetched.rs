@@ -11,8 +11,19 @@
 //!   take the next item as its value or change where the package comes from, so the
 //!   whole line stays summarized;
 //! - the name matches the registry's grammar (npm, PyPI, an OCI reference) within 200
-//!   characters, and holds no secret shape.
+//!   characters, holds no secret shape and is no archive (`x.tgz`, `x.whl`: a local
+//!   file to npm and pip);
+//! - the runner is a bare name looked up on the allowlisted `PATH` (a `./tools/npx`
+//!   committed with the core is not npx), and the declared environment sets nothing
+//!   that moves its source or replaces it (`PATH`, `NODE_OPTIONS`, `npm_config_*`,
+//!   `UV_*`, `PIP_*`, `PIPX_*`, `BUN_*`, `PNPM_*`, `DOCKER_*`);
+//! - when a package option names the package (`npx -p pkg bin`, `uvx --from pkg bin`),
+//!   the command it runs is shown too (`runs bin`), and must fit the grammar; a
+//!   container's command replaced by arguments after the image is said.
 //!
+//! What the line cannot see is said beside it in the preview: a runner's own
+//! configuration files in the working directory (`.npmrc`, `uv.toml`) can still name
+//! another registry.
 //! Anything else keeps the spec's rule: positional values as hash/length summaries.
 //! Adversary: the declaration's author, who wants a reviewer to read one package while
 //! another runs; the bound is that a shown name is exactly the item the runner takes.
@@ -52,6 +63,32 @@ pub struct Fetched {
     pub ecosystem: Ecosystem,
     /// Each package or image, exactly as the runner receives it (version included).
     pub packages: Vec<String>,
+    /// The command run when it is not the package's own (`npx -p pkg bin`: `bin`; a
+    /// container with arguments after its image: `"(declared arguments)"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs: Option<String>,
+}
+
+/// Declared environment names that move a runner's source or replace the runner.
+fn redirects(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper == "PATH"
+        || upper == "NODE_OPTIONS"
+        || upper == "NODE_PATH"
+        || [
+            "NPM_CONFIG_",
+            "UV_",
+            "PIP_",
+            "PIPX_",
+            "BUN_",
+            "PNPM_",
+            "DOCKER_",
+            "PODMAN_",
+            "CONTAINER_",
+            "PYTHON",
+        ]
+        .iter()
+        .any(|p| upper.starts_with(p))
 }
 
 /// The longest name shown; longer ones stay summaries.
@@ -146,18 +183,13 @@ const CONTAINER_RUN: Grammar = Grammar {
         "--read-only",
     ],
     package_options: &[],
+    // Only options that widen nothing: mounts, networks, devices, capabilities added,
+    // security options and env files are not read, so a line with one stays a summary
+    // (their values matter as much as the image).
     value_options: &[
         "-e",
         "--env",
-        "--env-file",
-        "-v",
-        "--volume",
-        "--mount",
         "--name",
-        "--network",
-        "--net",
-        "-p",
-        "--publish",
         "-w",
         "--workdir",
         "-u",
@@ -167,27 +199,30 @@ const CONTAINER_RUN: Grammar = Grammar {
         "-l",
         "--label",
         "--cap-drop",
-        "--security-opt",
         "-m",
         "--memory",
         "--cpus",
         "--pids-limit",
-        "--tmpfs",
     ],
     package_option_names_the_package: true,
 };
 
-/// What the runner `command` with `args` fetches, when it can be read exactly.
+/// What the runner `command` with `args` fetches, when it can be read exactly; `env`
+/// is the names the declaration sets in the server's environment.
 ///
 /// ```
 /// use demiurge_mcp::authority::preview::fetched;
 /// let args = ["-y".to_string(), "@modelcontextprotocol/server-memory".to_string()];
-/// let shown = fetched("npx", &args).unwrap();
+/// let shown = fetched("npx", &args, &[]).unwrap();
 /// assert_eq!(shown.packages, ["@modelcontextprotocol/server-memory"]);
-/// assert!(fetched("npx", &["--registry".into(), "x".into(), "y".into()]).is_none());
+/// assert!(fetched("npx", &["--registry".into(), "x".into(), "y".into()], &[]).is_none());
+/// assert!(fetched("npx", &args, &["npm_config_registry"]).is_none());
 /// ```
-pub fn fetched(command: &str, args: &[String]) -> Option<Fetched> {
-    let program = std::path::Path::new(command).file_name()?.to_str()?;
+pub fn fetched(command: &str, args: &[String], env: &[&str]) -> Option<Fetched> {
+    if command.contains(['/', '\\']) || env.iter().any(|name| redirects(name)) {
+        return None;
+    }
+    let program = command;
     let program = program
         .strip_suffix(".cmd")
         .or_else(|| program.strip_suffix(".exe"))
@@ -206,17 +241,19 @@ pub fn fetched(command: &str, args: &[String]) -> Option<Fetched> {
         ("podman", Some("run"), _) => ("podman run", &CONTAINER_RUN, &args[1..]),
         _ => return None,
     };
-    let packages = read(grammar, rest)?;
+    let (packages, runs) = read(grammar, rest)?;
     Some(Fetched {
         runner: runner.to_string(),
         ecosystem: grammar.ecosystem,
         packages,
+        runs,
     })
 }
 
-/// The packages `rest` names under `grammar`, or `None` when any item before the
-/// first positional is not understood or any package breaks its grammar.
-fn read(grammar: &Grammar, rest: &[String]) -> Option<Vec<String>> {
+/// The packages `rest` names under `grammar` and the command run when it is not the
+/// package's own, or `None` when any item before the first positional is not
+/// understood or any name breaks its grammar.
+fn read(grammar: &Grammar, rest: &[String]) -> Option<(Vec<String>, Option<String>)> {
     let mut named = Vec::new();
     let mut items = rest.iter();
     let positional = loop {
@@ -246,18 +283,47 @@ fn read(grammar: &Grammar, rest: &[String]) -> Option<Vec<String>> {
             named.push(value.to_string());
         }
     };
-    let packages = if named.is_empty() {
-        vec![positional.clone()]
-    } else if grammar.package_option_names_the_package {
-        named
-    } else {
-        named.push(positional.clone());
-        named
+    let after = items.next().is_some();
+    let (packages, runs) = match (named.is_empty(), grammar.ecosystem) {
+        // A container's command is whatever follows its image.
+        (_, Ecosystem::Oci) => (
+            vec![positional.clone()],
+            after.then(|| "(declared arguments)".to_string()),
+        ),
+        (true, _) => (vec![positional.clone()], None),
+        // `npx -p pkg bin`, `uvx --from pkg bin`, `pipx run --spec pkg bin`: the
+        // positional is the command, which a reviewer must read too.
+        (false, _) if grammar.package_option_names_the_package || named_from(rest) => {
+            if !is_command_name(positional) {
+                return None;
+            }
+            (named, Some(positional.clone()))
+        }
+        (false, _) => {
+            named.push(positional.clone());
+            (named, None)
+        }
     };
     packages
         .iter()
         .all(|name| fits(grammar.ecosystem, name))
-        .then_some(packages)
+        .then_some((packages, runs))
+}
+
+/// Whether `uvx`'s `--from` names the package (the positional is then its command).
+fn named_from(rest: &[String]) -> bool {
+    rest.iter()
+        .any(|item| item == "--from" || item.starts_with("--from="))
+}
+
+/// A command a package provides: a plain executable name.
+fn is_command_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        && !name.starts_with(['.', '-'])
 }
 
 /// Whether `name` is a well-formed package of `ecosystem` that may be shown.
@@ -286,7 +352,10 @@ fn fits(ecosystem: Ecosystem, name: &str) -> bool {
         Ecosystem::Pypi => &PYPI,
         Ecosystem::Oci => &OCI,
     };
+    const ARCHIVES: &[&str] = &[".tgz", ".tar", ".gz", ".zip", ".whl", ".egg", ".bz2", ".xz"];
+    let lower = name.to_ascii_lowercase();
     name.len() <= MAX_NAME
+        && !ARCHIVES.iter().any(|a| lower.ends_with(a))
         && grammar.is_match(name)
         && crate::redact::Redactor::new().secret_spans(name).is_empty()
 }
@@ -297,7 +366,7 @@ mod tests {
 
     fn shown(command: &str, args: &[&str]) -> Option<Vec<String>> {
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        fetched(command, &args).map(|f| f.packages)
+        fetched(command, &args, &[]).map(|f| f.packages)
     }
 
     #[test]
@@ -308,7 +377,7 @@ mod tests {
                 &["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
                 "@modelcontextprotocol/server-filesystem",
             ),
-            ("/usr/bin/npx", &["--yes", "pkg@1.2.3"], "pkg@1.2.3"),
+            ("npx", &["--yes", "pkg@1.2.3"], "pkg@1.2.3"),
             ("npx.cmd", &["-y", "pkg@latest"], "pkg@latest"),
             ("npx", &["-y", "--package=tool-pkg", "tool-bin"], "tool-pkg"),
             ("pnpm", &["dlx", "@scope/a"], "@scope/a"),
@@ -361,9 +430,42 @@ mod tests {
             );
         }
         assert_eq!(
-            shown("uvx", &["--with", "extra", "--from", "main-pkg", "bin"]).unwrap(),
-            ["extra", "main-pkg", "bin"],
+            shown("uvx", &["--with", "extra", "mcp-tool"]).unwrap(),
+            ["extra", "mcp-tool"],
             "uvx's --with adds packages beside the one that runs"
+        );
+        // A package option's positional is the command run, and is said.
+        let runs = |command: &str, args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            fetched(command, &args, &[]).and_then(|f| f.runs)
+        };
+        assert_eq!(
+            runs(
+                "npx",
+                &[
+                    "-y",
+                    "-p",
+                    "@modelcontextprotocol/server-memory",
+                    "sh",
+                    "-c",
+                    "x"
+                ]
+            )
+            .as_deref(),
+            Some("sh")
+        );
+        assert_eq!(
+            runs("uvx", &["--from", "mcp-server-time", "python", "-c", "x"]).as_deref(),
+            Some("python")
+        );
+        assert_eq!(
+            runs("docker", &["run", "-i", "python:3.12", "python", "-c", "x"]).as_deref(),
+            Some("(declared arguments)")
+        );
+        assert_eq!(
+            runs("npx", &["-y", "pkg", "--flag"]),
+            None,
+            "the package's own command"
         );
     }
 
@@ -377,6 +479,28 @@ mod tests {
             ("pnpm", &["dlx", "-c", "pkg && other"]),
             ("docker", &["run", "--privileged", "img"]),
             ("docker", &["run", "-v"]),
+            (
+                "docker",
+                &[
+                    "run",
+                    "-v",
+                    "/var/run/docker.sock:/var/run/docker.sock",
+                    "img",
+                ],
+            ),
+            ("docker", &["run", "--network", "host", "img"]),
+            (
+                "docker",
+                &["run", "--security-opt", "apparmor=unconfined", "img"],
+            ),
+            ("docker", &["run", "--env-file", ".env", "img"]),
+            // A runner given by path is whatever that file is.
+            ("./tools/npx", &["-y", "pkg"]),
+            ("/usr/bin/npx", &["-y", "pkg"]),
+            // Local archives, and a command that is no plain name.
+            ("npx", &["-y", "pkg.tgz"]),
+            ("uvx", &["pkg-1.0-py3-none-any.whl"]),
+            ("npx", &["-y", "-p", "pkg", "./evil.sh"]),
             // A flag given a value is not that flag.
             ("npx", &["-y=pkg", "other"]),
             // Names outside the grammar.
@@ -405,5 +529,22 @@ mod tests {
         }
         let long = format!("p{}", "a".repeat(MAX_NAME));
         assert_eq!(shown("npx", &[&long]), None);
+        // A declared environment that moves the source or replaces the runner.
+        let args = vec!["-y".to_string(), "pkg".to_string()];
+        for env in [
+            "PATH",
+            "NODE_OPTIONS",
+            "npm_config_registry",
+            "NPM_CONFIG_USERCONFIG",
+        ] {
+            assert!(fetched("npx", &args, &[env]).is_none(), "{env}");
+        }
+        for env in ["UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL"] {
+            assert!(
+                fetched("uvx", &["pkg".to_string()], &[env]).is_none(),
+                "{env}"
+            );
+        }
+        assert!(fetched("npx", &args, &["REGION"]).is_some());
     }
 }

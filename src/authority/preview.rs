@@ -42,6 +42,10 @@ pub struct ConnectPreview {
     /// Stdio: arguments with values summarized or redacted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// Stdio: the host variables the arguments reference (`${NAME}`), interpolated
+    /// after approval; names only.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub arg_variables: Vec<String>,
     /// Stdio: what a package runner (`npx`, `uvx`, `docker run`, ...) downloads and
     /// runs, when its command line can be read exactly ([`fetched`]).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -154,6 +158,7 @@ impl ConnectPreview {
             cwd_declared: None,
             cwd: None,
             args: Vec::new(),
+            arg_variables: Vec::new(),
             fetches: None,
             env_names: Vec::new(),
             header_names: Vec::new(),
@@ -176,7 +181,15 @@ impl ConnectPreview {
                 preview.cwd_declared = declared_cwd.clone();
                 preview.cwd = cwd.map(|p| p.display().to_string());
                 preview.args = summarize_args(args);
-                preview.fetches = fetched(command, args);
+                let mut variables: Vec<String> = args
+                    .iter()
+                    .flat_map(|a| crate::process::referenced_names(a))
+                    .collect();
+                variables.sort();
+                variables.dedup();
+                preview.arg_variables = variables;
+                let names: Vec<&str> = env.keys().map(String::as_str).collect();
+                preview.fetches = fetched(command, args, &names);
                 preview.env_names = env.keys().cloned().collect();
             }
             Endpoint::StreamableHttp {
@@ -236,6 +249,12 @@ impl ConnectPreview {
         if !self.args.is_empty() {
             out.push_str(&format!("  args: {}\n", list(&self.args, " ")));
         }
+        if !self.arg_variables.is_empty() {
+            out.push_str(&format!(
+                "  args use host variables: {} (their values go on the command line, which other local users can read: pass secrets through env)\n",
+                list(&self.arg_variables, ", ")
+            ));
+        }
         if let Some(fetched) = &self.fetches {
             out.push_str(&format!(
                 "  fetches and runs ({} {}): {}\n",
@@ -243,6 +262,12 @@ impl ConnectPreview {
                 fetched.ecosystem.as_str(),
                 list(&fetched.packages, ", ")
             ));
+            if let Some(runs) = &fetched.runs {
+                out.push_str(&format!("    and runs the command {}\n", e(runs)));
+            }
+            out.push_str(
+                "    (from the registry the runner's configuration names; a config file in cwd can name another)\n",
+            );
         }
         if !self.env_names.is_empty() {
             out.push_str(&format!("  env: {}\n", list(&self.env_names, ", ")));

@@ -95,7 +95,7 @@ impl Terminal {
         Box::pin(async move {
             let mut conversation = held.await;
             let line = conversation
-                .ask(&format!("{text}{prompt}"), ANSWER_CHARS)
+                .ask(&format!("{text}{prompt}"), ANSWER_CHARS, false)
                 .await;
             conversation.finish();
             line
@@ -118,6 +118,33 @@ impl Terminal {
     }
 }
 
+/// The terminal's echo turned off until dropped (a hidden answer).
+struct NoEcho(nix::sys::termios::Termios);
+
+impl NoEcho {
+    fn start() -> Option<NoEcho> {
+        use nix::sys::termios::{LocalFlags, SetArg, tcgetattr, tcsetattr};
+        let stdin = std::io::stdin();
+        let saved = tcgetattr(&stdin).ok()?;
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(LocalFlags::ECHO);
+        tcsetattr(&stdin, SetArg::TCSANOW, &quiet).ok()?;
+        Some(NoEcho(saved))
+    }
+}
+
+impl Drop for NoEcho {
+    fn drop(&mut self) {
+        let _ = nix::sys::termios::tcsetattr(
+            std::io::stdin(),
+            nix::sys::termios::SetArg::TCSANOW,
+            &self.0,
+        );
+        // The Enter that ended the answer was not echoed either.
+        eprintln!();
+    }
+}
+
 /// Questions asked one after another on the held terminal ([`Terminal::converse`]).
 pub(crate) struct Conversation {
     lines: tokio::sync::OwnedMutexGuard<mpsc::Receiver<(std::time::Instant, String)>>,
@@ -126,10 +153,17 @@ pub(crate) struct Conversation {
 
 impl Conversation {
     /// Shows `prompt` and answers the first line typed after it settled, trimmed and
-    /// cut to `max_chars`; `None` when stdin ends.
-    pub(crate) async fn ask(&mut self, prompt: &str, max_chars: usize) -> Option<String> {
+    /// cut to `max_chars`; `None` when stdin ends. A `hidden` answer is not echoed by
+    /// the terminal while it is typed.
+    pub(crate) async fn ask(
+        &mut self,
+        prompt: &str,
+        max_chars: usize,
+        hidden: bool,
+    ) -> Option<String> {
         eprint!("{prompt}");
         let _ = std::io::stderr().flush();
+        let _quiet = hidden.then(NoEcho::start).flatten();
         let shown = std::time::Instant::now();
         loop {
             match self.lines.recv().await {

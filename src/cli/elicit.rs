@@ -64,6 +64,24 @@ struct Field {
     kind: Kind,
     required: bool,
     default: Option<Value>,
+    /// A secret: not echoed while typed, `****` in the confirmation.
+    hidden: bool,
+}
+
+/// Whether a field holds a secret: by its name, a word of its title or description,
+/// `format: password` or `writeOnly`.
+fn is_hidden(name: &str, prop: &Value) -> bool {
+    let sensitive_words = |text: &str| {
+        text.split(|c: char| !c.is_alphanumeric() && c != '_' && c != '-')
+            .any(demiurge_mcp::redact::is_sensitive_field)
+    };
+    demiurge_mcp::redact::is_sensitive_field(name)
+        || ["title", "description"]
+            .iter()
+            .filter_map(|k| prop.get(*k).and_then(Value::as_str))
+            .any(|text| sensitive_words(text) || text.to_lowercase().contains("password"))
+        || prop.get("format").and_then(Value::as_str) == Some("password")
+        || prop.get("writeOnly").and_then(Value::as_bool) == Some(true)
 }
 
 /// Choices from `enum` (with `enumNames`) or from `oneOf`/`anyOf` of `{const, title}`.
@@ -152,6 +170,7 @@ fn fields(schema: &Value) -> Vec<Field> {
                 kind,
                 required: required.contains(&name.as_str()),
                 default: prop.get("default").cloned(),
+                hidden: is_hidden(name, prop),
             }
         })
         .collect::<Vec<_>>();
@@ -279,7 +298,8 @@ async fn fill(conversation: &mut Conversation, form: &[Field]) -> Ended {
     for field in form.iter().take(MAX_FIELDS) {
         let mut tries = 0;
         let value = loop {
-            let Some(line) = conversation.ask(&question(field), ANSWER_CHARS).await else {
+            let asked = question(field);
+            let Some(line) = conversation.ask(&asked, ANSWER_CHARS, field.hidden).await else {
                 return Ended::Stopped(ElicitationAnswer::Decline);
             };
             match line.as_str() {
@@ -310,10 +330,11 @@ async fn fill(conversation: &mut Conversation, form: &[Field]) -> Ended {
 }
 
 /// The values as the confirmation shows them.
-fn summary(answer: &Map<String, Value>) -> String {
+fn summary(answer: &Map<String, Value>, form: &[Field]) -> String {
     let mut text = String::from("  to send:\n");
     for (name, value) in answer {
-        let shown = if demiurge_mcp::redact::is_sensitive_field(name) {
+        let hidden = form.iter().any(|f| &f.name == name && f.hidden);
+        let shown = if hidden || demiurge_mcp::redact::is_sensitive_field(name) {
             "****".to_string()
         } else {
             let plain = value
@@ -372,9 +393,9 @@ impl Elicitor for TerminalElicitor {
             };
             let confirm = format!(
                 "{}  send? [y]es / [N]o (decline) / [c]ancel: ",
-                summary(&answer)
+                summary(&answer, &form)
             );
-            let line = conversation.ask(&confirm, 16).await;
+            let line = conversation.ask(&confirm, 16, false).await;
             conversation.finish();
             match line.as_deref().map(str::to_lowercase).as_deref() {
                 Some("y" | "yes") => ElicitationAnswer::Accept(answer),
@@ -453,11 +474,20 @@ mod tests {
         let mut answer = Map::new();
         answer.insert("api_token".into(), json!("typed-secret"));
         answer.insert("city".into(), json!("Lyon"));
-        let shown = summary(&answer);
-        assert!(
-            shown.contains("api_token: ****") && shown.contains("city: Lyon"),
-            "{shown}"
-        );
-        assert!(!shown.contains("typed-secret"));
+        let form = fields(&json!({"properties": {
+            "p": {"type": "string", "title": "GitHub token"},
+            "q": {"type": "string", "format": "password"},
+            "r": {"type": "string", "writeOnly": true},
+            "city": {"type": "string", "description": "where you live"}
+        }}));
+        for name in ["p", "q", "r"] {
+            answer.insert(name.into(), json!("typed-secret"));
+        }
+        let shown = summary(&answer, &form);
+        for name in ["api_token", "p", "q", "r"] {
+            assert!(shown.contains(&format!("{name}: ****")), "{name}: {shown}");
+        }
+        assert!(shown.contains("city: Lyon"), "{shown}");
+        assert!(!shown.contains("typed-secret"), "{shown}");
     }
 }

@@ -53,29 +53,64 @@ impl Declared {
     }
 }
 
-/// Whether a literal env or header value may be committed with the core as written:
-/// its name is not sensitive (`REGION`, not `API_KEY` or `Authorization`), the value
-/// has no secret shape (`token=`, `Bearer`, URL credentials), does not look like a
-/// generated credential (a long run of mixed letters and digits), fits on one line and
-/// holds only references interpolation knows.
+/// Whether a literal env or header value may be committed with the core as written.
+/// An allowlist, since a secret has no one shape: the name is not sensitive (the
+/// redactor's words and `pass`, `pwd`, `key`, `auth`, `dsn`, `conn`, `mnemonic`, `seed`,
+/// `cred`, `cert`, `sig`), and the value (or a `${NAME:-default}`'s default) is one of:
+/// a number, a boolean word, a short setting word (`eu-west-1`, `json`, `debug`), a
+/// plain path, or a URL that is only an origin. Anything else becomes a reference.
 pub(crate) fn keeps_literal(name: &str, value: &str) -> bool {
-    !demiurge_mcp::redact::is_sensitive_field(name)
-        && !holds_secret_shape(value)
-        && !looks_generated(value)
-        && !value.contains(['\n', '\r'])
-        && value.chars().count() <= 256
-        && core::check_references(value).is_ok()
+    const MARKERS: &[&str] = &[
+        "pass", "pwd", "key", "auth", "dsn", "conn", "mnemonic", "seed", "cred", "cert", "sig",
+        "secret", "token", "session", "cookie", "private",
+    ];
+    let lowered = name.to_ascii_lowercase();
+    if demiurge_mcp::redact::is_sensitive_field(name) || MARKERS.iter().any(|m| lowered.contains(m))
+    {
+        return false;
+    }
+    let value = match defaulted_value(value) {
+        Some(default) => default,
+        None if value.contains("${") => return false,
+        None => value,
+    };
+    is_setting(value) && !holds_secret_shape(value)
 }
 
-/// A token-like run: 16 or more characters of letters, digits and `_-+/=`, with both
-/// letters and digits, not a path. Such a value under a harmless name
-/// (`BRAVE=BSAk3...`, `KEY=sk-live-...`) is more likely a key than a setting.
+/// The default of an exact `${NAME:-default}`.
+fn defaulted_value(value: &str) -> Option<&str> {
+    let inner = value.strip_prefix("${")?.strip_suffix('}')?;
+    let (name, default) = inner.split_once(":-")?;
+    is_env_name(name).then_some(default)
+}
+
+/// The shapes of a harmless setting.
+fn is_setting(value: &str) -> bool {
+    use std::sync::LazyLock;
+    static SHAPES: LazyLock<regex::RegexSet> = LazyLock::new(|| {
+        regex::RegexSet::new([
+            // Numbers and boolean words.
+            r"^-?[0-9]{1,12}(\.[0-9]{1,6})?$",
+            r"(?i)^(true|false|yes|no|on|off|enabled|disabled)$",
+            // A short setting word: `eu-west-1`, `json`, `info`, `gpt-4o`, `v1.2`.
+            r"^[A-Za-z][A-Za-z0-9._-]{0,31}$",
+            // A plain path.
+            r"^(/|\./|\.\./|~/)[A-Za-z0-9._/-]{0,200}$",
+            // An origin, nothing after it.
+            r"^https?://[a-z0-9.-]{1,100}(:[0-9]{1,5})?/?$",
+        ])
+        .expect("valid regexes")
+    });
+    !value.is_empty() && SHAPES.is_match(value) && !looks_generated(value)
+}
+
+/// A token-like run: 12 or more characters mixing letters and digits (split at `/`,
+/// `.`, `-`, `_` and `:`), such as a generated key or a webhook's random host label.
 fn looks_generated(value: &str) -> bool {
     value
-        .split(|c: char| !(c.is_ascii_alphanumeric() || "_-+/=".contains(c)))
+        .split(|c: char| !c.is_ascii_alphanumeric())
         .any(|run| {
-            run.len() >= 16
-                && !run.starts_with('/')
+            run.len() >= 12
                 && run.chars().any(|c| c.is_ascii_digit())
                 && run.chars().any(|c| c.is_ascii_alphabetic())
         })

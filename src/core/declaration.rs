@@ -803,7 +803,17 @@ impl Declaration {
         if !errors.is_empty() {
             return Err(errors);
         }
-        let fingerprint = fingerprint(&server_id, &path, canonical);
+        // `${NAME}` in arguments is interpolated since 2026-12-02 (it was passed as
+        // text): such a declaration is a new server, so no earlier approval covers
+        // what it now sends.
+        let interpolates_args = matches!(&endpoint, Endpoint::Stdio { args, .. }
+            if args.iter().any(|a| a.contains("${")));
+        let fingerprint = if interpolates_args {
+            let marked = serde_json::json!({"args_interpolated": true, "declaration": canonical});
+            fingerprint(&server_id, &path, &marked)
+        } else {
+            fingerprint(&server_id, &path, canonical)
+        };
         Ok(Declaration {
             server_id,
             path,

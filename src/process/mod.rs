@@ -150,6 +150,18 @@ pub fn interpolate_all(
         .collect()
 }
 
+/// Every name `value` references (`${NAME}` and `${NAME:-default}`).
+pub fn referenced_names(value: &str) -> Vec<String> {
+    pieces(value)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|piece| match piece {
+            Piece::Var { name, .. } => Some(name.to_string()),
+            Piece::Text(_) => None,
+        })
+        .collect()
+}
+
 /// The names `value` references without a default: what the host must have for it to
 /// interpolate.
 pub fn required_names(value: &str) -> Vec<&str> {

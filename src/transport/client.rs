@@ -577,6 +577,8 @@ where
 
 /// Why `initialize` failed, in words: never a dump of what the server sent. A server
 /// that speaks only a protocol version this runtime does not gets that said plainly.
+/// Not cut here: the caller redacts, then caps (a cut before redaction could leave
+/// the prefix of a secret that no longer matches).
 fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
     use rmcp::service::ClientInitializeError as E;
     /// Versions a server names, kept only when they look like MCP versions.
@@ -625,22 +627,15 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
         } => requires(versions(server_supported.iter().map(|v| v.as_str()))),
         E::JsonRpcError(data) => format!(
             "the server refused initialize: {} (JSON-RPC error {})",
-            crate::result::cap_chars(&data.message, 300),
-            data.code.0
+            data.message, data.code.0
         ),
         E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => {
             "initialize failed: the server answered something other than an initialize result"
                 .into()
         }
         // The transport's own error, without rmcp's wrapper (which names Rust types).
-        E::TransportError { error, .. } => format!(
-            "initialize failed: {}",
-            crate::result::cap_chars(&error.error.to_string(), 600)
-        ),
-        other => format!(
-            "initialize failed: {}",
-            crate::result::cap_chars(&other.to_string(), 600)
-        ),
+        E::TransportError { error, .. } => format!("initialize failed: {}", error.error),
+        other => format!("initialize failed: {other}"),
     }
 }
 
