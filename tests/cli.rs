@@ -700,11 +700,7 @@ fn output_reads_well_for_odd_text_long_names_and_binary_resources() {
     .unwrap();
     let core = Core::new().grant_servers(&["docs"]).server(
         "docs",
-        &format!(
-            "command: {}\nargs: [demo-server, --tools-file, {}]\napproval_policy: auto\n",
-            serde_json::to_string(exe()).unwrap(),
-            serde_json::to_string(&tools).unwrap()
-        ),
+        &common::demo_with_tools(&tools, "approval_policy: auto\n"),
     );
     let home = tempfile::tempdir().unwrap();
     let listed = text(&run(&core, home.path(), &["--yes", "tools"]).stdout);
@@ -808,14 +804,9 @@ fn a_numbered_name_says_which_tool_took_its_first_choice() {
         .to_string(),
     )
     .unwrap();
-    let core = Core::new().grant_servers(&["docs"]).server(
-        "docs",
-        &format!(
-            "command: {}\nargs: [demo-server, --tools-file, {}]\n",
-            serde_json::to_string(exe()).unwrap(),
-            serde_json::to_string(&tools).unwrap()
-        ),
-    );
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &common::demo_with_tools(&tools, ""));
     let home = tempfile::tempdir().unwrap();
     let out = run(&core, home.path(), &["--yes", "tools"]);
     let said = text(&out.stderr);

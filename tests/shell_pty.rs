@@ -189,14 +189,9 @@ async fn an_elicitation_is_filled_in_field_by_field_on_the_terminal() {
         }
     }]);
     std::fs::write(&tools, asked.to_string()).unwrap();
-    let core = Core::new().grant_servers(&["docs"]).server(
-        "docs",
-        &format!(
-            "command: {}\nargs: [demo-server, --tools-file, {}]\n",
-            serde_json::to_string(exe()).unwrap(),
-            serde_json::to_string(&tools).unwrap()
-        ),
-    );
+    let core = Core::new()
+        .grant_servers(&["docs"])
+        .server("docs", &common::demo_with_tools(&tools, ""));
     let mut shell = Shell::start(core);
     shell.wait_for("/quit", 1).await;
     shell.type_line("/call docs__signup {}").await;

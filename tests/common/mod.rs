@@ -33,6 +33,16 @@ pub fn demo(extra: &str) -> String {
     )
 }
 
+/// A declaration of the demo server serving the tools of `tools` (a JSON file, read at
+/// every listing) beside its own, plus `extra` YAML lines.
+pub fn demo_with_tools(tools: &Path, extra: &str) -> String {
+    format!(
+        "command: {}\nargs: [demo-server, --tools-file, {}]\n{extra}",
+        serde_json::to_string(exe()).unwrap(),
+        serde_json::to_string(tools).unwrap()
+    )
+}
+
 /// A declaration of the demo server misbehaving as `fault` (`MODE [N]`), plus `extra`.
 pub fn demo_fault(fault: &str, extra: &str) -> String {
     let args: Vec<String> = fault
