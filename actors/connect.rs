@@ -379,16 +379,57 @@ impl Pipeline {
         let config = &self.shared.config;
         match (&declaration.endpoint, place) {
             (Endpoint::Stdio { command, .. }, Place::Dir(cwd)) => {
-                let home = self.shared.server_home();
-                private_dir(&home).map_err(|e| Outcome::Failed {
+                let failed = |e: std::io::Error| Outcome::Failed {
                     declaration: Arc::clone(declaration),
-                    message: format!("cannot prepare the servers' home: {e}"),
+                    message: format!("cannot prepare the server's home: {e}"),
                     kind: None,
-                })?;
+                };
+                // A confined server gets a home and a tmp of its own (it can write
+                // nowhere else outside the workspace); others share `mcp-home`.
+                let confined = declaration
+                    .sandbox
+                    .as_ref()
+                    .filter(|s| **s != crate::sandbox::Sandbox::Off);
+                let (home, tmp) = match confined {
+                    Some(_) => {
+                        let own = config.home.join("sandbox").join(&declaration.server_id);
+                        for dir in [
+                            config.home.join("sandbox"),
+                            own.clone(),
+                            own.join("home"),
+                            own.join("tmp"),
+                        ] {
+                            private_dir(&dir).map_err(failed)?;
+                        }
+                        (own.join("home"), Some(own.join("tmp")))
+                    }
+                    None => {
+                        let home = self.shared.server_home();
+                        private_dir(&home).map_err(failed)?;
+                        (home, None)
+                    }
+                };
+                let mut env = child_environment(&config.host_env, &home, &values);
+                let sandbox = match (confined, &tmp) {
+                    (Some(sandbox), Some(tmp)) => {
+                        for name in ["TMPDIR", "TMP", "TEMP"] {
+                            env.insert(name.into(), tmp.display().to_string());
+                        }
+                        crate::sandbox::Rules::of(
+                            sandbox,
+                            command,
+                            &self.workspace,
+                            &home,
+                            tmp,
+                            env.get("PATH").map(String::as_str),
+                        )
+                    }
+                    _ => None,
+                };
                 Ok(Launch::Stdio(StdioLaunch {
                     command: command.clone(),
                     args,
-                    env: child_environment(&config.host_env, &home, &values),
+                    env,
                     cwd,
                     log: StderrLog {
                         home: config.home.clone(),
@@ -397,6 +438,7 @@ impl Pipeline {
                         redactor: redactor.clone(),
                     },
                     registry: Arc::clone(&self.shared.processes),
+                    sandbox,
                 }))
             }
             (Endpoint::StreamableHttp { url, oauth, .. }, _) => {

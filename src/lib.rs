@@ -26,6 +26,8 @@
 //! - `transport` (crate-private): stdio and streamable HTTP MCP clients behind one
 //!   `connect`, and the bounds on what a server may send ([`limits`]).
 //! - [`result`]: MCP results converted into tool results with their views.
+//! - [`sandbox`]: the confinement of stdio servers (`sandbox:`; Landlock rules and
+//!   the confined spawn).
 //! - [`events`]: typed events, the host sink, the JSONL session log.
 //! - [`actors`] (in `actors/`): the runtime root, sessions, catalogs, connections, the
 //!   discovery limiter and the approval broker, behind the host's handles.
@@ -54,6 +56,7 @@ pub mod net;
 pub(crate) mod process;
 pub mod redact;
 pub mod result;
+pub mod sandbox;
 pub mod text;
 pub(crate) mod transport;
 

@@ -42,6 +42,9 @@ pub struct ConnectPreview {
     /// Stdio: arguments with values summarized or redacted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub args: Vec<String>,
+    /// Stdio: the server's confinement, in words (`sandbox:`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
     /// Stdio: the host variables the arguments reference (`${NAME}`), interpolated
     /// after approval; names only.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -159,6 +162,7 @@ impl ConnectPreview {
             cwd: None,
             args: Vec::new(),
             arg_variables: Vec::new(),
+            sandbox: None,
             fetches: None,
             env_names: Vec::new(),
             header_names: Vec::new(),
@@ -178,6 +182,7 @@ impl ConnectPreview {
                 cwd: declared_cwd,
             } => {
                 preview.command = Some(command.clone());
+                preview.sandbox = Some(crate::sandbox::Sandbox::describe(decl.sandbox.as_ref()));
                 preview.cwd_declared = declared_cwd.clone();
                 preview.cwd = cwd.map(|p| p.display().to_string());
                 preview.args = summarize_args(args);
@@ -248,6 +253,9 @@ impl ConnectPreview {
         };
         if !self.args.is_empty() {
             out.push_str(&format!("  args: {}\n", list(&self.args, " ")));
+        }
+        if let Some(sandbox) = &self.sandbox {
+            out.push_str(&format!("  sandbox: {}\n", e(sandbox)));
         }
         if !self.arg_variables.is_empty() {
             out.push_str(&format!(

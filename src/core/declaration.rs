@@ -363,6 +363,7 @@ pub(crate) struct RawDeclaration {
     env_vars: Option<Vec<String>>,
     tool_timeouts: Option<BTreeMap<String, f64>>,
     required: Option<bool>,
+    sandbox: Option<serde_yaml::Value>,
 }
 
 /// The least severe log message a server should send (`logging/setLevel`).
@@ -477,6 +478,9 @@ pub struct Declaration {
     pub tool_timeouts: BTreeMap<String, Duration>,
     /// A turn fails (`PrepareError::Required`) when this server cannot connect.
     pub required: bool,
+    /// A stdio server's confinement, when declared (`sandbox:`); `None` runs it
+    /// unconfined.
+    pub sandbox: Option<crate::sandbox::Sandbox>,
     /// How far progress may extend a call: each progress notification restarts
     /// `call_timeout`, up to this in all (`max_timeout_seconds`).
     pub max_call_timeout: Option<Duration>,
@@ -567,6 +571,7 @@ impl Declaration {
             env_vars,
             tool_timeouts,
             required,
+            sandbox,
         } = raw;
         let mut errors = Vec::new();
         let err = |field: &str, message: String| LoadError::new(&file, Some(field), None, message);
@@ -800,6 +805,23 @@ impl Declaration {
             ));
         }
 
+        let sandbox = match (&sandbox, transport) {
+            (None, _) => None,
+            (Some(_), TransportKind::StreamableHttp) => {
+                errors.push(err(
+                    "sandbox",
+                    "is only for `transport: stdio` (the URL policy governs HTTP servers); remove it".into(),
+                ));
+                None
+            }
+            (Some(value), TransportKind::Stdio) => match crate::sandbox::Sandbox::parse(value) {
+                Ok(sandbox) => Some(sandbox),
+                Err((field, message)) => {
+                    errors.push(err(&field, message));
+                    None
+                }
+            },
+        };
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -828,6 +850,7 @@ impl Declaration {
             max_call_timeout,
             tool_timeouts,
             required: required.unwrap_or(false),
+            sandbox,
             risk: risk.unwrap_or(Risk::Medium),
             approval_policy: approval_policy.unwrap_or(ApprovalPolicy::Prompt),
             call_capability,

@@ -75,6 +75,7 @@ impl ChildProcess {
         cwd: &Path,
         registry: &Arc<Registry>,
         log: StderrLog,
+        sandbox: Option<&crate::sandbox::Rules>,
     ) -> std::io::Result<(ChildProcess, ChildStdin, ChildStdout)> {
         let mut command = Command::new(program);
         command
@@ -88,7 +89,10 @@ impl ChildProcess {
             .process_group(0)
             .kill_on_drop(true);
         let spawning = registry.spawning();
-        let mut child = command.spawn()?;
+        let mut child = match sandbox {
+            None => command.spawn()?,
+            Some(rules) => crate::sandbox::spawn_confined(&mut command, rules)?,
+        };
         let pid = child.id().unwrap_or_default();
         registry.started(pid);
         drop(spawning);

@@ -27,6 +27,8 @@ pub(crate) struct StdioLaunch {
     pub log: StderrLog,
     /// The runtime's record of server processes.
     pub registry: Arc<Registry>,
+    /// The confinement the child applies before it execs, when sandboxed.
+    pub sandbox: Option<crate::sandbox::Rules>,
 }
 
 impl std::fmt::Debug for StdioLaunch {
@@ -59,6 +61,7 @@ pub(super) async fn connect(
         &launch.cwd,
         &launch.registry,
         launch.log.clone(),
+        launch.sandbox.as_ref(),
     );
     let (process, stdin, stdout) = spawned.map_err(|e| ConnectError {
         kind: ConnectErrorKind::Spawn,

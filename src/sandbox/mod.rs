@@ -1,0 +1,620 @@
+//! Confinement of stdio servers (`sandbox:` in a declaration; `docs/sandbox.md`).
+//!
+//! A confined server runs under a Landlock allowlist: it reads the system (`/usr`,
+//! `/etc`, ...), the workspace, the location of its command (and its interpreter's
+//! install), its own home and private tmp; it writes only to the declared `write:`
+//! paths (default the workspace), its own home and tmp. Everything else (the host's
+//! secret stores, the runtime home outside its own directory, other servers' homes) is
+//! unreadable, whatever path, link or `..` it uses. `no_new_privs` is set. With
+//! `network: none`, TCP connect and bind are refused (Landlock).
+//!
+//! The rules are built and applied in a short-lived thread of the runtime, which then
+//! spawns the server: Landlock domains and `no_new_privs` belong to a thread and pass
+//! to what it forks, so no code runs between fork and exec and the runtime's other
+//! threads stay unconfined. A host without what the rules need does not start the
+//! server: the error names what is missing (fail closed).
+//!
+//! Adversary: the server (its code, its package, whatever it downloads), running as the
+//! operator. Bound: what Landlock and `no_new_privs` enforce on the host's kernel
+//! (ABI 3 or later for files, 4 or later for `network: none`).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+/// How a confined server may reach the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Unconfined network (the default until the egress proxy exists).
+    Host,
+    /// No TCP connect or bind at all.
+    None,
+}
+
+impl Network {
+    /// The word a declaration and a preview use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::Host => "host",
+            Network::None => "none",
+        }
+    }
+}
+
+/// A declaration's `sandbox:` section.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "mode")]
+pub enum Sandbox {
+    /// `sandbox: off`: the server runs with the operator's authority.
+    Off,
+    /// Confined.
+    Confined {
+        /// Paths it may write (relative to the workspace, or absolute); default `.`.
+        write: Vec<String>,
+        /// More paths it may read (relative to the workspace, or absolute).
+        read: Vec<String>,
+        /// Its network.
+        network: Network,
+    },
+}
+
+impl Sandbox {
+    /// Reads `sandbox:`: `off`, or a mapping with `filesystem: {write, read}` and
+    /// `network: host | none`. An error names the field and the fix, never the value.
+    ///
+    /// # Errors
+    /// `(field, message)` of the first problem.
+    pub fn parse(value: &serde_yaml::Value) -> Result<Sandbox, (String, String)> {
+        use serde_yaml::Value;
+        let bad = |field: &str, message: &str| Err((field.to_string(), message.to_string()));
+        match value {
+            Value::String(s) if s == "off" => return Ok(Sandbox::Off),
+            Value::Bool(false) => return Ok(Sandbox::Off),
+            Value::Mapping(_) => {}
+            _ => {
+                return bad(
+                    "sandbox",
+                    "write `sandbox: off`, or a mapping with `filesystem:` and `network:`",
+                );
+            }
+        }
+        let mut write = vec![".".to_string()];
+        let mut read = Vec::new();
+        let mut network = Network::Host;
+        for (key, item) in value.as_mapping().into_iter().flatten() {
+            match key.as_str() {
+                Some("filesystem") => {
+                    let Value::Mapping(fs) = item else {
+                        return bad(
+                            "sandbox.filesystem",
+                            "must be a mapping with `write:` and `read:` lists",
+                        );
+                    };
+                    for (k, list) in fs {
+                        let field = match k.as_str() {
+                            Some(f @ ("write" | "read")) => f,
+                            Some("deny") => {
+                                return bad(
+                                    "sandbox.filesystem.deny",
+                                    "is not supported yet; leave the path out of `write:` and `read:` instead",
+                                );
+                            }
+                            _ => {
+                                return bad(
+                                    "sandbox.filesystem",
+                                    "takes `write:` and `read:` only",
+                                );
+                            }
+                        };
+                        let paths = paths_of(list).ok_or((
+                            format!("sandbox.filesystem.{field}"),
+                            "must be a list of paths (relative to the workspace, or absolute)"
+                                .into(),
+                        ))?;
+                        if field == "write" {
+                            write = paths;
+                        } else {
+                            read = paths;
+                        }
+                    }
+                }
+                Some("network") => {
+                    network = match item.as_str() {
+                        Some("host") => Network::Host,
+                        Some("none") => Network::None,
+                        Some("proxy") => {
+                            return bad(
+                                "sandbox.network",
+                                "`proxy` (egress through the URL policy) is not built yet; write `none` or `host`",
+                            );
+                        }
+                        _ => return bad("sandbox.network", "must be `none` or `host`"),
+                    };
+                }
+                _ => {
+                    return bad("sandbox", "takes `filesystem:` and `network:` only");
+                }
+            }
+        }
+        Ok(Sandbox::Confined {
+            write,
+            read,
+            network,
+        })
+    }
+
+    /// One line for a preview: what the server is confined to.
+    pub fn describe(sandbox: Option<&Sandbox>) -> String {
+        match sandbox {
+            None => "none declared: the server runs with your authority (declare `sandbox:` to confine it)".into(),
+            Some(Sandbox::Off) => "off: the server runs with your authority".into(),
+            Some(Sandbox::Confined {
+                write,
+                read,
+                network,
+            }) => {
+                let mut text = format!(
+                    "confined: writes {}; reads the system, the workspace{}; network {}",
+                    write.join(", "),
+                    if read.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", {}", read.join(", "))
+                    },
+                    match network {
+                        Network::Host => "unconfined (host)",
+                        Network::None => "none",
+                    }
+                );
+                text.retain(|c| !c.is_control());
+                text
+            }
+        }
+    }
+}
+
+fn paths_of(value: &serde_yaml::Value) -> Option<Vec<String>> {
+    value
+        .as_sequence()?
+        .iter()
+        .map(|v| {
+            let s = v.as_str()?;
+            (!s.trim().is_empty() && !s.contains('\0')).then(|| s.to_string())
+        })
+        .collect()
+}
+
+/// The paths of one confined launch, resolved.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    /// Readable (and executable) trees.
+    pub read: Vec<PathBuf>,
+    /// Writable trees (also readable).
+    pub write: Vec<PathBuf>,
+    /// Device files a process needs to read and write (`/dev/null`, ...).
+    pub devices: Vec<PathBuf>,
+    /// Refuse TCP connect and bind.
+    pub no_network: bool,
+}
+
+/// Trees every program may read: the system.
+const SYSTEM: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix/store",
+    "/snap",
+    "/proc",
+    "/sys",
+    "/run/systemd/resolve",
+];
+
+/// Device files a program may read and write.
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/pts",
+    "/dev/shm",
+    "/dev/fd",
+];
+
+impl Rules {
+    /// The rules of `sandbox` for a server started as `command` in `cwd`, in
+    /// `workspace`, with its own `home` and `tmp`, and the host's `path` (the
+    /// allowlisted `PATH`, for finding the command and its interpreter).
+    pub fn of(
+        sandbox: &Sandbox,
+        command: &str,
+        workspace: &Path,
+        home: &Path,
+        tmp: &Path,
+        path: Option<&str>,
+    ) -> Option<Rules> {
+        let Sandbox::Confined {
+            write,
+            read,
+            network,
+        } = sandbox
+        else {
+            return None;
+        };
+        let inside = |p: &String| {
+            let p = Path::new(p);
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                workspace.join(p)
+            }
+        };
+        let mut readable: Vec<PathBuf> = SYSTEM.iter().map(PathBuf::from).collect();
+        readable.push(workspace.to_path_buf());
+        readable.extend(read.iter().map(inside));
+        readable.extend(program_trees(command, path));
+        Some(Rules {
+            read: readable,
+            write: write
+                .iter()
+                .map(inside)
+                .chain([home.to_path_buf(), tmp.to_path_buf()])
+                .collect(),
+            devices: DEVICES.iter().map(PathBuf::from).collect(),
+            no_network: *network == Network::None,
+        })
+    }
+}
+
+/// The trees a program needs beyond the system: where its file is (links followed),
+/// the install prefix when it lives in a `bin` directory (a venv, nvm, pyenv), the
+/// package root above a `node_modules`, and the same for the interpreter its `#!` line
+/// names.
+fn program_trees(command: &str, path: Option<&str>) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Some(found) = locate(command, path) else {
+        return out;
+    };
+    let mut add = |file: &Path| {
+        for p in [file.to_path_buf(), file.canonicalize().unwrap_or_default()] {
+            let Some(dir) = p.parent() else { continue };
+            out.push(dir.to_path_buf());
+            if dir.file_name().is_some_and(|n| n == "bin")
+                && let Some(prefix) = dir.parent()
+            {
+                out.push(prefix.to_path_buf());
+            }
+            if let Some(root) = p
+                .ancestors()
+                .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+                .and_then(Path::parent)
+            {
+                out.push(root.to_path_buf());
+            }
+        }
+    };
+    add(&found);
+    if let Some(interpreter) = shebang(&found) {
+        let named = if interpreter.ends_with("/env") {
+            None
+        } else {
+            Some(PathBuf::from(&interpreter))
+        };
+        let program = named.or_else(|| {
+            // `#!/usr/bin/env node`: the program env finds on PATH.
+            let line = std::fs::read_to_string(&found).ok()?;
+            let first = line.lines().next()?;
+            let name = first.split_whitespace().nth(1)?;
+            locate(name, path)
+        });
+        if let Some(program) = program {
+            add(&program);
+        }
+    }
+    out.retain(|p| !p.as_os_str().is_empty() && p != Path::new("/"));
+    out
+}
+
+/// `command` as the spawn finds it: a path as is, a name on `path`.
+fn locate(command: &str, path: Option<&str>) -> Option<PathBuf> {
+    if command.contains('/') {
+        return Some(PathBuf::from(command));
+    }
+    path?
+        .split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(command))
+        .find(|p| p.is_file())
+}
+
+/// The interpreter a script's `#!` line names.
+fn shebang(file: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(file).ok()?.read(&mut head).ok()?;
+    let head = std::str::from_utf8(&head[..n]).ok()?;
+    let line = head.strip_prefix("#!")?.lines().next()?;
+    line.split_whitespace().next().map(str::to_string)
+}
+
+/// Rules made into a Landlock ruleset and seccomp programs, ready to be applied.
+pub struct Prepared {
+    ruleset: Option<landlock::RulesetCreated>,
+    filters: Vec<seccompiler::BpfProgram>,
+}
+
+/// What no MCP server needs, refused with `EPERM`: tracing or reading other
+/// processes, mounts and namespaces, kernel modules and kexec, BPF, the kernel
+/// keyring, performance events, `io_uring` (it performs I/O past this filter), file
+/// handles (`open_by_handle_at` escapes a directory tree), `userfaultfd`.
+const REFUSED: &[libc::c_long] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_mount,
+    libc::SYS_umount2,
+    libc::SYS_pivot_root,
+    libc::SYS_chroot,
+    libc::SYS_unshare,
+    libc::SYS_setns,
+    libc::SYS_kexec_load,
+    libc::SYS_kexec_file_load,
+    libc::SYS_init_module,
+    libc::SYS_finit_module,
+    libc::SYS_delete_module,
+    libc::SYS_bpf,
+    libc::SYS_keyctl,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_perf_event_open,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_open_by_handle_at,
+    libc::SYS_name_to_handle_at,
+    libc::SYS_userfaultfd,
+    libc::SYS_swapon,
+    libc::SYS_swapoff,
+    libc::SYS_reboot,
+];
+
+/// The namespace flags `clone` may not carry.
+const NAMESPACES: &[libc::c_int] = &[
+    libc::CLONE_NEWUSER,
+    libc::CLONE_NEWNS,
+    libc::CLONE_NEWPID,
+    libc::CLONE_NEWNET,
+    libc::CLONE_NEWUTS,
+    libc::CLONE_NEWIPC,
+    libc::CLONE_NEWCGROUP,
+];
+
+/// The seccomp programs of `rules`: the refused calls and namespace clones with
+/// `EPERM`, raw and packet sockets (and with `network: none` every IP socket) with
+/// `EACCES`, and `clone3` with `ENOSYS` (its flags cannot be inspected; C libraries
+/// then fall back to `clone`).
+fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::BackendError> {
+    use seccompiler::{
+        SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as When,
+        SeccompFilter, SeccompRule,
+    };
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into()?;
+    let on = |index: u8, op: Op, value: u64| When::new(index, Len::Dword, op, value);
+    let mut refused: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
+        REFUSED.iter().map(|&call| (call, Vec::new())).collect();
+    let clone_rules = NAMESPACES
+        .iter()
+        .map(|&flag| {
+            let flag = flag as u64;
+            SeccompRule::new(vec![on(0, Op::MaskedEq(flag), flag)?])
+        })
+        .collect::<Result<_, _>>()?;
+    refused.insert(libc::SYS_clone, clone_rules);
+    let mut sockets = vec![
+        SeccompRule::new(vec![on(0, Op::Eq, libc::AF_PACKET as u64)?])?,
+        SeccompRule::new(vec![
+            on(0, Op::Eq, libc::AF_INET as u64)?,
+            on(1, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
+        ])?,
+        SeccompRule::new(vec![
+            on(0, Op::Eq, libc::AF_INET6 as u64)?,
+            on(1, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
+        ])?,
+    ];
+    if rules.no_network {
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            sockets.push(SeccompRule::new(vec![on(0, Op::Eq, family as u64)?])?);
+        }
+    }
+    let program =
+        |rules, errno: i32| -> Result<seccompiler::BpfProgram, seccompiler::BackendError> {
+            SeccompFilter::new(
+                rules,
+                SeccompAction::Allow,
+                SeccompAction::Errno(errno as u32),
+                arch,
+            )?
+            .try_into()
+        };
+    Ok(vec![
+        program(refused, libc::EPERM)?,
+        program(
+            [(libc::SYS_socket, sockets)].into_iter().collect(),
+            libc::EACCES,
+        )?,
+        program(
+            [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+            libc::ENOSYS,
+        )?,
+    ])
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared").finish_non_exhaustive()
+    }
+}
+
+/// Why a confined server cannot start on this host.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the sandbox cannot be applied on this host: {0}; the server was not started (declare `sandbox: off`, reviewed, to run it unconfined)"
+)]
+pub struct Unavailable(pub String);
+
+impl Prepared {
+    /// Builds the ruleset of `rules` (Landlock ABI 3 for files, 4 for the network):
+    /// what the child applies before it becomes the server.
+    ///
+    /// # Errors
+    /// [`Unavailable`] when the kernel lacks what the rules need.
+    pub fn new(rules: &Rules) -> Result<Prepared, Unavailable> {
+        use landlock::{
+            ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd,
+            Ruleset, RulesetAttr, RulesetCreatedAttr,
+        };
+        let unavailable =
+            |what: &str, e: &dyn std::fmt::Display| Unavailable(format!("{what} ({e})"));
+        let abi = ABI::V3;
+        let all = AccessFs::from_all(abi);
+        let read = AccessFs::from_read(abi);
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(all)
+            .map_err(|e| unavailable("Landlock ABI 3 (filesystem rules) is missing", &e))?;
+        if rules.no_network {
+            ruleset = ruleset
+                .handle_access(AccessNet::from_all(ABI::V4))
+                .map_err(|e| unavailable("Landlock ABI 4 (network rules) is missing", &e))?;
+        }
+        let mut created = ruleset
+            .create()
+            .map_err(|e| unavailable("Landlock is not enabled", &e))?
+            .set_compatibility(CompatLevel::BestEffort);
+        let trees = rules
+            .read
+            .iter()
+            .map(|p| (p, read))
+            .chain(rules.write.iter().map(|p| (p, all)))
+            .chain(rules.devices.iter().map(|p| (p, all)));
+        for (path, access) in trees {
+            // A tree this host does not have (`/lib32`, `/snap`) needs no rule.
+            let Ok(fd) = PathFd::new(path) else { continue };
+            // A file (`/dev/null`) takes only the file rights of the access.
+            let access = if path.is_dir() {
+                access
+            } else {
+                access & AccessFs::from_file(abi)
+            };
+            created = created
+                .add_rule(PathBeneath::new(fd, access))
+                .map_err(|e| unavailable("a filesystem rule was refused", &e))?;
+        }
+        let filters = filters(rules)
+            .map_err(|e| unavailable("the system-call filter cannot be built", &e))?;
+        Ok(Prepared {
+            ruleset: Some(created),
+            filters,
+        })
+    }
+
+    /// Applies the rules to the calling thread: `no_new_privs` and the Landlock
+    /// ruleset. Both are per thread, and what the thread forks inherits them.
+    ///
+    /// # Errors
+    /// When the rules could not be fully enforced.
+    fn apply(&mut self) -> std::io::Result<()> {
+        let ruleset = self
+            .ruleset
+            .take()
+            .ok_or_else(|| std::io::Error::other("the sandbox was applied twice"))?;
+        match ruleset.restrict_self() {
+            Ok(status)
+                if status.ruleset == landlock::RulesetStatus::FullyEnforced
+                    && status.no_new_privs => {}
+            Ok(_) => return Err(std::io::Error::other("the sandbox was not fully enforced")),
+            Err(_) => return Err(std::io::Error::other("the sandbox could not be applied")),
+        }
+        for filter in &self.filters {
+            seccompiler::apply_filter(filter)
+                .map_err(|e| std::io::Error::other(format!("the system-call filter: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Spawns `command` confined by `rules`, from a thread of its own that takes the rules
+/// first (Landlock domains and `no_new_privs` belong to a thread and pass to what it
+/// forks), so the runtime's own threads stay unconfined and no code runs between fork
+/// and exec.
+///
+/// # Errors
+/// [`Unavailable`] (as an IO error) when the host cannot enforce the rules, or the
+/// spawn's error.
+pub(crate) fn spawn_confined(
+    command: &mut tokio::process::Command,
+    rules: &Rules,
+) -> std::io::Result<tokio::process::Child> {
+    let runtime = tokio::runtime::Handle::current();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let _entered = runtime.enter();
+                let mut prepared = Prepared::new(rules)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::Unsupported, e))?;
+                prepared.apply()?;
+                command.spawn()
+            })
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the confined spawn panicked")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str) -> Result<Sandbox, (String, String)> {
+        Sandbox::parse(&serde_yaml::from_str(yaml).unwrap())
+    }
+
+    #[test]
+    fn declarations_parse_and_bad_ones_name_the_field() {
+        assert_eq!(parse("off").unwrap(), Sandbox::Off);
+        assert_eq!(
+            parse("{network: none}").unwrap(),
+            Sandbox::Confined {
+                write: vec![".".into()],
+                read: vec![],
+                network: Network::None
+            }
+        );
+        assert_eq!(
+            parse("{filesystem: {write: [data], read: [/opt/models]}}").unwrap(),
+            Sandbox::Confined {
+                write: vec!["data".into()],
+                read: vec!["/opt/models".into()],
+                network: Network::Host
+            }
+        );
+        for (yaml, field) in [
+            ("on", "sandbox"),
+            ("{network: proxy}", "sandbox.network"),
+            ("{network: everything}", "sandbox.network"),
+            ("{filesystem: {deny: [x]}}", "sandbox.filesystem.deny"),
+            ("{filesystem: {write: data}}", "sandbox.filesystem.write"),
+            ("{filesystem: {write: [\"\"]}}", "sandbox.filesystem.write"),
+            ("{extra: 1}", "sandbox"),
+        ] {
+            assert_eq!(parse(yaml).unwrap_err().0, field, "{yaml}");
+        }
+    }
+}

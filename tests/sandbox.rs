@@ -1,0 +1,329 @@
+//! Confined stdio servers (`sandbox:`): a probe server tries each class of escape at
+//! start (reads of the host's secret stores by absolute path, through a symlink and
+//! through `..`; the runtime home outside its own directory; writes outside the
+//! workspace and into another server's home; a TCP connection with `network: none`),
+//! records what happened in the workspace, and then serves: confinement keeps the
+//! server working. (The runtime's own `/proc/PID/environ` is still readable: a known
+//! limit, `docs/sandbox.md`.)
+
+mod common;
+
+use std::path::Path;
+
+use common::{Core, Recorder, exe, harness_with};
+
+/// A shell probe: one `NAME allowed|denied` line per attempt into `probe.txt` in the
+/// workspace (its cwd), then the demo server.
+fn probe(checks: &[(&str, String)]) -> String {
+    let mut script = String::from(": > probe.txt\n");
+    for (name, attempt) in checks {
+        script.push_str(&format!(
+            "if ( {attempt} ) >/dev/null 2>&1; then echo '{name} allowed' >> probe.txt; else echo '{name} denied' >> probe.txt; fi\n"
+        ));
+    }
+    script.push_str(&format!("exec '{}' demo-server\n", exe()));
+    script
+}
+
+/// The directory of the demo binary, as a YAML string: what a shell probe that execs
+/// it must be allowed to read.
+fn bin_dir() -> String {
+    serde_json::to_string(Path::new(exe()).parent().unwrap()).unwrap()
+}
+
+fn results(workspace: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(workspace.join("probe.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .map(|(name, verdict)| (name.to_string(), verdict.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_confined_server_reads_and_writes_only_what_it_may_and_still_works() {
+    // The operator's home, with secret stores, beside the workspace.
+    let outside = tempfile::tempdir().unwrap();
+    let secrets = outside.path().join("operator");
+    for (dir, file) in [
+        (".ssh", "id_ed25519"),
+        (".aws", "credentials"),
+        (".kube", "config"),
+        (".config/gcloud", "credentials.db"),
+    ] {
+        std::fs::create_dir_all(secrets.join(dir)).unwrap();
+        std::fs::write(secrets.join(dir).join(file), "canary-secret").unwrap();
+    }
+    std::fs::write(secrets.join(".netrc"), "machine x password canary").unwrap();
+    let core = Core::new().grant_servers(&["probe", "other"]);
+    let workspace = core.root();
+    std::os::unix::fs::symlink(secrets.join(".ssh/id_ed25519"), workspace.join("link")).unwrap();
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let home = h.home.path().to_path_buf();
+    std::fs::create_dir_all(home.join("logs")).unwrap();
+    std::fs::write(home.join("logs/mcp-stderr.log"), "runtime log").unwrap();
+    let s = |p: &Path| p.display().to_string();
+    // The workspace's parent, reached with `..` from inside it.
+    let up = format!(
+        "../{}/operator/.aws/credentials",
+        outside
+            .path()
+            .strip_prefix(workspace.parent().unwrap())
+            .map(s)
+            .unwrap_or_else(|_| s(outside.path()))
+    );
+    let checks = vec![
+        (
+            "read_ssh",
+            format!("cat '{}'", s(&secrets.join(".ssh/id_ed25519"))),
+        ),
+        (
+            "read_aws",
+            format!("cat '{}'", s(&secrets.join(".aws/credentials"))),
+        ),
+        (
+            "read_kube",
+            format!("cat '{}'", s(&secrets.join(".kube/config"))),
+        ),
+        (
+            "read_gcloud",
+            format!(
+                "cat '{}'",
+                s(&secrets.join(".config/gcloud/credentials.db"))
+            ),
+        ),
+        (
+            "read_netrc",
+            format!("cat '{}'", s(&secrets.join(".netrc"))),
+        ),
+        ("list_operator_home", format!("ls '{}'", s(&secrets))),
+        ("read_through_link", "cat ./link".to_string()),
+        ("read_through_dotdot", format!("cat '{up}'")),
+        (
+            "read_runtime_log",
+            format!("cat '{}'", s(&home.join("logs/mcp-stderr.log"))),
+        ),
+        ("list_runtime_home", format!("ls '{}'", s(&home))),
+        (
+            "write_outside",
+            format!("echo x > '{}'", s(&secrets.join("planted"))),
+        ),
+        (
+            "write_other_home",
+            format!("echo x > '{}'", s(&home.join("sandbox/other/home/planted"))),
+        ),
+        ("write_workspace", "echo x > ./written".to_string()),
+        ("write_own_home", "echo x > \"$HOME/written\"".to_string()),
+        ("write_tmp", "echo x > \"$TMPDIR/written\"".to_string()),
+        (
+            "read_system",
+            "cat /etc/hostname || cat /etc/passwd".to_string(),
+        ),
+    ];
+    let script = probe(&checks);
+    core.write(
+        "probe",
+        &format!(
+            "command: sh\nargs: [-c, {}]\nsandbox:\n  filesystem: {{write: [\".\"], read: [{}]}}\n  network: none\n",
+            serde_json::to_string(&script).unwrap(),
+            bin_dir()
+        ),
+    );
+    core.write(
+        "other",
+        &format!(
+            "command: {}\nargs: [demo-server]\nsandbox: {{network: none}}\n",
+            serde_json::to_string(exe()).unwrap()
+        ),
+    );
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let seen = results(&workspace);
+    assert_eq!(seen.len(), checks.len(), "{seen:?}");
+    for (name, verdict) in &seen {
+        let expected = if name.starts_with("write_workspace")
+            || name.starts_with("write_own_home")
+            || name.starts_with("write_tmp")
+            || name.starts_with("read_system")
+        {
+            "allowed"
+        } else {
+            "denied"
+        };
+        assert_eq!(verdict, expected, "{name}: {seen:?}");
+    }
+    assert!(!secrets.join("planted").exists());
+    // Confined, the server works: its tools are listed and answer.
+    let result = catalog
+        .call("probe__echo", serde_json::json!({"message": "confined"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        result.view(demiurge_mcp::redact::View::Operator).content,
+        "confined"
+    );
+    // The preview said so.
+    let preview = &h.approver.requests()[0].preview;
+    assert!(
+        preview.render().contains("sandbox: confined: writes .;"),
+        "{}",
+        preview.render()
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_namespaces() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !python {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED: the TCP probe needs python3");
+        return;
+    }
+    let connect =
+        format!("python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)'");
+    let py = |code: &str| format!("python3 -c '{code}'");
+    let checks = vec![
+        ("tcp_loopback", connect.clone()),
+        (
+            "udp_socket",
+            py("import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"),
+        ),
+        (
+            "packet_socket",
+            py("import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)"),
+        ),
+        (
+            "ptrace_runtime",
+            py(
+                "import ctypes, os, sys; sys.exit(ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0))",
+            ),
+        ),
+        (
+            "new_user_namespace",
+            py("import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000))"),
+        ),
+        (
+            "threads_still_work",
+            py("import threading; t = threading.Thread(target=print); t.start(); t.join()"),
+        ),
+    ];
+    let core = Core::new().grant_servers(&["none", "host"]);
+    let declare = |network: &str| {
+        format!(
+            "command: sh\nargs: [-c, {}]\nsandbox: {{network: {network}, filesystem: {{read: [{}]}}}}\n",
+            serde_json::to_string(
+                &probe(&checks).replace("probe.txt", &format!("probe-{network}.txt"))
+            )
+            .unwrap(),
+            bin_dir()
+        )
+    };
+    core.write("none", &declare("none"));
+    core.write("host", &declare("host"));
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let read = |network: &str| {
+        std::fs::read_to_string(core.root().join(format!("probe-{network}.txt")))
+            .unwrap_or_default()
+    };
+    let verdicts =
+        |network: &str| -> Vec<String> { read(network).lines().map(str::to_string).collect() };
+    assert_eq!(
+        verdicts("none"),
+        [
+            "tcp_loopback denied",
+            "udp_socket denied",
+            "packet_socket denied",
+            "ptrace_runtime denied",
+            "new_user_namespace denied",
+            "threads_still_work allowed"
+        ]
+    );
+    // `network: host` reaches the network; the process rules hold all the same.
+    assert_eq!(
+        verdicts("host"),
+        [
+            "tcp_loopback allowed",
+            "udp_socket allowed",
+            "packet_socket denied",
+            "ptrace_runtime denied",
+            "new_user_namespace denied",
+            "threads_still_work allowed"
+        ]
+    );
+    let preview = h
+        .approver
+        .requests()
+        .into_iter()
+        .find(|r| r.server == "host")
+        .unwrap()
+        .preview;
+    assert!(
+        preview.render().contains("network unconfined (host)"),
+        "{}",
+        preview.render()
+    );
+    h.finish().await;
+    drop(listener);
+}
+
+#[test]
+fn an_undeclared_or_off_sandbox_is_shown_as_unconfined_and_bad_ones_are_load_errors() {
+    let core = Core::new()
+        .grant_servers(&["plain", "off", "bad", "web"])
+        .server("plain", "command: x\n")
+        .server("off", "command: x\nsandbox: off\n")
+        .server("bad", "command: x\nsandbox: {network: proxy}\n")
+        .server(
+            "web",
+            "transport: streamable_http\nurl: https://x.example.test/mcp\nsandbox: off\n",
+        );
+    let report = demiurge_mcp::core::load_report(&core.root());
+    let errors: Vec<String> = report.errors.iter().map(|e| e.to_string()).collect();
+    assert!(
+        errors.iter().any(|e| e.contains("bad.yaml")
+            && e.contains("sandbox.network")
+            && e.contains("not built yet")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("web.yaml") && e.contains("only for `transport: stdio`")),
+        "{errors:?}"
+    );
+    let shown = |id: &str| {
+        let d = report
+            .core
+            .declarations
+            .iter()
+            .find(|d| d.server_id == id)
+            .unwrap();
+        demiurge_mcp::authority::ConnectPreview::new(
+            d,
+            demiurge_mcp::core::ApprovalPolicy::Prompt,
+            None,
+            &[],
+        )
+        .render()
+    };
+    assert!(shown("plain").contains("sandbox: none declared: the server runs with your authority"));
+    assert!(shown("off").contains("sandbox: off: the server runs with your authority"));
+}
