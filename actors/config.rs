@@ -66,6 +66,13 @@ pub struct RuntimeConfig {
     /// server, instead of living on under init. On by default; a host that spawns
     /// daemonizing children of its own and relies on init to reap them may turn it off.
     pub adopt_orphans: bool,
+    /// The confinement of a stdio server whose declaration has no `sandbox:`; `None`
+    /// (the default, for now) runs it unconfined (`docs/sandbox.md`).
+    pub sandbox_default: Option<crate::sandbox::Sandbox>,
+    /// Refuse, before approval, every stdio server that would run unconfined
+    /// (`sandbox: off`, or none declared and no default): the floor declarations
+    /// cannot go below.
+    pub require_sandbox: bool,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -124,6 +131,8 @@ impl RuntimeConfig {
             resolver: Arc::new(crate::net::HickoryResolver::from_system()),
             extra_roots: Vec::new(),
             adopt_orphans: true,
+            sandbox_default: None,
+            require_sandbox: false,
         }
     }
 

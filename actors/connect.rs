@@ -55,6 +55,8 @@ pub enum DenyReason {
     ApprovalTimedOut,
     /// The approval broker is not running (it is being restarted).
     BrokerUnavailable,
+    /// The host requires confined stdio servers and this one would run unconfined.
+    Unconfined,
 }
 
 impl std::fmt::Display for DenyReason {
@@ -87,6 +89,9 @@ impl std::fmt::Display for DenyReason {
             ),
             DenyReason::BrokerUnavailable => f.write_str(
                 "the approval broker is restarting; the server is asked for again next turn",
+            ),
+            DenyReason::Unconfined => f.write_str(
+                "this host starts stdio servers only confined (`RuntimeConfig::require_sandbox`); declare `sandbox:` for it",
             ),
         }
     }
@@ -268,6 +273,14 @@ impl Pipeline {
     /// Step 3: the connect approval under the effective (never weaker than `prompt`)
     /// policy, showing what would start or be reached.
     async fn approve(&self, declaration: &Arc<Declaration>, place: &Place) -> Step<()> {
+        let config = &self.shared.config;
+        let sandbox = effective_sandbox(declaration, config);
+        if matches!(declaration.endpoint, Endpoint::Stdio { .. })
+            && config.require_sandbox
+            && sandbox.is_none()
+        {
+            return Err(denied(declaration, DenyReason::Unconfined));
+        }
         let policy = self.policy.connect_policy(declaration);
         let (cwd, addresses): (Option<&Path>, &[String]) = match place {
             Place::Dir(dir) => (Some(dir), &[]),
@@ -279,7 +292,16 @@ impl Pipeline {
             server: declaration.server_id.clone(),
             tool: None,
             arguments: None,
-            preview: ConnectPreview::new(declaration, policy, cwd, addresses),
+            preview: {
+                let mut preview = ConnectPreview::new(declaration, policy, cwd, addresses);
+                if preview.sandbox.is_some() {
+                    // What applies: a host default fills in for an undeclared sandbox.
+                    preview.sandbox = Some(crate::sandbox::Sandbox::describe(
+                        sandbox.as_ref().or(declaration.sandbox.as_ref()),
+                    ));
+                }
+                preview
+            },
             call: None,
         };
         match self
@@ -378,7 +400,14 @@ impl Pipeline {
     ) -> Step<Launch> {
         let config = &self.shared.config;
         match (&declaration.endpoint, place) {
-            (Endpoint::Stdio { command, .. }, Place::Dir(cwd)) => {
+            (
+                Endpoint::Stdio {
+                    command,
+                    args: declared_args,
+                    ..
+                },
+                Place::Dir(cwd),
+            ) => {
                 let failed = |e: std::io::Error| Outcome::Failed {
                     declaration: Arc::clone(declaration),
                     message: format!("cannot prepare the server's home: {e}"),
@@ -386,10 +415,8 @@ impl Pipeline {
                 };
                 // A confined server gets a home and a tmp of its own (it can write
                 // nowhere else outside the workspace); others share `mcp-home`.
-                let confined = declaration
-                    .sandbox
-                    .as_ref()
-                    .filter(|s| **s != crate::sandbox::Sandbox::Off);
+                let effective = effective_sandbox(declaration, config);
+                let confined = effective.as_ref();
                 let (home, tmp) = match confined {
                     Some(_) => {
                         let own = config.home.join("sandbox").join(&declaration.server_id);
@@ -418,10 +445,19 @@ impl Pipeline {
                         crate::sandbox::Rules::of(
                             sandbox,
                             command,
+                            declared_args,
                             &self.workspace,
                             &home,
                             tmp,
                             env.get("PATH").map(String::as_str),
+                            &[
+                                config
+                                    .host_env
+                                    .get("HOME")
+                                    .map(PathBuf::from)
+                                    .unwrap_or_default(),
+                                config.home.clone(),
+                            ],
                         )
                     }
                     _ => None,
@@ -526,6 +562,19 @@ impl Pipeline {
             server: declaration.server_id.clone(),
         }
     }
+}
+
+/// The confinement a stdio server gets: its declaration's, else the host's default;
+/// `None` when it runs unconfined (`sandbox: off`, or neither says).
+fn effective_sandbox(
+    declaration: &Declaration,
+    config: &crate::actors::RuntimeConfig,
+) -> Option<crate::sandbox::Sandbox> {
+    declaration
+        .sandbox
+        .clone()
+        .or_else(|| config.sandbox_default.clone())
+        .filter(|s| *s != crate::sandbox::Sandbox::Off)
 }
 
 fn denied(declaration: &Arc<Declaration>, reason: DenyReason) -> Outcome {

@@ -244,6 +244,34 @@ async fn the_reference_everything_server_over_stdio() {
     h.finish().await;
 }
 
+/// The same server confined (`sandbox:` with no network): written by others, it still
+/// starts, lists and answers, reading only its install, the system and the workspace.
+#[tokio::test]
+async fn the_everything_server_works_confined() {
+    let Some(prefix) = npm_prefix() else { return };
+    let core = Core::new().grant_servers(&["everything"]).server(
+        "everything",
+        &node_server(
+            prefix,
+            "mcp-server-everything",
+            "stdio",
+            "sandbox: {network: none}\n",
+        ),
+    );
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    exercise_everything(&catalog).await;
+    assert!(
+        h.approver.requests()[0]
+            .preview
+            .render()
+            .contains("sandbox: confined"),
+        "the preview says it is confined"
+    );
+    h.finish().await;
+}
+
 /// The everything server beyond tools, over stdio: its roots tool sees the workspace,
 /// a long operation's progress reaches the caller, simulated logging becomes events,
 /// its resources and templates are listed and read, its prompts listed and got.
@@ -389,13 +417,23 @@ async fn the_everything_server_beyond_tools() {
 }
 
 /// The reference filesystem server started without a directory learns its allowed
-/// directories from the client's roots: the workspace, and only it.
+/// directories from the client's roots: the workspace, and only it. It runs confined
+/// (`sandbox:`), which it never notices.
 #[tokio::test]
 async fn the_filesystem_server_sees_the_workspace_through_roots() {
     let Some(prefix) = npm_prefix() else { return };
     let core = Core::new()
         .grant_servers(&["fs"])
-        .server("fs", &node_server(prefix, "mcp-server-filesystem", "", ""));
+        // Confined: reading and writing the workspace is all it needs.
+        .server(
+            "fs",
+            &node_server(
+                prefix,
+                "mcp-server-filesystem",
+                "",
+                "sandbox: {network: none}\n",
+            ),
+        );
     let file = core.root().join("hello.txt");
     std::fs::write(&file, "hello from the workspace\n").unwrap();
     let outside = tempfile::tempdir().unwrap();

@@ -327,3 +327,87 @@ fn an_undeclared_or_off_sandbox_is_shown_as_unconfined_and_bad_ones_are_load_err
     assert!(shown("plain").contains("sandbox: none declared: the server runs with your authority"));
     assert!(shown("off").contains("sandbox: off: the server runs with your authority"));
 }
+
+#[tokio::test]
+async fn a_host_default_confines_undeclared_servers_and_a_floor_refuses_unconfined_ones() {
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "canary").unwrap();
+    let reads = probe(&[("read_outside", format!("cat '{}'", secret.display()))]);
+    let core = Core::new()
+        .grant_servers(&["plain", "off"])
+        .server(
+            "plain",
+            &format!(
+                "command: sh\nargs: [-c, {}]\n",
+                serde_json::to_string(&reads).unwrap()
+            ),
+        )
+        .server(
+            "off",
+            &format!(
+                "command: {}\nargs: [demo-server]\nsandbox: off\n",
+                serde_json::to_string(exe()).unwrap()
+            ),
+        );
+    // The default: an undeclared server runs confined (with the demo binary's
+    // directory readable, as a declaration would say), and its preview says so.
+    let default = demiurge_mcp::sandbox::Sandbox::Confined {
+        write: vec![".".into()],
+        read: vec![Path::new(exe()).parent().unwrap().display().to_string()],
+        network: demiurge_mcp::sandbox::Network::None,
+    };
+    let h = harness_with(Recorder::allow(), move |mut c| {
+        c.sandbox_default = Some(default);
+        c
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    assert_eq!(
+        results(&core.root()),
+        [("read_outside".to_string(), "denied".to_string())]
+    );
+    let shown = |server: &str| {
+        h.approver
+            .requests()
+            .into_iter()
+            .find(|r| r.server == server)
+            .unwrap()
+            .preview
+            .render()
+    };
+    assert!(
+        shown("plain").contains("sandbox: confined"),
+        "{}",
+        shown("plain")
+    );
+    assert!(shown("off").contains("sandbox: off"), "{}", shown("off"));
+    h.finish().await;
+    // The floor: nothing unconfined starts, and nobody is asked about it.
+    let h = harness_with(Recorder::allow(), |mut c| {
+        c.require_sandbox = true;
+        c
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let mut denied: Vec<(&str, &str)> = catalog
+        .denied()
+        .iter()
+        .map(|d| (d.server.as_str(), d.reason.as_str()))
+        .collect();
+    denied.sort();
+    assert_eq!(denied.len(), 2, "{denied:?}");
+    assert!(
+        denied.iter().all(|(_, r)| r.contains("only confined")),
+        "{denied:?}"
+    );
+    assert!(h.approver.requests().is_empty());
+    h.finish().await;
+}

@@ -230,16 +230,25 @@ const DEVICES: &[&str] = &[
 ];
 
 impl Rules {
-    /// The rules of `sandbox` for a server started as `command` in `cwd`, in
+    /// The rules of `sandbox` for a server started as `command` with `args`, in
     /// `workspace`, with its own `home` and `tmp`, and the host's `path` (the
-    /// allowlisted `PATH`, for finding the command and its interpreter).
+    /// allowlisted `PATH`, for finding the command and its interpreter). For an
+    /// interpreter (`node /x/node_modules/pkg/dist/index.js`), the package its first
+    /// absolute file argument (as declared, never interpolated) lies in is readable,
+    /// when that is an installed package (under `node_modules` or `site-packages`):
+    /// arguments are hashes in a preview, so they may not widen more than that.
+    /// A tree found this way that holds any of `protected` (the operator's home, the
+    /// runtime home) is left out: `~/bin/tool` does not open `~`.
+    #[allow(clippy::too_many_arguments)]
     pub fn of(
         sandbox: &Sandbox,
         command: &str,
+        args: &[String],
         workspace: &Path,
         home: &Path,
         tmp: &Path,
         path: Option<&str>,
+        protected: &[PathBuf],
     ) -> Option<Rules> {
         let Sandbox::Confined {
             write,
@@ -260,7 +269,25 @@ impl Rules {
         let mut readable: Vec<PathBuf> = SYSTEM.iter().map(PathBuf::from).collect();
         readable.push(workspace.to_path_buf());
         readable.extend(read.iter().map(inside));
-        readable.extend(program_trees(command, path));
+        let mut found = program_trees(command, path);
+        if is_interpreter(command)
+            && let Some(script) = args
+                .iter()
+                .find(|a| Path::new(a).is_absolute() && Path::new(a).is_file())
+        {
+            found.extend(package_root(Path::new(script)));
+        }
+        found.retain(|tree| {
+            let resolved = tree.canonicalize().unwrap_or_else(|_| tree.clone());
+            !protected
+                .iter()
+                .filter(|p| !p.as_os_str().is_empty())
+                .any(|p| {
+                    let p = p.canonicalize().unwrap_or_else(|_| p.clone());
+                    p.starts_with(tree) || p.starts_with(&resolved)
+                })
+        });
+        readable.extend(found);
         Some(Rules {
             read: readable,
             write: write
@@ -321,6 +348,32 @@ fn program_trees(command: &str, path: Option<&str>) -> Vec<PathBuf> {
     }
     out.retain(|p| !p.as_os_str().is_empty() && p != Path::new("/"));
     out
+}
+
+/// The installation a script belongs to: the directory above its `node_modules`, or
+/// its `site-packages`; `None` for a script anywhere else.
+fn package_root(script: &Path) -> Option<PathBuf> {
+    let canonical = script.canonicalize().ok()?;
+    [script, canonical.as_path()].iter().find_map(|p| {
+        p.ancestors().find_map(|a| match a.file_name()?.to_str()? {
+            "node_modules" => a.parent().map(Path::to_path_buf),
+            "site-packages" => Some(a.to_path_buf()),
+            _ => None,
+        })
+    })
+}
+
+/// Whether `command` runs a script named by an argument.
+fn is_interpreter(command: &str) -> bool {
+    let name = Path::new(command)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    matches!(
+        base,
+        "node" | "nodejs" | "python" | "deno" | "bun" | "ruby" | "perl" | "php" | "sh" | "bash"
+    )
 }
 
 /// `command` as the spawn finds it: a path as is, a name on `path`.
@@ -584,6 +637,48 @@ mod tests {
 
     fn parse(yaml: &str) -> Result<Sandbox, (String, String)> {
         Sandbox::parse(&serde_yaml::from_str(yaml).unwrap())
+    }
+
+    #[test]
+    fn found_trees_never_open_the_operators_home() {
+        let home = tempfile::tempdir().unwrap();
+        let bin = home.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::write(bin.join("tool"), "#!/bin/sh\n").unwrap();
+        let rules = Rules::of(
+            &parse("{network: host}").unwrap(),
+            &bin.join("tool").display().to_string(),
+            &[],
+            Path::new("/nonexistent-workspace"),
+            Path::new("/h"),
+            Path::new("/t"),
+            Some("/usr/bin:/bin"),
+            &[home.path().to_path_buf()],
+        )
+        .unwrap();
+        // `~/bin` itself is readable (the command is there), `~` is not.
+        assert!(
+            rules.read.iter().any(|p| p.ends_with("bin")),
+            "{:?}",
+            rules.read
+        );
+        assert!(
+            !rules.read.iter().any(|p| p == home.path()),
+            "{:?}",
+            rules.read
+        );
+        // A script argument outside an installed package opens nothing.
+        let secret = home.path().join(".ssh");
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("id"), "x").unwrap();
+        assert_eq!(package_root(&secret.join("id")), None);
+        let installed = home.path().join("lib/node_modules/pkg/dist");
+        std::fs::create_dir_all(&installed).unwrap();
+        std::fs::write(installed.join("index.js"), "").unwrap();
+        assert_eq!(
+            package_root(&installed.join("index.js")).unwrap(),
+            home.path().join("lib").canonicalize().unwrap()
+        );
     }
 
     #[test]
