@@ -10,7 +10,30 @@ mod common;
 
 use std::path::Path;
 
-use common::{Core, Recorder, exe, harness_with};
+use common::{Core, Harness, Recorder, exe, harness_with};
+use demiurge_mcp::TurnCatalog;
+
+/// One session's first turn of `core`, which must have no diagnostics.
+async fn clean_turn(h: &Harness, core: &Core) -> TurnCatalog {
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    catalog
+}
+
+/// The connect preview `server` was approved with, as a terminal shows it.
+fn preview_of(h: &Harness, server: &str) -> String {
+    h.approver
+        .requests()
+        .into_iter()
+        .find(|r| r.server == server)
+        .map(|r| r.preview.render())
+        .unwrap_or_default()
+}
 
 /// A shell probe: one `NAME allowed|denied` line per attempt into `probe.txt` in the
 /// workspace (its cwd), then the demo server.
@@ -136,13 +159,7 @@ async fn a_confined_server_reads_and_writes_only_what_it_may_and_still_works() {
             serde_json::to_string(exe()).unwrap()
         ),
     );
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = clean_turn(&h, &core).await;
     let seen = results(&workspace);
     assert_eq!(seen.len(), checks.len(), "{seen:?}");
     for (name, verdict) in &seen {
@@ -168,11 +185,10 @@ async fn a_confined_server_reads_and_writes_only_what_it_may_and_still_works() {
         "confined"
     );
     // The preview said so.
-    let preview = &h.approver.requests()[0].preview;
+    let preview = preview_of(&h, "probe");
     assert!(
-        preview.render().contains("sandbox: confined: writes .;"),
-        "{}",
-        preview.render()
+        preview.contains("sandbox: confined: writes .;"),
+        "{preview}"
     );
     h.finish().await;
 }
@@ -232,13 +248,7 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
     core.write("none", &declare("none"));
     core.write("host", &declare("host"));
     let h = harness_with(Recorder::allow(), |c| c).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    clean_turn(&h, &core).await;
     let read = |network: &str| {
         std::fs::read_to_string(core.root().join(format!("probe-{network}.txt")))
             .unwrap_or_default()
@@ -268,18 +278,8 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
             "threads_still_work allowed"
         ]
     );
-    let preview = h
-        .approver
-        .requests()
-        .into_iter()
-        .find(|r| r.server == "host")
-        .unwrap()
-        .preview;
-    assert!(
-        preview.render().contains("network unconfined (host)"),
-        "{}",
-        preview.render()
-    );
+    let preview = preview_of(&h, "host");
+    assert!(preview.contains("network unconfined (host)"), "{preview}");
     h.finish().await;
     drop(listener);
 }
@@ -362,26 +362,12 @@ async fn a_host_default_confines_undeclared_servers_and_a_floor_refuses_unconfin
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    clean_turn(&h, &core).await;
     assert_eq!(
         results(&core.root()),
         [("read_outside".to_string(), "denied".to_string())]
     );
-    let shown = |server: &str| {
-        h.approver
-            .requests()
-            .into_iter()
-            .find(|r| r.server == server)
-            .unwrap()
-            .preview
-            .render()
-    };
+    let shown = |server: &str| preview_of(&h, server);
     assert!(
         shown("plain").contains("sandbox: confined"),
         "{}",
