@@ -216,16 +216,15 @@ const SYSTEM: &[&str] = &[
     "/run/systemd/resolve",
 ];
 
-/// Device files a program may read and write.
+/// Device files a program may read and write. Not the terminal (`/dev/tty`,
+/// `/dev/pts`: a server's stdio is pipes, and a terminal would let it type into the
+/// operator's shell), not `/dev/shm` (shared memory of the operator's other programs).
 const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
-    "/dev/tty",
-    "/dev/pts",
-    "/dev/shm",
     "/dev/fd",
 ];
 
@@ -471,6 +470,15 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
         })
         .collect::<Result<_, _>>()?;
     refused.insert(libc::SYS_clone, clone_rules);
+    // Typing into a terminal (`TIOCSTI`) or driving the console (`TIOCLINUX`), should
+    // a terminal descriptor reach the server anyway.
+    refused.insert(
+        libc::SYS_ioctl,
+        [libc::TIOCSTI, libc::TIOCLINUX]
+            .iter()
+            .map(|&request| SeccompRule::new(vec![on(1, Op::Eq, request as u64)?]))
+            .collect::<Result<_, _>>()?,
+    );
     let mut sockets = vec![
         SeccompRule::new(vec![on(0, Op::Eq, libc::AF_PACKET as u64)?])?,
         SeccompRule::new(vec![
