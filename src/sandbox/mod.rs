@@ -476,7 +476,12 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
         libc::SYS_ioctl,
         [libc::TIOCSTI, libc::TIOCLINUX]
             .iter()
-            .map(|&request| SeccompRule::new(vec![on(1, Op::Eq, request as u64)?]))
+            // `Ioctl` is an unsigned long on some targets and an int on others.
+            .map(|&request| {
+                #[allow(clippy::unnecessary_cast)]
+                let request = request as u64;
+                SeccompRule::new(vec![on(1, Op::Eq, request)?])
+            })
             .collect::<Result<_, _>>()?,
     );
     let mut sockets = vec![
