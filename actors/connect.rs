@@ -309,7 +309,10 @@ impl Pipeline {
             .broker
             .decide(
                 request,
-                declaration.approval_identity(&self.workspace, cwd),
+                confined_identity(
+                    declaration.approval_identity(&self.workspace, cwd),
+                    sandbox.as_ref(),
+                ),
                 policy,
             )
             .await
@@ -442,6 +445,17 @@ impl Pipeline {
                         for name in ["TMPDIR", "TMP", "TEMP"] {
                             env.insert(name.into(), tmp.display().to_string());
                         }
+                        // Never readable: the runtime home, and the operator's
+                        // credential stores (a tree found for a program that holds
+                        // one is left out).
+                        let mut protected = vec![config.home.clone()];
+                        if let Some(operator) = config.host_env.get("HOME") {
+                            protected.extend(
+                                crate::sandbox::SECRET_STORES
+                                    .iter()
+                                    .map(|store| Path::new(operator).join(store)),
+                            );
+                        }
                         crate::sandbox::Rules::of(
                             sandbox,
                             command,
@@ -450,15 +464,13 @@ impl Pipeline {
                             &home,
                             tmp,
                             env.get("PATH").map(String::as_str),
-                            &[
-                                config
-                                    .host_env
-                                    .get("HOME")
-                                    .map(PathBuf::from)
-                                    .unwrap_or_default(),
-                                config.home.clone(),
-                            ],
+                            &protected,
                         )
+                        .map_err(|e| Outcome::Failed {
+                            declaration: Arc::clone(declaration),
+                            message: e.to_string(),
+                            kind: None,
+                        })?
                     }
                     _ => None,
                 };
@@ -560,6 +572,22 @@ impl Pipeline {
             }),
             session: self.session.clone(),
             server: declaration.server_id.clone(),
+        }
+    }
+}
+
+/// A connect approval's identity with the confinement that applies folded in: an
+/// answer given while a host default confined the server does not cover it running
+/// unconfined (or differently confined) later.
+fn confined_identity(
+    identity: crate::core::Fingerprint,
+    sandbox: Option<&crate::sandbox::Sandbox>,
+) -> crate::core::Fingerprint {
+    match sandbox {
+        None => identity,
+        Some(sandbox) => {
+            let form = serde_json::json!([identity.hex(), sandbox]);
+            crate::core::Fingerprint::of(form.to_string().as_bytes())
         }
     }
 }

@@ -187,7 +187,7 @@ async fn a_confined_server_reads_and_writes_only_what_it_may_and_still_works() {
     // The preview said so.
     let preview = preview_of(&h, "probe");
     assert!(
-        preview.contains("sandbox: confined: writes .;"),
+        preview.contains("sandbox: confined: writes \".\" (the workspace includes .git"),
         "{preview}"
     );
     h.finish().await;
@@ -226,6 +226,10 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
             ),
         ),
         (
+            "unix_socket",
+            py("import socket; socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)"),
+        ),
+        (
             "new_user_namespace",
             py("import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000))"),
         ),
@@ -262,6 +266,7 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
             "udp_socket denied",
             "packet_socket denied",
             "ptrace_runtime denied",
+            "unix_socket denied",
             "new_user_namespace denied",
             "threads_still_work allowed"
         ]
@@ -274,6 +279,7 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
             "udp_socket allowed",
             "packet_socket denied",
             "ptrace_runtime denied",
+            "unix_socket denied",
             "new_user_namespace denied",
             "threads_still_work allowed"
         ]
@@ -395,5 +401,32 @@ async fn a_host_default_confines_undeclared_servers_and_a_floor_refuses_unconfin
         "{denied:?}"
     );
     assert!(h.approver.requests().is_empty());
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_declared_tree_that_a_link_moves_outside_the_workspace_fails_closed() {
+    let outside = tempfile::tempdir().unwrap();
+    let core = Core::new().grant_servers(&["linked"]).server(
+        "linked",
+        &format!(
+            "command: {}\nargs: [demo-server]\nsandbox: {{filesystem: {{write: [data]}}}}\n",
+            serde_json::to_string(exe()).unwrap()
+        ),
+    );
+    // `data` is a link out of the workspace (a core could commit one; a server that
+    // can write the workspace could plant one).
+    std::os::unix::fs::symlink(outside.path(), core.root().join("data")).unwrap();
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    let message = &catalog.diagnostics()[0].message;
+    assert!(
+        message
+            .contains("sandbox.filesystem.write names a path that resolves outside the workspace")
+            && message.contains("was not started"),
+        "{message}"
+    );
+    assert!(catalog.tools().is_empty());
     h.finish().await;
 }

@@ -154,13 +154,26 @@ impl Sandbox {
                 read,
                 network,
             }) => {
+                // Each path quoted as JSON: a path cannot pass for the line's own words.
+                let quoted = |paths: &[String]| {
+                    paths
+                        .iter()
+                        .map(|p| serde_json::to_string(p).unwrap_or_default())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let git = if write.iter().any(|w| w == "." || w == "./") {
+                    " (the workspace includes .git: a server that writes hooks or config there runs code at your next git command)"
+                } else {
+                    ""
+                };
                 let mut text = format!(
-                    "confined: writes {}; reads the system, the workspace{}; network {}",
-                    write.join(", "),
+                    "confined: writes {}{git}; reads the system, the workspace{}; network {}",
+                    quoted(write),
                     if read.is_empty() {
                         String::new()
                     } else {
-                        format!(", {}", read.join(", "))
+                        format!(", {}", quoted(read))
                     },
                     match network {
                         Network::Host => "unconfined (host)",
@@ -197,6 +210,32 @@ pub struct Rules {
     /// Refuse TCP connect and bind.
     pub no_network: bool,
 }
+
+/// Where the operator keeps credentials, relative to their home: a tree found for a
+/// program (`~/.cargo` above `~/.cargo/bin`) that holds one is never made readable.
+pub const SECRET_STORES: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".gnupg",
+    ".netrc",
+    ".git-credentials",
+    ".config/git/credentials",
+    ".config/gh",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".npmrc",
+    ".pypirc",
+    ".local/share/keyrings",
+    ".password-store",
+    ".vault-token",
+    ".terraform.d",
+    ".config/op",
+    ".demiurge",
+];
 
 /// Trees every program may read: the system.
 const SYSTEM: &[&str] = &[
@@ -248,26 +287,44 @@ impl Rules {
         tmp: &Path,
         path: Option<&str>,
         protected: &[PathBuf],
-    ) -> Option<Rules> {
+    ) -> Result<Option<Rules>, Unavailable> {
         let Sandbox::Confined {
             write,
             read,
             network,
         } = sandbox
         else {
-            return None;
+            return Ok(None);
         };
-        let inside = |p: &String| {
-            let p = Path::new(p);
-            if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                workspace.join(p)
+        // A relative tree is the workspace's: resolved (links followed) it must stay
+        // inside, or a link the server (or the core) planted would move it.
+        let real_workspace = workspace
+            .canonicalize()
+            .unwrap_or_else(|_| workspace.to_path_buf());
+        let inside = |field: &str, p: &String| -> Result<PathBuf, Unavailable> {
+            let declared = Path::new(p);
+            if declared.is_absolute() {
+                return Ok(declared.to_path_buf());
+            }
+            let joined = workspace.join(declared);
+            match joined.canonicalize() {
+                Ok(real) if real.starts_with(&real_workspace) => Ok(real),
+                Ok(_) => Err(Unavailable(format!(
+                    "sandbox.filesystem.{field} names a path that resolves outside the workspace (a link)"
+                ))),
+                // Not there yet: nothing to allow.
+                Err(_) => Ok(joined),
             }
         };
         let mut readable: Vec<PathBuf> = SYSTEM.iter().map(PathBuf::from).collect();
         readable.push(workspace.to_path_buf());
-        readable.extend(read.iter().map(inside));
+        for p in read {
+            readable.push(inside("read", p)?);
+        }
+        let mut writable = Vec::new();
+        for p in write {
+            writable.push(inside("write", p)?);
+        }
         let mut found = program_trees(command, path);
         if is_interpreter(command)
             && let Some(script) = args
@@ -276,6 +333,7 @@ impl Rules {
         {
             found.extend(package_root(Path::new(script)));
         }
+        // A found tree that holds, or lies in, a protected one is left out.
         found.retain(|tree| {
             let resolved = tree.canonicalize().unwrap_or_else(|_| tree.clone());
             !protected
@@ -283,20 +341,20 @@ impl Rules {
                 .filter(|p| !p.as_os_str().is_empty())
                 .any(|p| {
                     let p = p.canonicalize().unwrap_or_else(|_| p.clone());
-                    p.starts_with(tree) || p.starts_with(&resolved)
+                    p.starts_with(tree)
+                        || p.starts_with(&resolved)
+                        || tree.starts_with(&p)
+                        || resolved.starts_with(&p)
                 })
         });
         readable.extend(found);
-        Some(Rules {
+        writable.extend([home.to_path_buf(), tmp.to_path_buf()]);
+        Ok(Some(Rules {
             read: readable,
-            write: write
-                .iter()
-                .map(inside)
-                .chain([home.to_path_buf(), tmp.to_path_buf()])
-                .collect(),
+            write: writable,
             devices: DEVICES.iter().map(PathBuf::from).collect(),
             no_network: *network == Network::None,
-        })
+        }))
     }
 }
 
@@ -328,20 +386,16 @@ fn program_trees(command: &str, path: Option<&str>) -> Vec<PathBuf> {
         }
     };
     add(&found);
-    if let Some(interpreter) = shebang(&found) {
-        let named = if interpreter.ends_with("/env") {
-            None
+    if let Some((interpreter, argument)) = shebang(&found) {
+        // `#!/usr/bin/env node`: the program env finds on PATH, a bare name only.
+        let program = if interpreter.ends_with("/env") {
+            argument
+                .filter(|name| !name.contains('/'))
+                .and_then(|name| locate(&name, path))
         } else {
             Some(PathBuf::from(&interpreter))
         };
-        let program = named.or_else(|| {
-            // `#!/usr/bin/env node`: the program env finds on PATH.
-            let line = std::fs::read_to_string(&found).ok()?;
-            let first = line.lines().next()?;
-            let name = first.split_whitespace().nth(1)?;
-            locate(name, path)
-        });
-        if let Some(program) = program {
+        if let Some(program) = program.filter(|p| is_executable(p)) {
             add(&program);
         }
     }
@@ -387,14 +441,27 @@ fn locate(command: &str, path: Option<&str>) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// The interpreter a script's `#!` line names.
-fn shebang(file: &Path) -> Option<String> {
+/// The interpreter a script's `#!` line names, split as the kernel splits it (space
+/// and tab only): the interpreter, and its one argument. Only a regular file is read
+/// (a FIFO would hang the reader), and only its first 256 bytes.
+fn shebang(file: &Path) -> Option<(String, Option<String>)> {
     use std::io::Read;
+    if !std::fs::metadata(file).ok()?.is_file() {
+        return None;
+    }
     let mut head = [0u8; 256];
     let n = std::fs::File::open(file).ok()?.read(&mut head).ok()?;
     let head = std::str::from_utf8(&head[..n]).ok()?;
-    let line = head.strip_prefix("#!")?.lines().next()?;
-    line.split_whitespace().next().map(str::to_string)
+    let line = head.strip_prefix("#!")?.split('\n').next()?;
+    let mut words = line.split([' ', '\t']).filter(|w| !w.is_empty());
+    let interpreter = words.next()?.to_string();
+    Some((interpreter, words.next().map(str::to_string)))
+}
+
+/// Whether `path` is an existing executable regular file.
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Rules made into a Landlock ruleset and seccomp programs, ready to be applied.
@@ -436,6 +503,16 @@ const REFUSED: &[libc::c_long] = &[
     libc::SYS_swapon,
     libc::SYS_swapoff,
     libc::SYS_reboot,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_process_madvise,
+    libc::SYS_kcmp,
+    libc::SYS_fsopen,
+    libc::SYS_fsconfig,
+    libc::SYS_fsmount,
+    libc::SYS_fspick,
+    libc::SYS_open_tree,
+    libc::SYS_move_mount,
+    libc::SYS_mount_setattr,
 ];
 
 /// The namespace flags `clone` may not carry.
@@ -485,6 +562,10 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
             .collect::<Result<_, _>>()?,
     );
     let mut sockets = vec![
+        // A UNIX socket reached by path is a door to the operator's session (the
+        // D-Bus user bus starts programs unconfined, agents sign with the operator's
+        // keys): Landlock does not check `connect` to one. `socketpair` stays.
+        SeccompRule::new(vec![on(0, Op::Eq, libc::AF_UNIX as u64)?])?,
         SeccompRule::new(vec![on(0, Op::Eq, libc::AF_PACKET as u64)?])?,
         SeccompRule::new(vec![
             on(0, Op::Eq, libc::AF_INET as u64)?,
@@ -496,9 +577,8 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
         ])?,
     ];
     if rules.no_network {
-        for family in [libc::AF_INET, libc::AF_INET6] {
-            sockets.push(SeccompRule::new(vec![on(0, Op::Eq, family as u64)?])?);
-        }
+        // No family at all (vsock, netlink, bluetooth as much as IP).
+        sockets = Vec::new();
     }
     let program =
         |rules, errno: i32| -> Result<seccompiler::BpfProgram, seccompiler::BackendError> {
@@ -510,8 +590,33 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
             )?
             .try_into()
         };
+    let mut first = program(refused, libc::EPERM)?;
+    if cfg!(target_arch = "x86_64") {
+        // The x32 ABI numbers every call with bit 30 set, which the filters' exact
+        // numbers would not match: refuse it outright.
+        const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+        let load_nr = seccompiler::sock_filter {
+            code: 0x20,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        }; // ld [nr]
+        let if_x32 = seccompiler::sock_filter {
+            code: 0x35,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        }; // jge
+        let refuse = seccompiler::sock_filter {
+            code: 0x06, // ret
+            jt: 0,
+            jf: 0,
+            k: 0x0005_0000 | libc::EPERM as u32, // SECCOMP_RET_ERRNO
+        };
+        first.splice(0..0, [load_nr, if_x32, refuse]);
+    }
     Ok(vec![
-        program(refused, libc::EPERM)?,
+        first,
         program(
             [(libc::SYS_socket, sockets)].into_iter().collect(),
             libc::EACCES,
@@ -550,7 +655,9 @@ impl Prepared {
         let unavailable =
             |what: &str, e: &dyn std::fmt::Display| Unavailable(format!("{what} ({e})"));
         let abi = ABI::V3;
-        let all = AccessFs::from_all(abi);
+        // No device nodes even where writing is allowed (as root, a block device
+        // is raw access to a disk, past every rule here).
+        let all = AccessFs::from_all(abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
         let read = AccessFs::from_read(abi);
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
@@ -561,6 +668,12 @@ impl Prepared {
                 .handle_access(AccessNet::from_all(ABI::V4))
                 .map_err(|e| unavailable("Landlock ABI 4 (network rules) is missing", &e))?;
         }
+        // Signals to, and abstract UNIX sockets of, processes outside the sandbox
+        // (the runtime, other servers): enforced where the kernel has them (ABI 6).
+        let ruleset = ruleset
+            .set_compatibility(CompatLevel::BestEffort)
+            .scope(landlock::Scope::from_all(ABI::V6))
+            .map_err(|e| unavailable("a Landlock scope was refused", &e))?;
         let mut created = ruleset
             .create()
             .map_err(|e| unavailable("Landlock is not enabled", &e))?
@@ -658,27 +771,60 @@ mod tests {
         let bin = home.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::write(bin.join("tool"), "#!/bin/sh\n").unwrap();
-        let rules = Rules::of(
-            &parse("{network: host}").unwrap(),
-            &bin.join("tool").display().to_string(),
-            &[],
-            Path::new("/nonexistent-workspace"),
-            Path::new("/h"),
-            Path::new("/t"),
-            Some("/usr/bin:/bin"),
-            &[home.path().to_path_buf()],
-        )
-        .unwrap();
-        // `~/bin` itself is readable (the command is there), `~` is not.
+        let protected: Vec<PathBuf> = SECRET_STORES.iter().map(|s| home.path().join(s)).collect();
+        let rules = |command: &Path| {
+            Rules::of(
+                &parse("{network: host}").unwrap(),
+                &command.display().to_string(),
+                &[],
+                Path::new("/nonexistent-workspace"),
+                Path::new("/h"),
+                Path::new("/t"),
+                Some("/usr/bin:/bin"),
+                &protected,
+            )
+            .unwrap()
+            .unwrap()
+        };
+        // `~/bin/tool` opens `~/bin` (the command is there), not `~` (it holds `.ssh`).
+        std::fs::create_dir_all(home.path().join(".ssh")).unwrap();
+        let found = rules(&bin.join("tool"));
         assert!(
-            rules.read.iter().any(|p| p.ends_with("bin")),
+            found.read.iter().any(|p| p.ends_with("bin")),
             "{:?}",
-            rules.read
+            found.read
         );
         assert!(
-            !rules.read.iter().any(|p| p == home.path()),
+            !found.read.iter().any(|p| p == home.path()),
             "{:?}",
-            rules.read
+            found.read
+        );
+        // `~/.cargo/bin/x` opens `~/.cargo/bin`, not `~/.cargo` (its credentials).
+        let cargo = home.path().join(".cargo/bin");
+        std::fs::create_dir_all(&cargo).unwrap();
+        std::fs::write(cargo.join("x"), "").unwrap();
+        let found = rules(&cargo.join("x"));
+        assert!(found.read.iter().any(|p| p == &cargo), "{:?}", found.read);
+        assert!(
+            !found.read.iter().any(|p| p == &home.path().join(".cargo")),
+            "{:?}",
+            found.read
+        );
+        // A `#!` line naming a program inside a secret store opens nothing there.
+        let ssh = home.path().join(".ssh");
+        std::fs::write(ssh.join("evil"), "").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(ssh.join("evil"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(
+            bin.join("script"),
+            format!("#!{}\n", ssh.join("evil").display()),
+        )
+        .unwrap();
+        let found = rules(&bin.join("script"));
+        assert!(
+            !found.read.iter().any(|p| p.starts_with(&ssh)),
+            "{:?}",
+            found.read
         );
         // A script argument outside an installed package opens nothing.
         let secret = home.path().join(".ssh");
