@@ -429,10 +429,15 @@ fn is_interpreter(command: &str) -> bool {
     )
 }
 
-/// `command` as the spawn finds it: a path as is, a name on `path`.
+/// `command` as the spawn finds it: an absolute path as is, a name on `path`. A
+/// relative path (`./server.sh`) is the child's cwd's, inside the workspace, which is
+/// readable already: nothing to find (and the runtime's own cwd would be the wrong
+/// place to look).
 fn locate(command: &str, path: Option<&str>) -> Option<PathBuf> {
     if command.contains('/') {
-        return Some(PathBuf::from(command));
+        return Path::new(command)
+            .is_absolute()
+            .then(|| PathBuf::from(command));
     }
     path?
         .split(':')
