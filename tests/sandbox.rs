@@ -159,7 +159,43 @@ async fn a_confined_server_reads_and_writes_only_what_it_may_and_still_works() {
             serde_json::to_string(exe()).unwrap()
         ),
     );
-    let catalog = clean_turn(&h, &core).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    // The confined process runs without core dumps and with a bound on open files.
+    let pid = session
+        .servers()
+        .await
+        .into_iter()
+        .find_map(|s| match s.state {
+            demiurge_mcp::actors::ServerState::Connected { pid, .. } if s.server == "other" => pid,
+            _ => None,
+        })
+        .expect("the confined demo server's pid");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let row = |name: &str| -> Vec<String> {
+        let line = limits
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_default();
+        line[name.len()..]
+            .split_whitespace()
+            .take(2)
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(row("Max core file size"), ["0", "0"], "{limits}");
+    let files = row("Max open files");
+    assert!(
+        files
+            .iter()
+            .all(|v| v.parse::<u64>().is_ok_and(|n| n <= 8192)),
+        "{limits}"
+    );
     let seen = results(&workspace);
     assert_eq!(seen.len(), checks.len(), "{seen:?}");
     for (name, verdict) in &seen {

@@ -755,11 +755,39 @@ pub(crate) fn spawn_confined(
                 let mut prepared = Prepared::new(rules)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::Unsupported, e))?;
                 prepared.apply()?;
-                command.spawn()
+                let child = command.spawn()?;
+                limit(child.id());
+                Ok(child)
             })
             .join()
             .unwrap_or_else(|_| Err(std::io::Error::other("the confined spawn panicked")))
     })
+}
+
+/// A confined child's resource limits, set right after it starts (they belong to
+/// a process, so the spawning thread cannot take them first): no core dumps (a
+/// crash's memory image would land in a writable tree), and at most 8,192 open files.
+/// The first instants of the child run under the runtime's own limits.
+fn limit(pid: Option<u32>) {
+    use rustix::process::{Pid, Resource, Rlimit, getrlimit, prlimit};
+    let Some(pid) = pid.and_then(|p| Pid::from_raw(p as i32)) else {
+        return;
+    };
+    let none = Rlimit {
+        current: Some(0),
+        maximum: Some(0),
+    };
+    let _ = prlimit(Some(pid), Resource::Core, none);
+    let files = getrlimit(Resource::Nofile);
+    let cap = |v: Option<u64>| Some(v.unwrap_or(u64::MAX).min(8192));
+    let _ = prlimit(
+        Some(pid),
+        Resource::Nofile,
+        Rlimit {
+            current: cap(files.current),
+            maximum: cap(files.maximum),
+        },
+    );
 }
 
 #[cfg(test)]
