@@ -230,18 +230,24 @@ async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
     );
 }
 
-#[tokio::test]
-async fn the_reference_everything_server_over_stdio() {
-    let Some(prefix) = npm_prefix() else { return };
+/// The everything server over stdio with `extra` declaration lines, exercised; its
+/// harness, for what the caller checks after.
+async fn everything_over_stdio(prefix: &Path, extra: &str) -> common::Harness {
     let core = Core::new().grant_servers(&["everything"]).server(
         "everything",
-        &node_server(prefix, "mcp-server-everything", "stdio", ""),
+        &node_server(prefix, "mcp-server-everything", "stdio", extra),
     );
     let h = harness_with(Recorder::allow(), |c| c).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
     exercise_everything(&catalog).await;
-    h.finish().await;
+    h
+}
+
+#[tokio::test]
+async fn the_reference_everything_server_over_stdio() {
+    let Some(prefix) = npm_prefix() else { return };
+    everything_over_stdio(prefix, "").await.finish().await;
 }
 
 /// The same server confined (`sandbox:` with no network): written by others, it still
@@ -249,19 +255,7 @@ async fn the_reference_everything_server_over_stdio() {
 #[tokio::test]
 async fn the_everything_server_works_confined() {
     let Some(prefix) = npm_prefix() else { return };
-    let core = Core::new().grant_servers(&["everything"]).server(
-        "everything",
-        &node_server(
-            prefix,
-            "mcp-server-everything",
-            "stdio",
-            "sandbox: {network: none}\n",
-        ),
-    );
-    let h = harness_with(Recorder::allow(), |c| c).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    exercise_everything(&catalog).await;
+    let h = everything_over_stdio(prefix, "sandbox: {network: none}\n").await;
     assert!(
         h.approver.requests()[0]
             .preview
