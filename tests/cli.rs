@@ -20,6 +20,28 @@ fn run(core: &Core, home: &std::path::Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The CLI with `args` on `core` and `home`, `script` piped to its stdin, to the end.
+fn piped(core: &Core, home: &std::path::Path, args: &[&str], script: &str) -> Output {
+    let mut child = Command::new(exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -266,25 +288,8 @@ fn tools_exits_1_when_agent_yaml_does_not_load_but_not_for_a_broken_declaration(
 #[test]
 fn the_shell_can_be_scripted_through_a_pipe() {
     let (core, home) = (core(), tempfile::tempdir().unwrap());
-    let mut child = Command::new(exe())
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--yes", "--provider", "fake"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
     let script = "/tools\n/call docs__echo {\"message\": \"piped\"}\nhello there\n/servers\n/new\n/tools\n/bogus\n/quit\n";
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = piped(&core, home.path(), &["--yes", "--provider", "fake"], script);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.contains("docs__echo"), "{stdout}");
@@ -626,24 +631,12 @@ fn commands_start_only_the_servers_they_need() {
         &["--yes", "read", "nowhere", "demo://readme"],
     );
     assert_eq!(out.status.code(), Some(1));
-    let mut shell = Command::new(exe())
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--yes", "--provider", "fake"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    shell
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"/call docs__echo {\"message\": \"only docs\"}\n/quit\n")
-        .unwrap();
-    let out = shell.wait_with_output().unwrap();
+    let out = piped(
+        &core,
+        home.path(),
+        &["--yes", "--provider", "fake"],
+        "/call docs__echo {\"message\": \"only docs\"}\n/quit\n",
+    );
     assert!(
         text(&out.stdout).contains("only docs"),
         "{}",
@@ -764,24 +757,7 @@ fn output_reads_well_for_odd_text_long_names_and_binary_resources() {
     assert_eq!(block["blob"], "iVBORw0KGgo=");
     assert_eq!(block["size"], 8);
     // The shell lists its commands.
-    let mut shell = Command::new(exe())
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home.path())
-        .arg("shell")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    shell
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"/help\n/tols\n/quit\n")
-        .unwrap();
-    let out = shell.wait_with_output().unwrap();
+    let out = piped(&core, home.path(), &["shell"], "/help\n/tols\n/quit\n");
     let said = text(&out.stdout);
     assert!(
         said.contains("/call NAME JSON")

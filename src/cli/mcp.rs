@@ -69,19 +69,19 @@ pub(crate) fn keeps_literal(name: &str, value: &str) -> bool {
     {
         return false;
     }
-    let value = match defaulted_value(value) {
-        Some(default) => default,
+    let value = match defaulted(value) {
+        Some((_, default)) => default,
         None if value.contains("${") => return false,
         None => value,
     };
     is_setting(value) && !holds_secret_shape(value)
 }
 
-/// The default of an exact `${NAME:-default}`.
-fn defaulted_value(value: &str) -> Option<&str> {
+/// `(NAME, default)` when `value` is exactly `${NAME:-default}`.
+fn defaulted(value: &str) -> Option<(&str, &str)> {
     let inner = value.strip_prefix("${")?.strip_suffix('}')?;
     let (name, default) = inner.split_once(":-")?;
-    is_env_name(name).then_some(default)
+    is_env_name(name).then_some((name, default))
 }
 
 /// The shapes of a harmless setting.
@@ -141,13 +141,6 @@ fn is_reference(value: &str) -> bool {
         .strip_prefix("${")
         .and_then(|v| v.strip_suffix('}'))
         .is_some_and(is_env_name)
-}
-
-/// `NAME` when `value` is exactly `${NAME:-default}`.
-fn defaulted_reference(value: &str) -> Option<&str> {
-    let inner = value.strip_prefix("${")?.strip_suffix('}')?;
-    let (name, _) = inner.split_once(":-")?;
-    is_env_name(name).then_some(name)
 }
 
 /// Whether `arg` holds a secret shape anywhere (also inside a shell script: `sh -c
@@ -251,7 +244,9 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
             } else {
                 // The value stays in the host: the core only names it (a default that
                 // may not be committed is dropped, its variable kept).
-                let name = defaulted_reference(&value).unwrap_or(&key).to_string();
+                let name = defaulted(&value)
+                    .map_or(key.as_str(), |(name, _)| name)
+                    .to_string();
                 variables.push(name.clone());
                 format!("${{{name}}}")
             };
