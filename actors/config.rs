@@ -73,6 +73,11 @@ pub struct RuntimeConfig {
     /// (`sandbox: off`, or none declared and no default): the floor declarations
     /// cannot go below.
     pub require_sandbox: bool,
+    /// The binary that confines a stdio server and then becomes it: one whose `main`
+    /// calls [`crate::sandbox::launcher::run_if_invoked`] first (the `demiurge`
+    /// binary does). Default [`crate::sandbox::launcher_path`]: this binary when it is
+    /// `demiurge`, else a `demiurge` beside it. `None`: a confined server fails closed.
+    pub sandbox_launcher: Option<PathBuf>,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -133,6 +138,7 @@ impl RuntimeConfig {
             adopt_orphans: true,
             sandbox_default: None,
             require_sandbox: false,
+            sandbox_launcher: crate::sandbox::launcher_path(),
         }
     }
 

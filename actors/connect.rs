@@ -456,7 +456,12 @@ impl Pipeline {
                                     .map(|store| Path::new(operator).join(store)),
                             );
                         }
-                        crate::sandbox::Rules::of(
+                        let unavailable = |e: crate::sandbox::Unavailable| Outcome::Failed {
+                            declaration: Arc::clone(declaration),
+                            message: e.to_string(),
+                            kind: None,
+                        };
+                        let rules = crate::sandbox::Rules::of(
                             sandbox,
                             command,
                             declared_args,
@@ -466,11 +471,49 @@ impl Pipeline {
                             env.get("PATH").map(String::as_str),
                             &protected,
                         )
-                        .map_err(|e| Outcome::Failed {
-                            declaration: Arc::clone(declaration),
-                            message: e.to_string(),
-                            kind: None,
-                        })?
+                        .map_err(unavailable)?;
+                        let launcher = config.sandbox_launcher.clone().ok_or_else(|| {
+                            unavailable(crate::sandbox::Unavailable(
+                                "no sandbox launcher is set (`RuntimeConfig::sandbox_launcher`)"
+                                    .into(),
+                            ))
+                        })?;
+                        rules.map(|rules| crate::sandbox::Confinement { launcher, rules })
+                    }
+                    _ => None,
+                };
+                let egress = match &sandbox {
+                    Some(c) if c.rules.network == crate::sandbox::Network::Proxy => {
+                        crate::sandbox::egress::proxy_environment(&mut env);
+                        let (hub, session, server) = (
+                            Arc::clone(&self.shared.hub),
+                            self.session.clone(),
+                            declaration.server_id.clone(),
+                        );
+                        Some(crate::sandbox::egress::Egress {
+                            net: Arc::clone(&self.shared.net),
+                            on_decision: Arc::new(move |audit| {
+                                hub.emit(
+                                    &session,
+                                    EventKind::UrlDecision {
+                                        phase: UrlPhase::Egress,
+                                        server: server.clone(),
+                                        decision: audit.clone(),
+                                    },
+                                );
+                                if !audit.allowed {
+                                    hub.emit(
+                                        &session,
+                                        EventKind::SandboxDenied {
+                                            server: server.clone(),
+                                            kind: crate::events::SandboxDenial::Egress,
+                                            target: audit.target.clone(),
+                                            reason: audit.reason.to_string(),
+                                        },
+                                    );
+                                }
+                            }),
+                        })
                     }
                     _ => None,
                 };
@@ -487,6 +530,7 @@ impl Pipeline {
                     },
                     registry: Arc::clone(&self.shared.processes),
                     sandbox,
+                    egress,
                 }))
             }
             (Endpoint::StreamableHttp { url, oauth, .. }, _) => {

@@ -38,6 +38,8 @@ pub enum UrlPhase {
     OauthRevocation,
     /// OAuth: any other request (a client metadata document).
     OauthOther,
+    /// A confined stdio server's request through its egress proxy.
+    Egress,
 }
 
 impl UrlPhase {
@@ -54,6 +56,14 @@ impl UrlPhase {
             _ => UrlPhase::OauthOther,
         }
     }
+}
+
+/// What a sandbox refusal was about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxDenial {
+    /// A request through the egress proxy, refused by the URL policy.
+    Egress,
 }
 
 /// How a session became live.
@@ -337,6 +347,18 @@ pub enum EventKind {
         /// Exposed name.
         tool: String,
         /// The refusal in words (missing capability, approval denied or unavailable).
+        reason: String,
+    },
+    /// The sandbox refused something a confined server tried.
+    #[serde(rename = "mcp.sandbox_denied")]
+    SandboxDenied {
+        /// Server id.
+        server: String,
+        /// What was refused.
+        kind: SandboxDenial,
+        /// What it aimed at, in the safe form of its kind (an origin for egress).
+        target: String,
+        /// The rule that refused it (a URL policy block name for egress).
         reason: String,
     },
     /// A URL policy decision for one HTTP request.

@@ -3,5 +3,10 @@
 mod cli;
 
 fn main() -> std::process::ExitCode {
+    // Started as the sandbox launcher: confine, then become the server (before any
+    // thread exists: a user namespace needs a single-threaded process).
+    if let Some(code) = demiurge_mcp::sandbox::launcher::run_if_invoked() {
+        return code;
+    }
     cli::main()
 }

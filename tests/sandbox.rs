@@ -1,10 +1,9 @@
 //! Confined stdio servers (`sandbox:`): a probe server tries each class of escape at
 //! start (reads of the host's secret stores by absolute path, through a symlink and
 //! through `..`; the runtime home outside its own directory; writes outside the
-//! workspace and into another server's home; a TCP connection with `network: none`),
-//! records what happened in the workspace, and then serves: confinement keeps the
-//! server working. (The runtime's own `/proc/PID/environ` is still readable: a known
-//! limit, `docs/sandbox.md`.)
+//! workspace and into another server's home; direct sockets; requests through the
+//! egress proxy that the URL policy refuses; the runtime's environment), records what
+//! happened in the workspace, and then serves: confinement keeps the server working.
 
 mod common;
 
@@ -332,7 +331,7 @@ fn an_undeclared_or_off_sandbox_is_shown_as_unconfined_and_bad_ones_are_load_err
         .grant_servers(&["plain", "off", "bad", "web"])
         .server("plain", "command: x\n")
         .server("off", "command: x\nsandbox: off\n")
-        .server("bad", "command: x\nsandbox: {network: proxy}\n")
+        .server("bad", "command: x\nsandbox: {network: everything}\n")
         .server(
             "web",
             "transport: streamable_http\nurl: https://x.example.test/mcp\nsandbox: off\n",
@@ -342,7 +341,7 @@ fn an_undeclared_or_off_sandbox_is_shown_as_unconfined_and_bad_ones_are_load_err
     assert!(
         errors.iter().any(|e| e.contains("bad.yaml")
             && e.contains("sandbox.network")
-            && e.contains("not built yet")),
+            && e.contains("must be `proxy`, `none` or `host`")),
         "{errors:?}"
     );
     assert!(
@@ -464,5 +463,168 @@ async fn a_declared_tree_that_a_link_moves_outside_the_workspace_fails_closed() 
         "{message}"
     );
     assert!(catalog.tools().is_empty());
+    h.finish().await;
+}
+
+/// A loopback HTTP server answering every request with `hello`; its port.
+fn hello_server(bind: &str) -> u16 {
+    let listener = std::net::TcpListener::bind(bind).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut stream in listener.incoming().flatten() {
+            let mut head = [0u8; 4096];
+            let _ = stream.read(&mut head);
+            let _ = stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+            );
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn network_proxy_reaches_only_what_the_url_policy_allows_and_reports_each_refusal() {
+    if std::process::Command::new("curl")
+        .arg("--version")
+        .output()
+        .map_or(true, |o| !o.status.success())
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED: the HTTP probe needs curl");
+        return;
+    }
+    let port = hello_server("127.0.0.1:0");
+    let port6 = std::net::TcpListener::bind("[::1]:0")
+        .map(|l| {
+            let p = l.local_addr().unwrap().port();
+            std::mem::forget(l);
+            p
+        })
+        .unwrap_or(1);
+    let unix = tempfile::tempdir().unwrap();
+    let socket = unix.path().join("agent.sock");
+    let _unix_listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let curl = |args: &str| format!("curl -sf --max-time 5 {args} | grep -q hello");
+    let checks = vec![
+        // Direct sockets reach nothing: the namespace has only its own loopback.
+        (
+            "direct_loopback",
+            curl(&format!("--noproxy '*' http://127.0.0.1:{port}/")),
+        ),
+        (
+            "direct_ipv6",
+            curl(&format!("--noproxy '*' -g 'http://[::1]:{port6}/'")),
+        ),
+        (
+            "host_unix_socket",
+            curl(&format!("--unix-socket '{}' http://x/", socket.display())),
+        ),
+        // Through the proxy: a trusted address and a name the runtime resolves to it.
+        ("proxy_trusted", curl(&format!("http://127.0.0.1:{port}/"))),
+        ("proxy_name", curl(&format!("http://allowed.test:{port}/"))),
+        // Refused by the policy before any socket: untrusted loopback, a name that
+        // resolves to a private address, metadata, a CONNECT to a private address.
+        (
+            "proxy_untrusted",
+            curl(&format!("http://127.0.0.2:{port}/")),
+        ),
+        (
+            "proxy_rebinding",
+            curl(&format!("http://rebind.test:{port}/")),
+        ),
+        (
+            "proxy_metadata",
+            curl("http://169.254.169.254/latest/meta-data/"),
+        ),
+        ("connect_private", curl("https://10.1.2.3:8443/")),
+        // The runtime's environment and memory are another domain's.
+        ("runtime_environ", "cat /proc/$PPID/environ".to_string()),
+        ("runtime_stat", "grep -q . /proc/$PPID/stat".to_string()),
+    ];
+    let core = Core::new().grant_servers(&["egress"]);
+    core.write(
+        "egress",
+        &format!(
+            "command: sh\nargs: [-c, {}]\nsandbox: {{network: proxy, filesystem: {{read: [{}]}}}}\n",
+            serde_json::to_string(&probe(&checks)).unwrap(),
+            bin_dir()
+        ),
+    );
+    let resolver = demiurge_mcp::net::StaticResolver::new();
+    resolver.set("allowed.test", ["127.0.0.1".parse().unwrap()]);
+    resolver.set("rebind.test", ["10.9.8.7".parse().unwrap()]);
+    let h = harness_with(Recorder::allow(), move |mut c| {
+        c.url_policy =
+            demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]);
+        c.resolver = std::sync::Arc::new(resolver);
+        c
+    })
+    .await;
+    clean_turn(&h, &core).await;
+    let verdict = |v: &str| v.to_string();
+    assert_eq!(
+        results(&core.root()),
+        [
+            ("direct_loopback", "denied"),
+            ("direct_ipv6", "denied"),
+            ("host_unix_socket", "denied"),
+            ("proxy_trusted", "allowed"),
+            ("proxy_name", "allowed"),
+            ("proxy_untrusted", "denied"),
+            ("proxy_rebinding", "denied"),
+            ("proxy_metadata", "denied"),
+            ("connect_private", "denied"),
+            ("runtime_environ", "denied"),
+            ("runtime_stat", "allowed"),
+        ]
+        .map(|(n, v)| (n.to_string(), verdict(v)))
+    );
+    // Every decision is an event of the egress phase; every refusal a sandbox denial.
+    let decisions: Vec<(bool, String, String)> = h
+        .sink
+        .of_type("mcp.url_decision")
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            demiurge_mcp::events::EventKind::UrlDecision {
+                phase: demiurge_mcp::events::UrlPhase::Egress,
+                server,
+                decision,
+            } if server == "egress" => Some((
+                decision.allowed,
+                decision.hostname,
+                decision.reason.to_string(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let expected = [
+        (true, "127.0.0.1", "allowed"),
+        (true, "allowed.test", "allowed"),
+        (false, "127.0.0.2", "loopback"),
+        (false, "rebind.test", "private"),
+        (false, "169.254.169.254", "metadata"),
+        (false, "10.1.2.3", "private"),
+    ];
+    assert_eq!(
+        decisions,
+        expected.map(|(a, host, reason)| (a, host.to_string(), reason.to_string())),
+    );
+    let denials: Vec<String> = h
+        .sink
+        .of_type("mcp.sandbox_denied")
+        .into_iter()
+        .map(|e| serde_json::to_string(&e).unwrap())
+        .collect();
+    assert_eq!(denials.len(), 4, "{denials:?}");
+    assert!(
+        denials[0].contains("\"kind\":\"egress\"") && denials[0].contains("loopback"),
+        "{denials:?}"
+    );
+    let preview = preview_of(&h, "egress");
+    assert!(
+        preview.contains("network through the egress proxy"),
+        "{preview}"
+    );
     h.finish().await;
 }

@@ -60,6 +60,8 @@ pub(crate) struct ChildProcess {
     registry: Arc<Registry>,
     /// Set once the tree was ended on purpose; Drop then has nothing to do.
     closed: bool,
+    /// The egress proxy of a `network: proxy` server, ended with it.
+    _proxy: Option<crate::sandbox::egress::Running>,
 }
 
 impl ChildProcess {
@@ -68,30 +70,46 @@ impl ChildProcess {
     ///
     /// # Errors
     /// The spawn's error (the program cannot be started).
-    pub(crate) fn spawn(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn spawn(
         program: &str,
         args: &[String],
         env: &BTreeMap<String, String>,
         cwd: &Path,
         registry: &Arc<Registry>,
         log: StderrLog,
-        sandbox: Option<&crate::sandbox::Rules>,
+        sandbox: Option<&crate::sandbox::Confinement>,
+        egress: Option<crate::sandbox::egress::Egress>,
     ) -> std::io::Result<(ChildProcess, ChildStdin, ChildStdout)> {
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .env_clear()
-            .envs(env)
-            .current_dir(cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+        let configure = |command: &mut Command| {
+            command
+                .env_clear()
+                .envs(env)
+                .current_dir(cwd)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0)
+                .kill_on_drop(true);
+        };
         let spawning = registry.spawning();
-        let mut child = match sandbox {
-            None => command.spawn()?,
-            Some(rules) => crate::sandbox::spawn_confined(&mut command, rules)?,
+        let (mut child, listener) = match sandbox {
+            None => {
+                let mut command = Command::new(program);
+                command.args(args);
+                configure(&mut command);
+                (command.spawn()?, None)
+            }
+            Some(confinement) => {
+                crate::sandbox::spawn(confinement, program, args, configure).await?
+            }
+        };
+        // The proxy lives as long as the process (its guard drops with it).
+        let proxy = match (listener, egress) {
+            (Some(listener), Some(egress)) => {
+                Some(crate::sandbox::egress::serve(listener, egress)?)
+            }
+            _ => None,
         };
         let pid = child.id().unwrap_or_default();
         registry.started(pid);
@@ -113,6 +131,7 @@ impl ChildProcess {
             log,
             registry: Arc::clone(registry),
             closed: false,
+            _proxy: proxy,
         };
         match (stdin, stdout) {
             (Some(stdin), Some(stdout)) => Ok((process, stdin, stdout)),

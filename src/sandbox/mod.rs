@@ -22,22 +22,34 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+pub mod egress;
+pub mod launcher;
+mod spawn;
+
+pub(crate) use spawn::spawn;
+pub use spawn::{Confinement, HANDSHAKE_TIMEOUT, launcher_path};
+
 /// How a confined server may reach the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
-    /// Unconfined network (the default until the egress proxy exists).
-    Host,
-    /// No TCP connect or bind at all.
+    /// The default: a network namespace of its own, whose only way out is the
+    /// runtime's egress proxy (HTTP and HTTPS through `HTTP_PROXY`/`HTTPS_PROXY`),
+    /// which applies the host's URL policy with DNS pinning to every request.
+    Proxy,
+    /// No network at all: an empty network namespace, and no sockets.
     None,
+    /// The host's network, unconfined (explicit, shown in every preview).
+    Host,
 }
 
 impl Network {
     /// The word a declaration and a preview use.
     pub fn as_str(self) -> &'static str {
         match self {
-            Network::Host => "host",
+            Network::Proxy => "proxy",
             Network::None => "none",
+            Network::Host => "host",
         }
     }
 }
@@ -81,7 +93,7 @@ impl Sandbox {
         }
         let mut write = vec![".".to_string()];
         let mut read = Vec::new();
-        let mut network = Network::Host;
+        let mut network = Network::Proxy;
         for (key, item) in value.as_mapping().into_iter().flatten() {
             match key.as_str() {
                 Some("filesystem") => {
@@ -121,15 +133,10 @@ impl Sandbox {
                 }
                 Some("network") => {
                     network = match item.as_str() {
-                        Some("host") => Network::Host,
+                        Some("proxy") => Network::Proxy,
                         Some("none") => Network::None,
-                        Some("proxy") => {
-                            return bad(
-                                "sandbox.network",
-                                "`proxy` (egress through the URL policy) is not built yet; write `none` or `host`",
-                            );
-                        }
-                        _ => return bad("sandbox.network", "must be `none` or `host`"),
+                        Some("host") => Network::Host,
+                        _ => return bad("sandbox.network", "must be `proxy`, `none` or `host`"),
                     };
                 }
                 _ => {
@@ -176,8 +183,9 @@ impl Sandbox {
                         format!(", {}", quoted(read))
                     },
                     match network {
-                        Network::Host => "unconfined (host)",
+                        Network::Proxy => "through the egress proxy (the URL policy)",
                         Network::None => "none",
+                        Network::Host => "unconfined (host)",
                     }
                 );
                 text.retain(|c| !c.is_control());
@@ -198,8 +206,9 @@ fn paths_of(value: &serde_yaml::Value) -> Option<Vec<String>> {
         .collect()
 }
 
-/// The paths of one confined launch, resolved.
-#[derive(Debug, Clone)]
+/// The paths of one confined launch, resolved: what the launcher applies before it
+/// becomes the server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Rules {
     /// Readable (and executable) trees.
     pub read: Vec<PathBuf>,
@@ -207,8 +216,8 @@ pub struct Rules {
     pub write: Vec<PathBuf>,
     /// Device files a process needs to read and write (`/dev/null`, ...).
     pub devices: Vec<PathBuf>,
-    /// Refuse TCP connect and bind.
-    pub no_network: bool,
+    /// Its network.
+    pub network: Network,
 }
 
 /// Where the operator keeps credentials, relative to their home: a tree found for a
@@ -353,7 +362,7 @@ impl Rules {
             read: readable,
             write: writable,
             devices: DEVICES.iter().map(PathBuf::from).collect(),
-            no_network: *network == Network::None,
+            network: *network,
         }))
     }
 }
@@ -581,7 +590,7 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
             on(1, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
         ])?,
     ];
-    if rules.no_network {
+    if rules.network == Network::None {
         // No family at all (vsock, netlink, bluetooth as much as IP).
         sockets = Vec::new();
     }
@@ -668,7 +677,7 @@ impl Prepared {
             .set_compatibility(CompatLevel::HardRequirement)
             .handle_access(all)
             .map_err(|e| unavailable("Landlock ABI 3 (filesystem rules) is missing", &e))?;
-        if rules.no_network {
+        if rules.network == Network::None {
             ruleset = ruleset
                 .handle_access(AccessNet::from_all(ABI::V4))
                 .map_err(|e| unavailable("Landlock ABI 4 (network rules) is missing", &e))?;
@@ -710,12 +719,12 @@ impl Prepared {
         })
     }
 
-    /// Applies the rules to the calling thread: `no_new_privs` and the Landlock
-    /// ruleset. Both are per thread, and what the thread forks inherits them.
+    /// Applies the rules to the calling thread: `no_new_privs`, the Landlock ruleset
+    /// and the seccomp filters. All three are per thread, kept across `exec`.
     ///
     /// # Errors
     /// When the rules could not be fully enforced.
-    fn apply(&mut self) -> std::io::Result<()> {
+    pub(crate) fn apply(&mut self) -> std::io::Result<()> {
         let ruleset = self
             .ruleset
             .take()
@@ -733,61 +742,6 @@ impl Prepared {
         }
         Ok(())
     }
-}
-
-/// Spawns `command` confined by `rules`, from a thread of its own that takes the rules
-/// first (Landlock domains and `no_new_privs` belong to a thread and pass to what it
-/// forks), so the runtime's own threads stay unconfined and no code runs between fork
-/// and exec.
-///
-/// # Errors
-/// [`Unavailable`] (as an IO error) when the host cannot enforce the rules, or the
-/// spawn's error.
-pub(crate) fn spawn_confined(
-    command: &mut tokio::process::Command,
-    rules: &Rules,
-) -> std::io::Result<tokio::process::Child> {
-    let runtime = tokio::runtime::Handle::current();
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let _entered = runtime.enter();
-                let mut prepared = Prepared::new(rules)
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::Unsupported, e))?;
-                prepared.apply()?;
-                let child = command.spawn()?;
-                limit(child.id());
-                Ok(child)
-            })
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("the confined spawn panicked")))
-    })
-}
-
-/// A confined child's resource limits, set right after it starts (they belong to
-/// a process, so the spawning thread cannot take them first): no core dumps (a
-/// crash's memory image would land in a writable tree), and at most 8,192 open files.
-/// The first instants of the child run under the runtime's own limits.
-fn limit(pid: Option<u32>) {
-    use rustix::process::{Pid, Resource, Rlimit, getrlimit, prlimit};
-    let Some(pid) = pid.and_then(|p| Pid::from_raw(p as i32)) else {
-        return;
-    };
-    let none = Rlimit {
-        current: Some(0),
-        maximum: Some(0),
-    };
-    let _ = prlimit(Some(pid), Resource::Core, none);
-    let files = getrlimit(Resource::Nofile);
-    let cap = |v: Option<u64>| Some(v.unwrap_or(u64::MAX).min(8192));
-    let _ = prlimit(
-        Some(pid),
-        Resource::Nofile,
-        Rlimit {
-            current: cap(files.current),
-            maximum: cap(files.maximum),
-        },
-    );
 }
 
 #[cfg(test)]
@@ -889,12 +843,11 @@ mod tests {
             Sandbox::Confined {
                 write: vec!["data".into()],
                 read: vec!["/opt/models".into()],
-                network: Network::Host
+                network: Network::Proxy
             }
         );
         for (yaml, field) in [
             ("on", "sandbox"),
-            ("{network: proxy}", "sandbox.network"),
             ("{network: everything}", "sandbox.network"),
             ("{filesystem: {deny: [x]}}", "sandbox.filesystem.deny"),
             ("{filesystem: {write: data}}", "sandbox.filesystem.write"),

@@ -27,8 +27,10 @@ pub(crate) struct StdioLaunch {
     pub log: StderrLog,
     /// The runtime's record of server processes.
     pub registry: Arc<Registry>,
-    /// The confinement the child applies before it execs, when sandboxed.
-    pub sandbox: Option<crate::sandbox::Rules>,
+    /// The confinement the launcher applies before it execs the server, when sandboxed.
+    pub sandbox: Option<crate::sandbox::Confinement>,
+    /// The egress proxy's policy and reporting, for `network: proxy`.
+    pub egress: Option<crate::sandbox::egress::Egress>,
 }
 
 impl std::fmt::Debug for StdioLaunch {
@@ -62,7 +64,9 @@ pub(super) async fn connect(
         &launch.registry,
         launch.log.clone(),
         launch.sandbox.as_ref(),
-    );
+        launch.egress.clone(),
+    )
+    .await;
     let (process, stdin, stdout) = spawned.map_err(|e| ConnectError {
         kind: ConnectErrorKind::Spawn,
         message: format!("cannot start `{}`: {e}", launch.command),

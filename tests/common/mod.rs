@@ -286,9 +286,12 @@ impl Harness {
     pub async fn finish(&self) {
         self.runtime.shutdown().await;
         let marker = format!("HOME={}", self.runtime.home().join("mcp-home").display());
+        // A confined server's home is its own: `<home>/sandbox/<server>/home`.
+        let confined = format!("HOME={}/", self.runtime.home().join("sandbox").display());
         let mut leaked = Vec::new();
         let clean = eventually(Duration::from_secs(5), || {
             leaked = processes_with_env(&marker);
+            leaked.extend(processes_with_env_prefix(&confined));
             leaked.is_empty()
         })
         .await;
@@ -306,6 +309,21 @@ pub fn processes_with_env(entry: &str) -> Vec<u32> {
             std::fs::read(format!("/proc/{pid}/environ"))
                 .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
                 && alive(pid)
+        })
+        .collect()
+}
+
+/// Live processes with an environment entry that starts with `prefix`.
+pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+                env.split(|&b| b == 0)
+                    .any(|kv| kv.starts_with(prefix.as_bytes()))
+            }) && alive(pid)
         })
         .collect()
 }

@@ -1,0 +1,294 @@
+//! The egress proxy of a server confined with `network: proxy`: the only way out of its
+//! network namespace. It listens on the namespace's loopback (the launcher hands the
+//! runtime that socket) and takes HTTP proxy requests: `CONNECT host:port` (HTTPS and
+//! any TLS) and absolute-form `GET http://host/...` (plain HTTP). Every target goes
+//! through the host's [`UrlPolicy`](crate::net::UrlPolicy) with DNS pinning, exactly as
+//! an HTTP server's requests do: the name is resolved by the runtime, every answer
+//! must pass, and the connection goes to an address that passed. Each decision is
+//! reported (`mcp.url_decision` with phase `egress`); a refusal answers 403 before any
+//! socket is opened. The runtime never uses a proxy of its own environment.
+//!
+//! Adversary: the confined server, which writes what it likes to the proxy. Bounds: a
+//! request head of at most [`MAX_HEAD`] bytes, read within [`HEAD_TIMEOUT`]; at most
+//! [`MAX_TUNNELS`] open tunnels per server (more wait for the accept); connects
+//! within the HTTP client's connect timeout. A plain HTTP request is one per
+//! connection (`Connection: close`), so a second request cannot ride a checked socket
+//! to another host's name.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::net::client::{CONNECT_TIMEOUT, DecisionHook, NetContext};
+use crate::net::policy::Verdict;
+
+/// Largest request head (request line and headers) accepted.
+pub const MAX_HEAD: usize = 16 * 1024;
+/// How long a request head may take to arrive.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most tunnels open at once for one server.
+pub const MAX_TUNNELS: usize = 64;
+
+/// What the proxy of one connection needs: the runtime's policy, resolver and the
+/// hook that reports each decision.
+#[derive(Clone)]
+pub struct Egress {
+    /// Policy and resolver (the HTTP servers' own).
+    pub net: Arc<NetContext>,
+    /// Called with every decision, in order.
+    pub on_decision: DecisionHook,
+}
+
+impl std::fmt::Debug for Egress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Egress").finish_non_exhaustive()
+    }
+}
+
+/// Points a confined server's HTTP clients at the proxy: `HTTP_PROXY`, `HTTPS_PROXY`,
+/// `ALL_PROXY` and their lower-case forms, `NODE_USE_ENV_PROXY` for Node's own
+/// `fetch`; no `NO_PROXY` (nothing is reachable directly).
+pub fn proxy_environment(env: &mut std::collections::BTreeMap<String, String>) {
+    let url = format!("http://127.0.0.1:{}", super::launcher::PROXY_PORT);
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        env.insert(name.into(), url.clone());
+        env.insert(name.to_ascii_lowercase(), url.clone());
+    }
+    env.remove("NO_PROXY");
+    env.remove("no_proxy");
+    env.insert("NODE_USE_ENV_PROXY".into(), "1".into());
+}
+
+/// Ends the proxy when dropped (with its server's process).
+#[derive(Debug)]
+pub(crate) struct Running(tokio::task::AbortHandle);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves `listener` (inside the server's namespace) until the returned guard drops.
+pub(crate) fn serve(listener: std::net::TcpListener, egress: Egress) -> std::io::Result<Running> {
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
+    let task = tokio::spawn(async move {
+        let mut tunnels = tokio::task::JoinSet::new();
+        loop {
+            let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+                return;
+            };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let egress = egress.clone();
+            tunnels.spawn(async move {
+                let _permit = permit;
+                let _ = handle(stream, &egress).await;
+            });
+            // Finished tunnels are reaped as they go; aborting this task ends the rest.
+            while tunnels.try_join_next().is_some() {}
+        }
+    });
+    Ok(Running(task.abort_handle()))
+}
+
+/// One request: its head read, its target decided, then a tunnel or one forwarded request.
+async fn handle(mut client: TcpStream, egress: &Egress) -> std::io::Result<()> {
+    let Ok(Ok((head, rest))) = tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await
+    else {
+        return refuse(
+            &mut client,
+            400,
+            "the request head is too large, cut or late",
+        )
+        .await;
+    };
+    let Some(request) = Request::parse(&head) else {
+        return refuse(&mut client, 400, "not an HTTP proxy request").await;
+    };
+    let verdict = egress.net.check_url(&request.url).await;
+    let audit = verdict.audit();
+    (egress.on_decision)(&audit);
+    let (target, addresses) = match verdict {
+        Verdict::Allowed { target, addresses } => (target, addresses),
+        Verdict::Blocked { block, .. } => {
+            let reason = format!("blocked by the runtime's URL policy ({})", block.as_str());
+            return refuse(&mut client, 403, &reason).await;
+        }
+    };
+    let mut upstream = None;
+    for address in addresses {
+        let socket = SocketAddr::new(address, target.port);
+        if let Ok(Ok(stream)) =
+            tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(socket)).await
+        {
+            upstream = Some(stream);
+            break;
+        }
+    }
+    let Some(mut upstream) = upstream else {
+        return refuse(&mut client, 502, "the target did not accept a connection").await;
+    };
+    match request.forward {
+        None => {
+            client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await?;
+        }
+        Some(head) => upstream.write_all(head.as_bytes()).await?,
+    }
+    upstream.write_all(&rest).await?;
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    Ok(())
+}
+
+/// Reads up to the end of the head; the head, and what came after it.
+async fn read_head(client: &mut TcpStream) -> std::io::Result<(String, Vec<u8>)> {
+    let mut buffer = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buffer.split_off(end + 4);
+            let head = String::from_utf8(buffer)
+                .map_err(|_| std::io::Error::other("a head that is not UTF-8"))?;
+            return Ok((head, rest));
+        }
+        if buffer.len() > MAX_HEAD {
+            return Err(std::io::Error::other("the head is too large"));
+        }
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::Error::other("the head was cut short"));
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn refuse(client: &mut TcpStream, status: u16, reason: &str) -> std::io::Result<()> {
+    let words = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        _ => "Bad Gateway",
+    };
+    let body = format!("{reason}\n");
+    let response = format!(
+        "HTTP/1.1 {status} {words}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(response.as_bytes()).await?;
+    client.shutdown().await
+}
+
+/// A proxy request: the URL whose origin the policy decides and, for plain HTTP, the
+/// head to send upstream (origin-form, hop-by-hop and proxy headers dropped).
+#[derive(Debug, PartialEq, Eq)]
+struct Request {
+    url: String,
+    forward: Option<String>,
+}
+
+impl Request {
+    fn parse(head: &str) -> Option<Request> {
+        let mut lines = head.split("\r\n");
+        let mut words = lines.next()?.split(' ');
+        let (method, target, version) = (words.next()?, words.next()?, words.next()?);
+        if words.next().is_some() || !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
+            return None;
+        }
+        if !method.bytes().all(|b| b.is_ascii_uppercase()) || method.is_empty() {
+            return None;
+        }
+        if method == "CONNECT" {
+            // `host:port` only: no userinfo, path or scheme can hide in an authority.
+            if target.is_empty() || target.contains(['/', '@', '?', '#', '\\']) {
+                return None;
+            }
+            let url = format!("https://{target}");
+            let parsed = url::Url::parse(&url).ok()?;
+            parsed.port()?;
+            return Some(Request { url, forward: None });
+        }
+        // Absolute form, plain HTTP only (HTTPS goes through CONNECT).
+        let parsed = url::Url::parse(target).ok()?;
+        if parsed.scheme() != "http" || !parsed.username().is_empty() || parsed.password().is_some()
+        {
+            return None;
+        }
+        let path = match parsed.query() {
+            Some(q) => format!("{}?{q}", parsed.path()),
+            None => parsed.path().to_string(),
+        };
+        let mut forward = format!("{method} {path} {version}\r\n");
+        for line in lines.filter(|l| !l.is_empty()) {
+            let name = line.split(':').next().unwrap_or_default().trim();
+            let hop = [
+                "connection",
+                "proxy-connection",
+                "proxy-authorization",
+                "keep-alive",
+                "host",
+            ];
+            if hop.iter().any(|h| name.eq_ignore_ascii_case(h)) {
+                continue;
+            }
+            forward.push_str(line);
+            forward.push_str("\r\n");
+        }
+        let host = parsed.host_str()?;
+        match parsed.port() {
+            Some(port) => forward.push_str(&format!("Host: {host}:{port}\r\n")),
+            None => forward.push_str(&format!("Host: {host}\r\n")),
+        }
+        forward.push_str("Connection: close\r\n\r\n");
+        Some(Request {
+            url: target.to_string(),
+            forward: Some(forward),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Request;
+
+    #[test]
+    fn requests_parse_and_odd_ones_are_refused() {
+        let connect =
+            Request::parse("CONNECT registry.npmjs.org:443 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(connect.url, "https://registry.npmjs.org:443");
+        assert_eq!(connect.forward, None);
+        let get = Request::parse(
+            "GET http://127.0.0.1:8080/a?b=1 HTTP/1.1\r\nHost: evil.example\r\nProxy-Authorization: x\r\nAccept: */*\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(get.url, "http://127.0.0.1:8080/a?b=1");
+        let forward = get.forward.unwrap();
+        assert!(forward.starts_with("GET /a?b=1 HTTP/1.1\r\n"), "{forward}");
+        assert!(forward.contains("Host: 127.0.0.1:8080\r\n"), "{forward}");
+        assert!(
+            !forward.contains("evil.example") && !forward.contains("Proxy-"),
+            "{forward}"
+        );
+        assert!(forward.ends_with("Connection: close\r\n\r\n"), "{forward}");
+        for bad in [
+            "CONNECT user@host:443 HTTP/1.1\r\n\r\n",
+            "CONNECT host HTTP/1.1\r\n\r\n",
+            "CONNECT host:443/x HTTP/1.1\r\n\r\n",
+            "CONNECT host:443 HTTP/2\r\n\r\n",
+            "GET /relative HTTP/1.1\r\n\r\n",
+            "GET https://host/ HTTP/1.1\r\n\r\n",
+            "GET http://user:pw@host/ HTTP/1.1\r\n\r\n",
+            "GET file:///etc/passwd HTTP/1.1\r\n\r\n",
+            "get http://host/ HTTP/1.1\r\n\r\n",
+            "GET http://host/ HTTP/1.1 extra\r\n\r\n",
+        ] {
+            assert_eq!(Request::parse(bad), None, "{bad}");
+        }
+    }
+}

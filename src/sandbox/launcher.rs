@@ -1,0 +1,244 @@
+//! The launcher: the runtime's own binary, started in place of a confined server,
+//! confines itself and then `exec`s the server, so stdin, stdout, stderr, the pid and
+//! the process group stay the server's.
+//!
+//! The runtime and the launcher talk over an abstract UNIX socket whose name is in
+//! the launcher's arguments. The runtime accepts one connection, and only from the
+//! process it spawned (its pid, by `SO_PEERCRED`), sends the [`Rules`], and reads one
+//! answer: `ok` (with, for `network: proxy`, the listening socket of the proxy inside
+//! the server's network namespace) or the error that kept the rules from being applied.
+//! The launcher answers only after every rule is in force, so `ok` means confined.
+//!
+//! In the launcher, in this order: a user namespace (and, unless `network: host`, a
+//! network namespace) of its own; for `proxy`, the loopback interface up and a
+//! listener on [`PROXY_PORT`] there; Landlock, `no_new_privs` and the seccomp filters;
+//! the resource limits; then `exec`. The launcher runs single-threaded (a user
+//! namespace needs that), before any async runtime: call [`run_if_invoked`] first in
+//! `main`.
+//!
+//! Adversary: none inside the launcher (it is the runtime's own code, and it runs before
+//! the server's). Bounds: the rules message at most [`MAX_RULES`] bytes; an answer at
+//! most 4 KiB.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::fd::AsFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::process::ExitCode;
+
+use super::{Network, Prepared, Rules};
+
+/// The first argument that makes the runtime's binary the launcher.
+pub const ARGUMENT: &str = "__demiurge-sandbox";
+/// Where the egress proxy listens inside a server's network namespace (its own
+/// loopback: nothing else is there).
+pub const PROXY_PORT: u16 = 3128;
+/// Largest rules message accepted.
+pub const MAX_RULES: usize = 1024 * 1024;
+/// The most processes a confined server's tree may hold at once (`RLIMIT_NPROC`,
+/// counted in its own user namespace; the kernel does not apply it to uid 0).
+pub const MAX_PROCESSES: u64 = 512;
+/// The most open files of each process of a confined server.
+pub const MAX_OPEN_FILES: u64 = 8192;
+
+/// Runs the launcher when this process was started as one (`ARGUMENT` first), and
+/// returns its exit code (it returns only when the server could not be started);
+/// `None` otherwise. Call it first in `main`, before any thread is started.
+pub fn run_if_invoked() -> Option<ExitCode> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next()? != ARGUMENT {
+        return None;
+    }
+    Some(launch(args.collect()))
+}
+
+fn launch(args: Vec<OsString>) -> ExitCode {
+    let fail = |message: &str| {
+        let _ = writeln!(std::io::stderr(), "demiurge sandbox: {message}");
+        ExitCode::from(126)
+    };
+    // NAME -- PROGRAM ARGS...
+    let (Some(name), Some(dashes), Some(program)) = (args.first(), args.get(1), args.get(2)) else {
+        return fail("usage: __demiurge-sandbox NAME -- PROGRAM [ARGS...]");
+    };
+    if dashes != "--" {
+        return fail("usage: __demiurge-sandbox NAME -- PROGRAM [ARGS...]");
+    }
+    let Ok(address) = SocketAddr::from_abstract_name(name.as_encoded_bytes()) else {
+        return fail("the runtime's socket name is not usable");
+    };
+    let Ok(mut channel) = UnixStream::connect_addr(&address) else {
+        return fail("the runtime is not listening");
+    };
+    let rules = match read_rules(&mut channel) {
+        Ok(rules) => rules,
+        Err(e) => return fail(&e),
+    };
+    match confine(&rules) {
+        Ok(listener) => {
+            if answer(&channel, b"ok", listener.as_ref()).is_err() {
+                return fail("the runtime stopped listening");
+            }
+        }
+        Err(e) => {
+            let _ = answer(&channel, format!("error {e}").as_bytes(), None);
+            return fail(&e);
+        }
+    }
+    // Every descriptor of ours is close-on-exec: the server gets its stdio only.
+    let e = std::process::Command::new(program).args(&args[3..]).exec();
+    let _ = writeln!(
+        std::io::stderr(),
+        "demiurge sandbox: cannot start the server: {e}"
+    );
+    ExitCode::from(127)
+}
+
+fn read_rules(channel: &mut UnixStream) -> Result<Rules, String> {
+    let mut length = [0u8; 4];
+    channel
+        .read_exact(&mut length)
+        .map_err(|_| "the runtime sent no rules".to_string())?;
+    let length = u32::from_be_bytes(length) as usize;
+    if length > MAX_RULES {
+        return Err("the rules are too large".into());
+    }
+    let mut body = vec![0u8; length];
+    channel
+        .read_exact(&mut body)
+        .map_err(|_| "the rules were cut short".to_string())?;
+    serde_json::from_slice(&body).map_err(|_| "the rules are not readable".to_string())
+}
+
+/// Sends `message`, with `listener` attached when there is one.
+fn answer(
+    channel: &UnixStream,
+    message: &[u8],
+    listener: Option<&TcpListener>,
+) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, sendmsg};
+    let message = &message[..message.len().min(4096)];
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    let fds;
+    if let Some(listener) = listener {
+        fds = [listener.as_fd()];
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+    }
+    sendmsg(
+        channel,
+        &[std::io::IoSlice::new(message)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    )?;
+    Ok(())
+}
+
+/// Applies `rules` to this (single-threaded) process; the proxy's listener for
+/// `network: proxy`. Errors name what the host lacks.
+fn confine(rules: &Rules) -> Result<Option<TcpListener>, String> {
+    use nix::sched::{CloneFlags, unshare};
+    let (uid, gid) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
+    let mut flags = CloneFlags::CLONE_NEWUSER;
+    if rules.network != Network::Host {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    unshare(flags)
+        .map_err(|e| format!("unprivileged user and network namespaces are not available ({e})"))?;
+    // The operator's own ids, seen as they are. Not for uid 0: left unmapped, root's
+    // files are not its own to override inside (no DAC override), and it keeps no
+    // capability past `exec`.
+    if uid != 0 {
+        let write = |file: &str, text: String| {
+            std::fs::write(format!("/proc/self/{file}"), text)
+                .map_err(|e| format!("the user namespace's {file} cannot be written ({e})"))
+        };
+        write("setgroups", "deny".into())?;
+        write("uid_map", format!("{uid} {uid} 1"))?;
+        write("gid_map", format!("{gid} {gid} 1"))?;
+    }
+    let listener = match rules.network {
+        Network::Proxy => {
+            loopback_up().map_err(|e| format!("the sandbox's loopback cannot be set up ({e})"))?;
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, PROXY_PORT))
+                .map_err(|e| format!("the egress proxy cannot listen in the sandbox ({e})"))?;
+            Some(listener)
+        }
+        Network::None | Network::Host => None,
+    };
+    let mut prepared = Prepared::new(rules).map_err(|e| e.0)?;
+    prepared.apply().map_err(|e| e.to_string())?;
+    limits().map_err(|e| format!("a resource limit cannot be set ({e})"))?;
+    Ok(listener)
+}
+
+/// Sets the loopback interface (index 1 in every new network namespace) up, by one
+/// `RTM_NEWLINK` request over route netlink, and waits for its acknowledgement.
+fn loopback_up() -> std::io::Result<()> {
+    use rustix::net::netlink::SocketAddrNetlink;
+    use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType, recv, sendto, socket};
+    const RTM_NEWLINK: u16 = 16;
+    const NLM_F_REQUEST: u16 = 1;
+    const NLM_F_ACK: u16 = 4;
+    const NLMSG_ERROR: u16 = 2;
+    const IFF_UP: u32 = 1;
+    const LOOPBACK: i32 = 1;
+    let socket = socket(AddressFamily::NETLINK, SocketType::RAW, None)?;
+    let mut message = Vec::with_capacity(32);
+    message.extend_from_slice(&32u32.to_ne_bytes()); // nlmsg_len
+    message.extend_from_slice(&RTM_NEWLINK.to_ne_bytes());
+    message.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK).to_ne_bytes());
+    message.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    message.extend_from_slice(&0u32.to_ne_bytes()); // pid: the kernel assigns
+    message.extend_from_slice(&[0, 0]); // ifi_family AF_UNSPEC, padding
+    message.extend_from_slice(&0u16.to_ne_bytes()); // ifi_type
+    message.extend_from_slice(&LOOPBACK.to_ne_bytes());
+    message.extend_from_slice(&IFF_UP.to_ne_bytes()); // ifi_flags
+    message.extend_from_slice(&IFF_UP.to_ne_bytes()); // ifi_change
+    sendto(
+        &socket,
+        &message,
+        SendFlags::empty(),
+        &SocketAddrNetlink::new(0, 0),
+    )?;
+    let mut reply = [0u8; 256];
+    let (n, _) = recv(&socket, &mut reply, RecvFlags::empty())?;
+    // nlmsghdr, then (for NLMSG_ERROR) the error code: 0 is the acknowledgement.
+    let kind = reply.get(4..6).map(|b| u16::from_ne_bytes([b[0], b[1]]));
+    let code = reply
+        .get(16..20)
+        .filter(|_| n >= 20)
+        .map(|b| i32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+    match (kind, code) {
+        (Some(NLMSG_ERROR), Some(0)) => Ok(()),
+        (Some(NLMSG_ERROR), Some(code)) => Err(std::io::Error::from_raw_os_error(-code)),
+        _ => Err(std::io::Error::other("an unexpected netlink answer")),
+    }
+}
+
+/// No core dumps (a crash's memory image would land in a writable tree), a bound on
+/// open files, and one on processes (counted in the server's own user namespace).
+fn limits() -> std::io::Result<()> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let cap = |resource: Resource, most: u64| {
+        let now = getrlimit(resource);
+        let bound = |v: Option<u64>| Some(v.unwrap_or(u64::MAX).min(most));
+        setrlimit(
+            resource,
+            Rlimit {
+                current: bound(now.current),
+                maximum: bound(now.maximum),
+            },
+        )
+    };
+    cap(Resource::Core, 0)?;
+    cap(Resource::Nofile, MAX_OPEN_FILES)?;
+    cap(Resource::Nproc, MAX_PROCESSES)?;
+    Ok(())
+}

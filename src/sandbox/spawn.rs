@@ -1,0 +1,186 @@
+//! The runtime's side of a confined start: the launcher is spawned in place of the
+//! server (`launcher.rs`), handed its rules over a private socket, and the start
+//! succeeds only once it answered that every rule is in force.
+
+use std::ffi::OsStr;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::{AsyncWriteExt, Interest};
+use tokio::net::{UnixListener, UnixStream};
+
+use super::launcher::ARGUMENT;
+use super::{Rules, Unavailable};
+
+/// How long the launcher may take to connect and confine itself.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A confined start: the launcher to run, and the rules it applies.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    /// The runtime's binary acting as the launcher ([`launcher_path`]).
+    pub launcher: PathBuf,
+    /// What it applies.
+    pub rules: Rules,
+}
+
+/// Where this process's launcher is: this binary when it is `demiurge`, else a
+/// `demiurge` beside it or one directory up (a test binary in `target/*/deps`).
+/// A host that embeds the runtime calls [`super::launcher::run_if_invoked`] first in
+/// its own `main` and sets `RuntimeConfig::sandbox_launcher` to its binary instead.
+pub fn launcher_path() -> Option<PathBuf> {
+    let me = std::env::current_exe().ok()?;
+    if me.file_name().is_some_and(|n| n == "demiurge") {
+        return Some(me);
+    }
+    let dir = me.parent()?;
+    [dir.join("demiurge"), dir.parent()?.join("demiurge")]
+        .into_iter()
+        .find(|p| p.is_file())
+}
+
+/// Spawns `program` with `args` through the launcher of `confinement`; `configure`
+/// sets the rest of the command (environment, cwd, stdio, process group). Returns the
+/// child once it is confined, and the egress proxy's listener for `network: proxy`.
+///
+/// # Errors
+/// [`Unavailable`] (as an `Unsupported` IO error) when the launcher could not apply
+/// the rules, or the spawn's error.
+pub(crate) async fn spawn(
+    confinement: &Confinement,
+    program: &str,
+    args: &[String],
+    configure: impl FnOnce(&mut tokio::process::Command),
+) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
+    let unavailable = |message: String| {
+        std::io::Error::new(std::io::ErrorKind::Unsupported, Unavailable(message))
+    };
+    let name = format!("demiurge-sandbox-{}-{}", std::process::id(), nonce()?);
+    let listener = std::os::unix::net::UnixListener::bind_addr(&SocketAddr::from_abstract_name(
+        name.as_bytes(),
+    )?)?;
+    listener.set_nonblocking(true)?;
+    let listener = UnixListener::from_std(listener)?;
+    let mut command = tokio::process::Command::new(&confinement.launcher);
+    command
+        .arg(ARGUMENT)
+        .arg(&name)
+        .arg("--")
+        .arg(OsStr::new(program))
+        .args(args);
+    configure(&mut command);
+    let mut child = command.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound && !Path::new(&confinement.launcher).exists() {
+            unavailable(
+                "the sandbox launcher (the `demiurge` binary) is not where it was expected".into(),
+            )
+        } else {
+            e
+        }
+    })?;
+    let pid = child.id();
+    let handshake = async {
+        let (mut stream, _) = listener.accept().await?;
+        // Only the process just spawned may take the rules (the name is not secret).
+        let peer = stream.peer_cred()?.pid();
+        if peer.is_none() || peer.map(|p| p as u32) != pid {
+            return Err(std::io::Error::other(
+                "another process answered the launcher's socket",
+            ));
+        }
+        let rules = serde_json::to_vec(&confinement.rules).map_err(std::io::Error::other)?;
+        let length = u32::try_from(rules.len()).map_err(std::io::Error::other)?;
+        stream.write_all(&length.to_be_bytes()).await?;
+        stream.write_all(&rules).await?;
+        receive(&mut stream).await
+    };
+    let answer = tokio::select! {
+        answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake) => answer,
+        // Not `wait()`: it closes the child's stdin.
+        status = exited(&mut child) => {
+            return Err(unavailable(format!("the sandbox launcher exited before confining the server ({status})")));
+        }
+    };
+    let (text, listener) = match answer {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => return Err(unavailable(format!("the sandbox launcher failed ({e})"))),
+        Err(_) => {
+            return Err(unavailable(
+                "the sandbox launcher did not answer in time".into(),
+            ));
+        }
+    };
+    if text == "ok" {
+        return Ok((child, listener));
+    }
+    let reason = text
+        .strip_prefix("error ")
+        .unwrap_or("an unreadable answer")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    Err(unavailable(reason))
+}
+
+/// The exit status of `child`, once it has one.
+async fn exited(child: &mut tokio::process::Child) -> String {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.to_string(),
+            Ok(None) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(e) => return e.to_string(),
+        }
+    }
+}
+
+/// The launcher's one answer, and the listener it may carry.
+async fn receive(
+    stream: &mut UnixStream,
+) -> std::io::Result<(String, Option<std::net::TcpListener>)> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, recvmsg};
+    loop {
+        stream.readable().await?;
+        let mut body = [0u8; 4096];
+        let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let received = stream.try_io(Interest::READABLE, || {
+            recvmsg(
+                &*stream,
+                &mut [std::io::IoSliceMut::new(&mut body)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC,
+            )
+            .map_err(std::io::Error::from)
+        });
+        let received = match received {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        if received.bytes == 0 {
+            return Err(std::io::Error::other(
+                "the launcher closed without answering",
+            ));
+        }
+        let mut listener = None;
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(fds) = message {
+                for fd in fds {
+                    listener.get_or_insert(std::net::TcpListener::from(fd));
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&body[..received.bytes]).into_owned();
+        return Ok((text, listener));
+    }
+}
+
+/// Sixteen hex digits from the kernel's random source.
+fn nonce() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
