@@ -66,8 +66,9 @@ pub struct RuntimeConfig {
     /// server, instead of living on under init. On by default; a host that spawns
     /// daemonizing children of its own and relies on init to reap them may turn it off.
     pub adopt_orphans: bool,
-    /// The confinement of a stdio server whose declaration has no `sandbox:`; `None`
-    /// (the default, for now) runs it unconfined (`docs/sandbox.md`).
+    /// The confinement of a stdio server whose declaration has no `sandbox:`: by
+    /// default [`crate::sandbox::Sandbox::confined_default`]; `None` or `Sandbox::Off`
+    /// runs such a server unconfined (`docs/sandbox.md`).
     pub sandbox_default: Option<crate::sandbox::Sandbox>,
     /// Refuse, before approval, every stdio server that would run unconfined
     /// (`sandbox: off`, or none declared and no default): the floor declarations
@@ -136,7 +137,7 @@ impl RuntimeConfig {
             resolver: Arc::new(crate::net::HickoryResolver::from_system()),
             extra_roots: Vec::new(),
             adopt_orphans: true,
-            sandbox_default: None,
+            sandbox_default: Some(crate::sandbox::Sandbox::confined_default()),
             require_sandbox: false,
             sandbox_launcher: crate::sandbox::launcher_path(),
         }

@@ -295,10 +295,12 @@ impl Pipeline {
             preview: {
                 let mut preview = ConnectPreview::new(declaration, policy, cwd, addresses);
                 if preview.sandbox.is_some() {
-                    // What applies: a host default fills in for an undeclared sandbox.
-                    preview.sandbox = Some(crate::sandbox::Sandbox::describe(
-                        sandbox.as_ref().or(declaration.sandbox.as_ref()),
-                    ));
+                    // What applies: the host's default fills in for an undeclared
+                    // sandbox, and a host without one runs it unconfined.
+                    let off = crate::sandbox::Sandbox::Off;
+                    preview.sandbox = Some(crate::sandbox::Sandbox::describe(Some(
+                        sandbox.as_ref().unwrap_or(&off),
+                    )));
                 }
                 preview
             },

@@ -114,6 +114,9 @@ pub fn config(home: &Path, limit: usize) -> RuntimeConfig {
     let mut config = RuntimeConfig::new(home)
         .with_approver(FixedApprover(ApprovalAnswer::AllowSession))
         .with_events(NullSink);
+    // The pairs compare with bare rmcp, which confines nothing: the sandbox's own
+    // cost is its own pair (`sandbox/cold_1`).
+    config.sandbox_default = None;
     config.discovery_limit = limit;
     config.url_policy =
         demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);

@@ -115,8 +115,7 @@ async fn stalled_harness(stall: Stall) -> Harness {
 }
 
 fn server_processes(h: &Harness) -> Vec<u32> {
-    let marker = format!("HOME={}", h.runtime.home().join("mcp-home").display());
-    common::processes_with_env(&marker)
+    common::servers_of(h.runtime.home())
 }
 
 /// Waits until the turn is stuck at `stage`.

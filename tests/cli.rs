@@ -568,9 +568,8 @@ fn a_closed_pipe_ends_a_command_quietly() {
             out.status
         );
     }
-    let marker = format!("HOME={}", home.path().join("mcp-home").display());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !common::processes_with_env(&marker).is_empty() {
+    while !common::servers_of(home.path()).is_empty() {
         assert!(
             std::time::Instant::now() < deadline,
             "servers outlived a command cut by its reader"
@@ -793,4 +792,44 @@ fn a_numbered_name_says_which_tool_took_its_first_choice() {
         "{said}"
     );
     assert_eq!(said.matches("is exposed as").count(), 1, "{said}");
+}
+
+/// An undeclared server runs confined (the product's default): its request to an
+/// untrusted address through the egress proxy is refused, and the CLI says what was
+/// refused and what would allow it.
+#[test]
+fn a_refused_egress_request_is_said_with_what_would_allow_it() {
+    if Command::new("curl").arg("--version").output().is_err() {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: the egress probe needs curl");
+        return;
+    }
+    let script = format!(
+        "curl -s --max-time 5 http://127.0.0.2:9/ >/dev/null; exec '{}' demo-server",
+        exe()
+    );
+    let core = Core::new().grant_servers(&["web"]).server(
+        "web",
+        &common::shell(&script, &common::sandboxed("", &[], &[])),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let out = run(&core, home.path(), &["--yes", "tools"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said = text(&out.stderr);
+    assert!(
+        said.contains(
+            "web was refused http://127.0.0.2:9 by the sandbox's egress proxy (loopback); to allow it, trust that network (`--trust-network CIDR`"
+        ),
+        "{said}"
+    );
+    // Trusting the network lets the same request through: no refusal to report.
+    let out = run(
+        &core,
+        home.path(),
+        &["--yes", "--trust-network", "127.0.0.0/8", "tools"],
+    );
+    assert!(
+        !text(&out.stderr).contains("was refused"),
+        "{}",
+        text(&out.stderr)
+    );
 }

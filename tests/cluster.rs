@@ -48,6 +48,10 @@ async fn node(cluster: &str, name: &str) -> Node {
         .with_approver(Recorder::allow())
         .with_events(sink.clone())
         .with_host_env(host_env(&[]));
+    // The product confines every undeclared stdio server; these servers are shell
+    // scripts that write markers beside the workspace, so they run as declared.
+    // The sandbox has its own tests (tests/sandbox.rs, the interop servers).
+    config.sandbox_default = None;
     config.close_grace = Duration::from_millis(500);
     config.event_delivery = demiurge_mcp::events::EventDelivery::Direct;
     config.resolver = Arc::new(demiurge_mcp::net::StaticResolver::new());

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::http::{Behaviour, serve};
-use common::{Core, demo, demo_fault, exe, processes_with_env};
+use common::{Core, demo, demo_fault, exe};
 
 /// Resident set of process `pid`, in KiB.
 fn rss_kib(pid: u32) -> u64 {
@@ -144,10 +144,9 @@ async fn flooding_servers_cannot_grow_the_host() {
     assert!(peak < 64 * 1024, "the host's RSS peaked at {peak} KiB");
     eprintln!("flood: host RSS peak {peak} KiB over {calls} healthy calls");
     // Nothing the servers started outlived the host.
-    let marker = format!("HOME={}", home.path().join("mcp-home").display());
     let clean = common::eventually(Duration::from_secs(5), || {
-        processes_with_env(&marker).is_empty()
+        common::servers_of(home.path()).is_empty()
     })
     .await;
-    assert!(clean, "{:?}", processes_with_env(&marker));
+    assert!(clean, "{:?}", common::servers_of(home.path()));
 }

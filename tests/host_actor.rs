@@ -7,9 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{
-    Core, Recorder, alive, count, demo, eventually, host_env, pid_of, processes_with_env,
-};
+use common::{Core, Recorder, alive, count, demo, eventually, host_env, pid_of};
 use demiurge_mcp::authority::CapabilitySet;
 use demiurge_mcp::{Runtime, RuntimeConfig, RuntimeError, RuntimeMsg};
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent, call, call_t};
@@ -54,6 +52,10 @@ fn config(home: &std::path::Path) -> RuntimeConfig {
     let mut config = RuntimeConfig::new(home)
         .with_approver(Recorder::allow())
         .with_host_env(host_env(&[]));
+    // The product confines every undeclared stdio server; these servers are shell
+    // scripts that write markers beside the workspace, so they run as declared.
+    // The sandbox has its own tests (tests/sandbox.rs, the interop servers).
+    config.sandbox_default = None;
     config.close_grace = Duration::from_millis(500);
     config.resolver = Arc::new(demiurge_mcp::net::StaticResolver::new());
     config
@@ -210,8 +212,7 @@ async fn a_killed_root_ends_every_server_and_a_new_one_serves_the_session_again(
             "server {pid} outlived the root"
         );
     }
-    let marker = format!("HOME={}", home.path().join("mcp-home").display());
-    assert!(processes_with_env(&marker).is_empty());
+    assert!(common::servers_of(home.path()).is_empty());
     // The old handles answer, typed, without hanging.
     let gone = runtime.start_session(core.spec()).await;
     assert!(
@@ -239,7 +240,7 @@ async fn a_killed_root_ends_every_server_and_a_new_one_serves_the_session_again(
     );
     runtime.shutdown().await;
     assert_eq!(heard(&mut rx).await, "terminated: shutdown");
-    assert!(processes_with_env(&marker).is_empty());
+    assert!(common::servers_of(home.path()).is_empty());
     host.stop(None);
 }
 
@@ -288,8 +289,7 @@ async fn a_second_shutdown_waits_for_the_first_and_nothing_starts_meanwhile() {
     );
     assert_eq!(heard(&mut rx).await, "terminated: shutdown");
     assert!(eventually(Duration::from_secs(5), || !alive(pid)).await);
-    let marker = format!("HOME={}", home.path().join("mcp-home").display());
-    assert!(processes_with_env(&marker).is_empty());
+    assert!(common::servers_of(home.path()).is_empty());
     runtime.shutdown().await;
     host.stop(None);
 }

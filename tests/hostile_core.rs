@@ -598,7 +598,7 @@ fn a_relative_home_is_made_absolute_for_the_servers() {
                 marker.display(),
                 exe()
             ),
-            "",
+            &common::sandboxed("", &[], &[]),
         ),
     );
     let cwd = tempfile::tempdir().unwrap();
@@ -619,7 +619,7 @@ fn a_relative_home_is_made_absolute_for_the_servers() {
         .path()
         .canonicalize()
         .unwrap()
-        .join("relative-home/mcp-home");
+        .join("relative-home/sandbox/d/home");
     assert_eq!(Path::new(seen.trim()).canonicalize().unwrap(), expected);
     assert!(Path::new(seen.trim()).is_absolute());
     // The same relative home, run from inside the core, is refused.

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use common::{Core, Recorder, eventually, harness_with};
+use demiurge_mcp::RuntimeConfig;
 use demiurge_mcp::net::UrlPolicy;
 use demiurge_mcp::result::Block;
 use serde_json::json;
@@ -20,6 +21,7 @@ use serde_json::json;
 const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.1.16";
 const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
+const MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 
 /// Installs the packages once per test run under the target directory.
 fn npm_prefix() -> Option<&'static Path> {
@@ -47,6 +49,7 @@ fn npm_prefix() -> Option<&'static Path> {
                 "conformance",
                 "mcp-server-everything",
                 "mcp-server-filesystem",
+                "mcp-server-memory",
             ]
             .iter()
             .all(|bin| prefix.join("node_modules/.bin").join(bin).exists());
@@ -61,7 +64,7 @@ fn npm_prefix() -> Option<&'static Path> {
                         "--prefix",
                     ])
                     .arg(&prefix)
-                    .args([EVERYTHING, CONFORMANCE, FILESYSTEM])
+                    .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY])
                     .output()
                     .ok()?;
                 if !out.status.success() {
@@ -70,6 +73,56 @@ fn npm_prefix() -> Option<&'static Path> {
                         String::from_utf8_lossy(&out.stderr)
                     );
                 }
+            }
+            Some(prefix)
+        })
+        .as_deref()
+}
+
+const TIME: &str = "mcp-server-time==2026.10.19";
+const GIT: &str = "mcp-server-git==2026.10.19";
+
+/// A virtual environment with the Python reference servers (from PyPI), made once per
+/// test run under the target directory; `None` (the tests pass without running) when
+/// this machine has no `python3` with `venv`.
+fn pypi_prefix() -> Option<&'static Path> {
+    static PREFIX: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PREFIX
+        .get_or_init(|| {
+            let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pypi-interop");
+            let ready = ["mcp-server-time", "mcp-server-git"]
+                .iter()
+                .all(|bin| prefix.join("bin").join(bin).exists());
+            if ready {
+                return Some(prefix);
+            }
+            let venv = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&prefix)
+                .output();
+            if !venv.is_ok_and(|o| o.status.success()) {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: the PyPI servers of tests/interop.rs need python3 with venv"
+                );
+                return None;
+            }
+            let out = Command::new(prefix.join("bin/pip"))
+                .args([
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    TIME,
+                    GIT,
+                ])
+                .output()
+                .ok()?;
+            if !out.status.success() {
+                panic!(
+                    "pip install failed (the registry is reachable in CI): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
             }
             Some(prefix)
         })
@@ -232,12 +285,12 @@ async fn exercise_everything(catalog: &demiurge_mcp::TurnCatalog) {
 
 /// The everything server over stdio with `extra` declaration lines, exercised; its
 /// harness, for what the caller checks after.
-async fn everything_over_stdio(prefix: &Path, extra: &str) -> common::Harness {
+async fn everything_over_stdio(prefix: &Path, extra: &str, confined: bool) -> common::Harness {
     let core = Core::new().grant_servers(&["everything"]).server(
         "everything",
         &node_server(prefix, "mcp-server-everything", "stdio", extra),
     );
-    let h = harness_with(Recorder::allow(), |c| c).await;
+    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, confined)).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
     exercise_everything(&catalog).await;
@@ -247,21 +300,92 @@ async fn everything_over_stdio(prefix: &Path, extra: &str) -> common::Harness {
 #[tokio::test]
 async fn the_reference_everything_server_over_stdio() {
     let Some(prefix) = npm_prefix() else { return };
-    everything_over_stdio(prefix, "").await.finish().await;
+    everything_over_stdio(prefix, "", false)
+        .await
+        .finish()
+        .await;
 }
 
-/// The same server confined (`sandbox:` with no network): written by others, it still
-/// starts, lists and answers, reading only its install, the system and the workspace.
+/// The product's sandbox for undeclared servers when `confined`, else none (the
+/// harness's own default: its shell servers write beside the workspace).
+fn product_sandbox(mut config: RuntimeConfig, confined: bool) -> RuntimeConfig {
+    if confined {
+        config.sandbox_default = Some(demiurge_mcp::sandbox::Sandbox::confined_default());
+    }
+    config
+}
+
+/// The same server under the default sandbox (its network through the egress proxy)
+/// and with no network at all: written by others, it still starts, lists and answers,
+/// reading only its install, the system and the workspace.
 #[tokio::test]
 async fn the_everything_server_works_confined() {
     let Some(prefix) = npm_prefix() else { return };
-    let h = everything_over_stdio(prefix, "sandbox: {network: none}\n").await;
+    for (extra, shown) in [
+        ("", "network through the egress proxy"),
+        ("sandbox: {network: none}\n", "network none"),
+    ] {
+        let h = everything_over_stdio(prefix, extra, true).await;
+        let preview = h.approver.requests()[0].preview.render();
+        assert!(
+            preview.contains("sandbox: confined") && preview.contains(shown),
+            "{preview}"
+        );
+        h.finish().await;
+    }
+}
+
+/// The reference memory server, confined by default, keeps its graph in the file it
+/// is told (in the workspace): it creates an entity and reads it back.
+#[tokio::test]
+async fn the_memory_server_works_confined() {
+    let Some(prefix) = npm_prefix() else { return };
+    let core = Core::new().grant_servers(&["memory"]);
+    let file = core.root().join("memory.jsonl");
+    core.write(
+        "memory",
+        &node_server(
+            prefix,
+            "mcp-server-memory",
+            "",
+            &format!(
+                "env:\n  MEMORY_FILE_PATH: {}\n",
+                serde_json::to_string(&file).unwrap()
+            ),
+        ),
+    );
+    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
     assert!(
-        h.approver.requests()[0]
-            .preview
-            .render()
-            .contains("sandbox: confined"),
-        "the preview says it is confined"
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let created = catalog
+        .call(
+            &exposed(&catalog, "create_entities"),
+            json!({"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !created.is_error,
+        "{:?}",
+        created.view(demiurge_mcp::redact::View::Operator)
+    );
+    let graph = catalog
+        .call(&exposed(&catalog, "read_graph"), json!({}))
+        .await
+        .unwrap();
+    let text = graph
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone();
+    assert!(text.contains("wrote the first program"), "{text}");
+    assert!(
+        std::fs::read_to_string(&file).unwrap().contains("Ada"),
+        "the graph is in the workspace"
     );
     h.finish().await;
 }
@@ -411,29 +535,21 @@ async fn the_everything_server_beyond_tools() {
 }
 
 /// The reference filesystem server started without a directory learns its allowed
-/// directories from the client's roots: the workspace, and only it. It runs confined
-/// (`sandbox:`), which it never notices.
+/// directories from the client's roots: the workspace, and only it. It runs under the
+/// default sandbox, which it never notices.
 #[tokio::test]
 async fn the_filesystem_server_sees_the_workspace_through_roots() {
     let Some(prefix) = npm_prefix() else { return };
     let core = Core::new()
         .grant_servers(&["fs"])
-        // Confined: reading and writing the workspace is all it needs.
-        .server(
-            "fs",
-            &node_server(
-                prefix,
-                "mcp-server-filesystem",
-                "",
-                "sandbox: {network: none}\n",
-            ),
-        );
+        // Confined by the default: reading and writing the workspace is all it needs.
+        .server("fs", &node_server(prefix, "mcp-server-filesystem", "", ""));
     let file = core.root().join("hello.txt");
     std::fs::write(&file, "hello from the workspace\n").unwrap();
     let outside = tempfile::tempdir().unwrap();
     let secret = outside.path().join("elsewhere.txt");
     std::fs::write(&secret, "not yours").unwrap();
-    let h = harness_with(Recorder::allow(), |c| c).await;
+    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
     assert!(
@@ -639,4 +755,96 @@ conformance_auth! {
     conformance_auth_client_credentials_basic => "auth/client-credentials-basic",
     conformance_auth_client_credentials_jwt => "auth/client-credentials-jwt",
     conformance_elicitation_sep1034_client_defaults => "elicitation-sep1034-client-defaults",
+}
+
+/// One turn of `core` under the default sandbox, with no diagnostics; its harness and
+/// catalog.
+async fn confined_turn(core: &Core) -> (common::Harness, demiurge_mcp::TurnCatalog) {
+    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    (h, catalog)
+}
+
+/// The Python reference time server (PyPI), confined by default: its interpreter lives
+/// in a virtual environment whose Python is found through its `#!` line.
+#[tokio::test]
+async fn the_python_time_server_works_confined() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = Core::new().grant_servers(&["time"]).server(
+        "time",
+        &format!(
+            "command: {}\nargs: [--local-timezone, UTC]\napproval_policy: auto\nconnect_timeout_seconds: 60\n",
+            serde_json::to_string(&venv.join("bin/mcp-server-time")).unwrap()
+        ),
+    );
+    let (h, catalog) = confined_turn(&core).await;
+    let now = catalog
+        .call(
+            &exposed(&catalog, "get_current_time"),
+            json!({"timezone": "Europe/Paris"}),
+        )
+        .await
+        .unwrap();
+    let text = now
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone();
+    assert!(!now.is_error && text.contains("Europe/Paris"), "{text}");
+    h.finish().await;
+}
+
+/// The Python reference git server (PyPI), confined by default, reads the workspace's
+/// repository through the `git` it runs.
+#[tokio::test]
+async fn the_python_git_server_works_confined() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = Core::new().grant_servers(&["git"]);
+    let repo = core.root();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    if !repo.join(".git").exists() {
+        git(&["init", "-q"]);
+    }
+    std::fs::write(repo.join("notes.txt"), "first\n").unwrap();
+    git(&["add", "notes.txt"]);
+    git(&["commit", "-q", "-m", "the first note"]);
+    core.write(
+        "git",
+        &format!(
+            "command: {}\nargs: [--repository, {}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n",
+            serde_json::to_string(&venv.join("bin/mcp-server-git")).unwrap(),
+            serde_json::to_string(&repo).unwrap()
+        ),
+    );
+    let (h, catalog) = confined_turn(&core).await;
+    let log = catalog
+        .call(
+            &exposed(&catalog, "git_log"),
+            json!({"repo_path": repo.display().to_string()}),
+        )
+        .await
+        .unwrap();
+    let text = log
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone();
+    assert!(!log.is_error && text.contains("the first note"), "{text}");
+    h.finish().await;
 }

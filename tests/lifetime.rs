@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Core, Recorder, eventually, exe, harness, processes_with_env, shell};
+use common::{Core, Recorder, eventually, exe, harness, shell};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -18,6 +18,9 @@ use nix::unistd::Pid;
 /// started before become the server's.
 fn hostile_core() -> Core {
     let demo = |fault: &str| format!("'{}' demo-server --fault {fault}", exe());
+    // Confined, as the CLI runs an undeclared server (the demo binary readable), but
+    // for `newline`: renaming itself writes `/proc`, which a confined server may not.
+    let confined = common::sandboxed("", &[], &[]);
     Core::new()
         .grant(&["mcp.connect:*", "mcp.call:*"])
         // Ignores EOF, SIGTERM, SIGHUP and SIGINT (ignored dispositions survive exec).
@@ -25,7 +28,7 @@ fn hostile_core() -> Core {
             "stubborn",
             &shell(
                 &format!("trap '' TERM HUP INT; exec {}", demo("ignore-eof")),
-                "",
+                &confined,
             ),
         )
         // Children in its own group.
@@ -33,7 +36,7 @@ fn hostile_core() -> Core {
             "forker",
             &shell(
                 &format!("sleep 301 & sleep 302 & exec {}", demo("ignore-eof")),
-                "",
+                &confined,
             ),
         )
         // A grandchild in a session of its own, ignoring SIGTERM, and one that
@@ -47,7 +50,7 @@ fn hostile_core() -> Core {
                      exec {}",
                     demo("ignore-eof")
                 ),
-                "",
+                &confined,
             ),
         )
         // Forks when its server ends, as the host dies: a child born after every sweep.
@@ -58,7 +61,7 @@ fn hostile_core() -> Core {
                     "'{}' demo-server; setsid sh -c 'trap \"\" TERM HUP; exec sleep 305' & sleep 306",
                     exe()
                 ),
-                "",
+                &confined,
             ),
         )
         // A process name with a newline (it breaks a naive reading of /proc/PID/stat).
@@ -66,13 +69,14 @@ fn hostile_core() -> Core {
             "newline",
             &shell(
                 &format!("printf 'x\\ny' > /proc/$$/comm; '{}' demo-server; sleep 307", exe()),
-                "",
+                "sandbox: off\n",
             ),
         )
 }
 
-fn marker(home: &std::path::Path) -> String {
-    format!("HOME={}", home.join("mcp-home").display())
+/// The runtime home whose servers a test watches.
+fn runtime_home(home: &std::path::Path) -> std::path::PathBuf {
+    home.to_path_buf()
 }
 
 #[tokio::test]
@@ -111,17 +115,17 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
                 connected += 1;
             }
         }
-        let marker = marker(home.path());
+        let marker = runtime_home(home.path());
         // The servers and everything they started (the daemon may already be gone:
         // it left every tree, and the runtime ends what it cannot attribute).
-        let started = processes_with_env(&marker);
+        let started = common::servers_of(&marker);
         assert!(started.len() >= 8, "{signal}: only {started:?}");
         kill(Pid::from_raw(host.id() as i32), signal).unwrap();
         let clean = eventually(Duration::from_secs(3), || {
-            processes_with_env(&marker).is_empty()
+            common::servers_of(&marker).is_empty()
         })
         .await;
-        let left: Vec<String> = processes_with_env(&marker)
+        let left: Vec<String> = common::servers_of(&marker)
             .iter()
             .map(|p| {
                 format!(
@@ -149,19 +153,19 @@ async fn closing_a_connection_ends_its_whole_tree_while_the_host_lives() {
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
     assert_eq!(catalog.diagnostics(), [], "{:?}", catalog.diagnostics());
-    let marker = marker(h.home.path());
+    let marker = runtime_home(h.home.path());
     // Give the sweeps a moment to see every grandchild.
     let all = eventually(Duration::from_secs(5), || {
-        processes_with_env(&marker).len() >= 6
+        common::servers_of(&marker).len() >= 6
     })
     .await;
-    assert!(all, "{:?}", processes_with_env(&marker));
+    assert!(all, "{:?}", common::servers_of(&marker));
     session.evict().await.unwrap();
     let clean = eventually(Duration::from_secs(3), || {
-        processes_with_env(&marker).is_empty()
+        common::servers_of(&marker).is_empty()
     })
     .await;
-    assert!(clean, "left behind: {:?}", processes_with_env(&marker));
+    assert!(clean, "left behind: {:?}", common::servers_of(&marker));
     // The runtime lives on: a new session starts the servers again.
     let (again, _) = h.runtime.start_session(core.spec()).await.unwrap();
     assert!(!again.prepare_turn().await.unwrap().tools().is_empty());
@@ -182,19 +186,24 @@ async fn a_daemon_that_leaves_every_tree_does_not_outlive_its_connection() {
                     "(setsid sh -c 'trap \"\" TERM HUP; exec sleep 304' &); sleep 0.{round}; exec '{}' demo-server",
                     exe()
                 ),
-                "",
+                // Every other round confined: its home is its own, and still found.
+                &if round == 1 {
+                    common::sandboxed("", &[], &[])
+                } else {
+                    String::new()
+                },
             ),
         );
         let h = harness(Recorder::allow()).await;
         let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
         session.prepare_turn().await.unwrap();
-        let marker = marker(h.home.path());
+        let marker = runtime_home(h.home.path());
         session.evict().await.unwrap();
         let clean = eventually(Duration::from_secs(3), || {
-            processes_with_env(&marker).is_empty()
+            common::servers_of(&marker).is_empty()
         })
         .await;
-        assert!(clean, "round {round}: {:?}", processes_with_env(&marker));
+        assert!(clean, "round {round}: {:?}", common::servers_of(&marker));
         h.finish().await;
     }
 }

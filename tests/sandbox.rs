@@ -365,7 +365,13 @@ fn an_undeclared_or_off_sandbox_is_shown_as_unconfined_and_bad_ones_are_load_err
         )
         .render()
     };
-    assert!(shown("plain").contains("sandbox: none declared: the server runs with your authority"));
+    let plain = shown("plain");
+    assert!(
+        plain.contains("sandbox: confined: writes \".\"")
+            && plain.contains("network through the egress proxy")
+            && plain.contains("(the default;"),
+        "{plain}"
+    );
     assert!(shown("off").contains("sandbox: off: the server runs with your authority"));
 }
 

@@ -28,8 +28,9 @@ fn assert_clean(what: &str, text: &str) {
 
 fn canary_core() -> Core {
     let server = format!(
-        "command: sh\nargs: [-c, 'exec \"$0\" demo-server', {exe}, --token, {ARG}]\nenv:\n  API_TOKEN: \"${{HOST_SECRET}}\"\n  LITERAL_SECRET: {LITERAL}\napproval_policy: auto\n",
-        exe = serde_json::to_string(exe()).unwrap()
+        "command: sh\nargs: [-c, 'exec \"$0\" demo-server', {exe}, --token, {ARG}]\nenv:\n  API_TOKEN: \"${{HOST_SECRET}}\"\n  LITERAL_SECRET: {LITERAL}\napproval_policy: auto\n{confined}",
+        exe = serde_json::to_string(exe()).unwrap(),
+        confined = common::sandboxed("", &[], &[])
     );
     let failing = format!(
         "command: sh\nargs: [-c, 'echo \"boom $API_TOKEN $LITERAL_SECRET\" >&2; exit 1']\nenv:\n  API_TOKEN: \"${{HOST_SECRET}}\"\n  LITERAL_SECRET: {LITERAL}\n"

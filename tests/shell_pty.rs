@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{Core, demo, eventually, exe, processes_with_env};
+use common::{Core, demo, eventually, exe};
 
 /// A shell on a pty: the child, what it wrote so far, and the terminal's input.
 struct Shell {
@@ -110,9 +110,8 @@ impl Shell {
 
     /// No server process of this shell is left (they carry its `HOME`).
     async fn nothing_left(&self) {
-        let marker = format!("HOME={}", self.home.path().join("mcp-home").display());
         let clean = eventually(Duration::from_secs(10), || {
-            processes_with_env(&marker).is_empty()
+            common::servers_of(self.home.path()).is_empty()
         })
         .await;
         assert!(clean, "server processes outlived the shell");

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Core, Recorder, demo, eventually, processes_with_env};
+use common::{Core, Recorder, demo, eventually};
 use serde_json::json;
 
 fn rss_kib() -> u64 {
@@ -97,8 +97,7 @@ async fn soak_cycles_leave_nothing_behind() {
     let took = started.elapsed();
     let rss_end = rss_kib();
     h.finish().await;
-    let marker = format!("HOME={}", h.home.path().join("mcp-home").display());
-    assert!(processes_with_env(&marker).is_empty());
+    assert!(common::servers_of(h.home.path()).is_empty());
     drop(h);
     let mut now = 0;
     let fds_back = eventually(Duration::from_secs(10), || {

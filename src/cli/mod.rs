@@ -652,6 +652,26 @@ impl Cli {
     }
 }
 
+/// What the CLI says when a confined server's request was refused by the URL policy:
+/// what, why, and what would allow it.
+fn sandbox_denial_line(server: &str, target: &str, reason: &str) -> String {
+    let allow = match reason {
+        "private" | "loopback" | "cgnat" | "localhost" => {
+            "to allow it, trust that network (`--trust-network CIDR`, or the host's URL policy)"
+        }
+        "metadata" | "link_local" => {
+            "nothing allows it: cloud metadata and link-local addresses are never reachable"
+        }
+        _ => "the URL policy refuses it for every server",
+    };
+    format!(
+        "  ! {} was refused {} by the sandbox's egress proxy ({}); {allow}",
+        t(server),
+        t(target),
+        t(reason)
+    )
+}
+
 /// Starts a runtime with the CLI's approver and a progress sink.
 pub(crate) async fn start_runtime(cli: &Cli) -> anyhow::Result<Runtime> {
     let runtime = Runtime::start(cli.config(Arc::new(Progress::new()))).await?;
@@ -688,6 +708,18 @@ impl Progress {
 
 impl EventSink for Progress {
     fn emit(&self, event: &Event) {
+        // A sandbox refusal is said whether or not stderr is a terminal: it explains a
+        // server's failure, with the change that would allow it (never made here).
+        if let EventKind::SandboxDenied {
+            server,
+            target,
+            reason,
+            ..
+        } = &event.kind
+        {
+            eprintln!("{}", sandbox_denial_line(server, target, reason));
+            return;
+        }
         if !self.terminal {
             return;
         }

@@ -101,7 +101,23 @@ impl ChildProcess {
                 (command.spawn()?, None)
             }
             Some(confinement) => {
-                crate::sandbox::spawn(confinement, program, args, configure).await?
+                // Recorded at once: the launcher carries the server's environment, and
+                // a sweep must not take it for an orphan while it confines itself.
+                let recorded = std::sync::atomic::AtomicU32::new(0);
+                let record = |pid: u32| {
+                    registry.started(pid);
+                    recorded.store(pid, std::sync::atomic::Ordering::Release);
+                };
+                match crate::sandbox::spawn(confinement, program, args, configure, record).await {
+                    Ok(spawned) => spawned,
+                    Err(e) => {
+                        let pid = recorded.load(std::sync::atomic::Ordering::Acquire);
+                        if pid != 0 {
+                            registry.end(pid);
+                        }
+                        return Err(e);
+                    }
+                }
             }
         };
         // The proxy lives as long as the process (its guard drops with it).
@@ -112,7 +128,9 @@ impl ChildProcess {
             _ => None,
         };
         let pid = child.id().unwrap_or_default();
-        registry.started(pid);
+        if sandbox.is_none() {
+            registry.started(pid);
+        }
         drop(spawning);
         let (stdin, stdout, stderr) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());

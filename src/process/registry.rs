@@ -96,7 +96,8 @@ fn uptime_ticks() -> u64 {
 /// How often descendants are recorded and adopted orphans looked at.
 pub const SWEEP: Duration = Duration::from_millis(250);
 
-/// The reaper (`$1`: the servers' `HOME=` entry): reads `+pid:start` and `-pid:start`
+/// The reaper (`$1`: the servers' `HOME=` entry, `$2`: the start of a confined
+/// server's): reads `+pid:start` and `-pid:start`
 /// lines until end of file, then ends every recorded process still alive (same start
 /// time), with every process below it, freezing before killing; a recorded process
 /// that leads its own group takes the group with it. A `.` line means the host is
@@ -107,9 +108,21 @@ pub const SWEEP: Duration = Duration::from_millis(250);
 const REAPER: &str = r#"
 trap '' HUP INT TERM QUIT PIPE
 marker=$1
+confined=$2
 host=$PPID
 entries=' '
 clean=0
+# carries DIR: whether the environment of /proc/PID has the servers' HOME: exactly
+# $marker, or one under $confined (a confined server's own home).
+carries() {
+    tr '\0' '\n' 2>/dev/null < "$1/environ" | {
+        while IFS= read -r kv; do
+            [ "$kv" = "$marker" ] && exit 0
+            case $kv in "$confined"*) exit 0 ;; esac
+        done
+        exit 1
+    }
+}
 # info PID: state, ppid, pgrp and start of a live process; fails for a zombie, a gone
 # process or a stat it cannot read. The name (field 2) may hold anything, newlines
 # included: every line is read, and fields are counted from the last ") ".
@@ -154,7 +167,7 @@ if [ "$clean" = 0 ] && [ "$now" != "$host" ]; then
         p=${d#/proc/}
         info "$p" || continue
         [ "$ppid" = "$now" ] || continue
-        if tr '\0' '\n' 2>/dev/null < "$d/environ" | grep -qxF -- "$marker"; then
+        if carries "$d"; then
             found="$found$p:$start "
         fi
     done
@@ -206,8 +219,8 @@ struct Inner {
     /// last sweep: ended if still unclaimed at the next.
     suspects: Vec<Proc>,
     reaper: Option<(Child, ChildStdin)>,
-    /// The reaper's argument, kept to start it again.
-    marker: Option<Vec<u8>>,
+    /// The reaper's arguments, kept to start it again.
+    marker: Option<(Vec<u8>, Vec<u8>)>,
     sweeping: bool,
 }
 
@@ -218,6 +231,8 @@ pub struct Registry {
     /// `HOME=<home>/mcp-home`: every server and descendant that kept its environment
     /// carries it; nothing else of the host does.
     marker: Vec<u8>,
+    /// `HOME=<home>/sandbox/`: how a confined server's `HOME` starts (its own).
+    confined: Vec<u8>,
 }
 
 impl Registry {
@@ -238,12 +253,15 @@ impl Registry {
             );
         }
         let marker = format!("HOME={}", server_home.display()).into_bytes();
+        let sandbox = server_home.parent().unwrap_or(server_home).join("sandbox");
+        let confined = format!("HOME={}/", sandbox.display()).into_bytes();
         let registry = Arc::new(Registry {
             inner: Mutex::new(Inner {
-                marker: Some(marker.clone()),
+                marker: Some((marker.clone(), confined.clone())),
                 ..Inner::default()
             }),
             marker,
+            confined,
         });
         if let Ok(mut all) = ALL.lock() {
             all.retain(|r| r.strong_count() > 0);
@@ -269,7 +287,7 @@ impl Registry {
             return;
         };
         if inner.reaper.is_none() {
-            inner.reaper = spawn_reaper(&self.marker);
+            inner.reaper = spawn_reaper(&self.marker, &self.confined);
         }
         tell(&mut inner, '+', &root);
         inner.trees.insert(
@@ -451,8 +469,10 @@ impl Registry {
     }
 
     fn carries_marker(&self, pid: u32) -> bool {
-        std::fs::read(format!("/proc/{pid}/environ"))
-            .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == self.marker))
+        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+            env.split(|&b| b == 0)
+                .any(|kv| kv == self.marker || kv.starts_with(&self.confined))
+        })
     }
 
     /// Ends every recorded tree and lets the reaper go (it exits at end of file).
@@ -504,10 +524,10 @@ fn restart_reaper(inner: &mut Inner) {
         let _ = old.kill();
         let _ = old.wait();
     }
-    let Some(marker) = inner.marker.clone() else {
+    let Some((marker, confined)) = inner.marker.clone() else {
         return;
     };
-    inner.reaper = spawn_reaper(&marker);
+    inner.reaper = spawn_reaper(&marker, &confined);
     let everything: Vec<Proc> = inner
         .trees
         .values()
@@ -526,11 +546,12 @@ fn restart_reaper(inner: &mut Inner) {
     }
 }
 
-fn spawn_reaper(marker: &[u8]) -> Option<(Child, ChildStdin)> {
+fn spawn_reaper(marker: &[u8], confined: &[u8]) -> Option<(Child, ChildStdin)> {
     use std::os::unix::process::CommandExt;
     let marker = String::from_utf8_lossy(marker).into_owned();
+    let confined = String::from_utf8_lossy(confined).into_owned();
     let spawned = Command::new("/bin/sh")
-        .args(["-c", REAPER, "demiurge-reaper", &marker])
+        .args(["-c", REAPER, "demiurge-reaper", &marker, &confined])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .current_dir("/")

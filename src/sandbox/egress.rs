@@ -64,7 +64,7 @@ pub fn proxy_environment(env: &mut std::collections::BTreeMap<String, String>) {
 
 /// Ends the proxy when dropped (with its server's process).
 #[derive(Debug)]
-pub(crate) struct Running(tokio::task::AbortHandle);
+pub struct Running(tokio::task::AbortHandle);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -72,8 +72,12 @@ impl Drop for Running {
     }
 }
 
-/// Serves `listener` (inside the server's namespace) until the returned guard drops.
-pub(crate) fn serve(listener: std::net::TcpListener, egress: Egress) -> std::io::Result<Running> {
+/// Serves `listener` (the runtime's is inside the server's namespace) until the
+/// returned guard drops. Call it within a tokio runtime.
+///
+/// # Errors
+/// When the listener cannot be made non-blocking or registered with tokio.
+pub fn serve(listener: std::net::TcpListener, egress: Egress) -> std::io::Result<Running> {
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_TUNNELS));
@@ -209,9 +213,13 @@ impl Request {
             if target.is_empty() || target.contains(['/', '@', '?', '#', '\\']) {
                 return None;
             }
+            // The port is required (`Url` forgets a default one, so read it here).
+            let (_, port) = target.rsplit_once(':')?;
+            if port.is_empty() || !port.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
             let url = format!("https://{target}");
-            let parsed = url::Url::parse(&url).ok()?;
-            parsed.port()?;
+            url::Url::parse(&url).ok()?;
             return Some(Request { url, forward: None });
         }
         // Absolute form, plain HTTP only (HTTPS goes through CONNECT).

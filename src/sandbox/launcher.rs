@@ -88,12 +88,11 @@ fn launch(args: Vec<OsString>) -> ExitCode {
             return fail(&e);
         }
     }
-    // Every descriptor of ours is close-on-exec: the server gets its stdio only.
+    // Every descriptor of ours is close-on-exec: the server gets its stdio only, and
+    // the runtime sees the channel close. A failed `exec` is told instead.
     let e = std::process::Command::new(program).args(&args[3..]).exec();
-    let _ = writeln!(
-        std::io::stderr(),
-        "demiurge sandbox: cannot start the server: {e}"
-    );
+    let code = e.raw_os_error().unwrap_or(libc::ENOEXEC);
+    let _ = answer(&channel, format!("exec {code}").as_bytes(), None);
     ExitCode::from(127)
 }
 

@@ -151,10 +151,25 @@ impl Sandbox {
         })
     }
 
-    /// One line for a preview: what the server is confined to.
+    /// What a stdio server without `sandbox:` gets unless its host says otherwise:
+    /// writes to the workspace, reads the system and the workspace, and the network
+    /// only through the egress proxy.
+    pub fn confined_default() -> Sandbox {
+        Sandbox::Confined {
+            write: vec![".".into()],
+            read: Vec::new(),
+            network: Network::Proxy,
+        }
+    }
+
+    /// One line for a preview: what the server is confined to (`None`: nothing
+    /// declared, so the default applies).
     pub fn describe(sandbox: Option<&Sandbox>) -> String {
         match sandbox {
-            None => "none declared: the server runs with your authority (declare `sandbox:` to confine it)".into(),
+            None => format!(
+                "{} (the default; declare `sandbox:` to change it)",
+                Sandbox::describe(Some(&Sandbox::confined_default()))
+            ),
             Some(Sandbox::Off) => "off: the server runs with your authority".into(),
             Some(Sandbox::Confined {
                 write,

@@ -42,8 +42,10 @@ pub fn launcher_path() -> Option<PathBuf> {
 }
 
 /// Spawns `program` with `args` through the launcher of `confinement`; `configure`
-/// sets the rest of the command (environment, cwd, stdio, process group). Returns the
-/// child once it is confined, and the egress proxy's listener for `network: proxy`.
+/// sets the rest of the command (environment, cwd, stdio, process group), and
+/// `spawned` hears the pid at once (the launcher becomes the server: same pid), before
+/// the handshake. Returns the child once it is confined and the server's program was
+/// executed, and the egress proxy's listener for `network: proxy`.
 ///
 /// # Errors
 /// [`Unavailable`] (as an `Unsupported` IO error) when the launcher could not apply
@@ -53,6 +55,7 @@ pub(crate) async fn spawn(
     program: &str,
     args: &[String],
     configure: impl FnOnce(&mut tokio::process::Command),
+    spawned: impl FnOnce(u32),
 ) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
     let unavailable = |message: String| {
         std::io::Error::new(std::io::ErrorKind::Unsupported, Unavailable(message))
@@ -81,6 +84,9 @@ pub(crate) async fn spawn(
         }
     })?;
     let pid = child.id();
+    if let Some(pid) = pid {
+        spawned(pid);
+    }
     let handshake = async {
         let (mut stream, _) = listener.accept().await?;
         // Only the process just spawned may take the rules (the name is not secret).
@@ -94,7 +100,22 @@ pub(crate) async fn spawn(
         let length = u32::try_from(rules.len()).map_err(std::io::Error::other)?;
         stream.write_all(&length.to_be_bytes()).await?;
         stream.write_all(&rules).await?;
-        receive(&mut stream).await
+        let (text, listener) = receive(&mut stream).await?;
+        if text != "ok" {
+            return Ok((text, listener));
+        }
+        // Then end of file (the launcher's socket closes on `exec`), or why `exec` failed.
+        match receive(&mut stream).await {
+            Ok((failed, _)) => {
+                let code = failed
+                    .strip_prefix("exec ")
+                    .and_then(|c| c.parse::<i32>().ok())
+                    .unwrap_or(libc::ENOEXEC);
+                Err(std::io::Error::from_raw_os_error(code))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok((text, listener)),
+            Err(e) => Err(e),
+        }
     };
     let answer = tokio::select! {
         answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake) => answer,
@@ -105,6 +126,8 @@ pub(crate) async fn spawn(
     };
     let (text, listener) = match answer {
         Ok(Ok(answer)) => answer,
+        // The server's program could not be executed: the spawn's own error.
+        Ok(Err(e)) if e.raw_os_error().is_some() => return Err(e),
         Ok(Err(e)) => return Err(unavailable(format!("the sandbox launcher failed ({e})"))),
         Err(_) => {
             return Err(unavailable(
@@ -160,7 +183,8 @@ async fn receive(
             Err(e) => return Err(e),
         };
         if received.bytes == 0 {
-            return Err(std::io::Error::other(
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
                 "the launcher closed without answering",
             ));
         }

@@ -37,9 +37,35 @@ pub fn demo(extra: &str) -> String {
 /// every listing) beside its own, plus `extra` YAML lines.
 pub fn demo_with_tools(tools: &Path, extra: &str) -> String {
     format!(
-        "command: {}\nargs: [demo-server, --tools-file, {}]\n{extra}",
+        "command: {}\nargs: [demo-server, --tools-file, {}]\n{extra}{}",
         serde_json::to_string(exe()).unwrap(),
-        serde_json::to_string(tools).unwrap()
+        serde_json::to_string(tools).unwrap(),
+        sandboxed(extra, &[tools.parent().unwrap()], &[])
+    )
+}
+
+/// The `sandbox:` line a test server needs when it runs confined (the product's
+/// default, as the CLI runs it): `read` and `write` trees beside the workspace, and the
+/// demo binary's directory. Nothing when `extra` declares one itself.
+pub fn sandboxed(extra: &str, read: &[&Path], write: &[&Path]) -> String {
+    if extra.contains("sandbox:") {
+        return String::new();
+    }
+    let list = |paths: Vec<&Path>| {
+        paths
+            .iter()
+            .map(|p| serde_json::to_string(p).unwrap())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut read = read.to_vec();
+    read.push(Path::new(exe()).parent().unwrap());
+    let mut writable = vec![Path::new(".")];
+    writable.extend(write);
+    format!(
+        "sandbox: {{filesystem: {{read: [{}], write: [{}]}}}}\n",
+        list(read),
+        list(writable)
     )
 }
 
@@ -64,7 +90,11 @@ pub fn demo_counting(marker: &Path, extra: &str) -> String {
         marker.display(),
         exe()
     );
-    shell(&script, extra)
+    let extra = format!(
+        "{extra}{}",
+        sandboxed(extra, &[], &[marker.parent().unwrap()])
+    );
+    shell(&script, &extra)
 }
 
 /// A declaration that records its pid in `pidfile`, pauses `secs`, and only then
@@ -265,6 +295,10 @@ pub async fn harness_with(
         .with_approver(approver.clone())
         .with_events(sink.clone())
         .with_host_env(host_env(&[]));
+    // The product confines every undeclared stdio server; these servers are shell
+    // scripts that write markers beside the workspace, so they run as declared.
+    // The sandbox has its own tests (tests/sandbox.rs, the interop servers).
+    config.sandbox_default = None;
     config.close_grace = Duration::from_millis(500);
     // Tests read the sink right after what they do: deliver on the emitting task. The
     // queued default has its own test (tests/events.rs).
@@ -285,13 +319,9 @@ impl Harness {
     /// grandchildren carry `HOME=<home>/mcp-home`) is still alive.
     pub async fn finish(&self) {
         self.runtime.shutdown().await;
-        let marker = format!("HOME={}", self.runtime.home().join("mcp-home").display());
-        // A confined server's home is its own: `<home>/sandbox/<server>/home`.
-        let confined = format!("HOME={}/", self.runtime.home().join("sandbox").display());
         let mut leaked = Vec::new();
         let clean = eventually(Duration::from_secs(5), || {
-            leaked = processes_with_env(&marker);
-            leaked.extend(processes_with_env_prefix(&confined));
+            leaked = servers_of(self.runtime.home());
             leaked.is_empty()
         })
         .await;
@@ -311,6 +341,17 @@ pub fn processes_with_env(entry: &str) -> Vec<u32> {
                 && alive(pid)
         })
         .collect()
+}
+
+/// Live server processes of the runtime home `home`: unconfined ones carry
+/// `HOME=<home>/mcp-home`, confined ones `HOME=<home>/sandbox/<server>/home`.
+pub fn servers_of(home: &Path) -> Vec<u32> {
+    let mut found = processes_with_env(&format!("HOME={}", home.join("mcp-home").display()));
+    found.extend(processes_with_env_prefix(&format!(
+        "HOME={}/",
+        home.join("sandbox").display()
+    )));
+    found
 }
 
 /// Live processes with an environment entry that starts with `prefix`.
