@@ -298,9 +298,13 @@ impl Pipeline {
                     // What applies: the host's default fills in for an undeclared
                     // sandbox, and a host without one runs it unconfined.
                     let off = crate::sandbox::Sandbox::Off;
-                    preview.sandbox = Some(crate::sandbox::Sandbox::describe(Some(
-                        sandbox.as_ref().unwrap_or(&off),
-                    )));
+                    let applied =
+                        crate::sandbox::Sandbox::describe(Some(sandbox.as_ref().unwrap_or(&off)));
+                    preview.sandbox = Some(if declaration.sandbox.is_none() {
+                        format!("{applied} (the host's default; declare `sandbox:` to change it)")
+                    } else {
+                        applied
+                    });
                 }
                 preview
             },
@@ -492,9 +496,18 @@ impl Pipeline {
                             self.session.clone(),
                             declaration.server_id.clone(),
                         );
+                        // A server that loops on refused requests gets its first
+                        // refusals reported, not a flood of the session's events.
+                        let refusals = std::sync::atomic::AtomicUsize::new(0);
                         Some(crate::sandbox::egress::Egress {
                             net: Arc::clone(&self.shared.net),
                             on_decision: Arc::new(move |audit| {
+                                if !audit.allowed
+                                    && refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                                        >= crate::sandbox::egress::MAX_REPORTED_REFUSALS
+                                {
+                                    return;
+                                }
                                 hub.emit(
                                     &session,
                                     EventKind::UrlDecision {

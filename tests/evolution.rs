@@ -478,3 +478,41 @@ fn the_cached_live_revision_follows_promotions_packing_and_removal() {
     git(&core, &["update-ref", "-d", LIVE_REF]);
     assert_eq!(cache.get(&core), None);
 }
+
+/// Loosening a sandbox is a change the review shows in words: the default becoming
+/// `network: host`, then `sandbox: off`, each with its own token.
+#[test]
+fn a_loosened_sandbox_is_in_the_review_and_its_token() {
+    let repo = Repo::new();
+    repo.write("agent/mcp/a.yaml", "command: server-a\n");
+    repo.commit("default");
+    promote_with(&repo, "HEAD").unwrap();
+    let mut tokens = Vec::new();
+    for (yaml, before, after) in [
+        (
+            "command: server-a\nsandbox: {network: host}\n",
+            "network through the egress proxy",
+            "network unconfined (host)",
+        ),
+        (
+            "command: server-a\nsandbox: off\n",
+            "network through the egress proxy",
+            "off: the server runs with your authority",
+        ),
+    ] {
+        repo.write("agent/mcp/a.yaml", yaml);
+        let candidate = repo.commit("looser");
+        let review = repo.core().review(&candidate).unwrap();
+        assert_eq!(review.changes.len(), 1, "{:?}", review.changes);
+        let said = review.changes[0]
+            .details
+            .iter()
+            .find(|d| d.starts_with("sandbox: "))
+            .unwrap_or_else(|| panic!("{:?}", review.changes[0].details));
+        let (was, is) = said.split_once(" -> ").unwrap();
+        assert!(was.contains(before) && is.contains(after), "{said}");
+        assert!(review.render().contains(after), "{}", review.render());
+        tokens.push(review.token);
+    }
+    assert_ne!(tokens[0], tokens[1]);
+}

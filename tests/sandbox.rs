@@ -272,6 +272,22 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
             "threads_still_work",
             py("import threading; t = threading.Thread(target=print); t.start(); t.join()"),
         ),
+        // Families no network namespace holds (vsock reaches the hypervisor).
+        (
+            "vsock_socket",
+            py("import socket; socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM)"),
+        ),
+        // The runtime's limits are not the server's to set; its own still are.
+        (
+            "limit_the_runtime",
+            py("import os, resource; resource.prlimit(os.getppid(), resource.RLIMIT_CORE, (0, 0))"),
+        ),
+        (
+            "limit_itself",
+            py("import resource; resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))"),
+        ),
+        ("etc_shadow", "cat /etc/shadow".to_string()),
+        ("etc_hosts", "cat /etc/hosts".to_string()),
     ];
     let core = Core::new().grant_servers(&["none", "host"]);
     let declare = |network: &str| {
@@ -303,7 +319,12 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
             "ptrace_runtime denied",
             "unix_socket denied",
             "new_user_namespace denied",
-            "threads_still_work allowed"
+            "threads_still_work allowed",
+            "vsock_socket denied",
+            "limit_the_runtime denied",
+            "limit_itself allowed",
+            "etc_shadow denied",
+            "etc_hosts allowed"
         ]
     );
     // `network: host` reaches the network; the process rules hold all the same.
@@ -316,7 +337,12 @@ async fn network_none_refuses_ip_sockets_and_every_sandbox_refuses_tracing_and_n
             "ptrace_runtime denied",
             "unix_socket denied",
             "new_user_namespace denied",
-            "threads_still_work allowed"
+            "threads_still_work allowed",
+            "vsock_socket denied",
+            "limit_the_runtime denied",
+            "limit_itself allowed",
+            "etc_shadow denied",
+            "etc_hosts allowed"
         ]
     );
     let preview = preview_of(&h, "host");
@@ -402,6 +428,7 @@ async fn a_host_default_confines_undeclared_servers_and_a_floor_refuses_unconfin
     let default = demiurge_mcp::sandbox::Sandbox::Confined {
         write: vec![".".into()],
         read: vec![Path::new(exe()).parent().unwrap().display().to_string()],
+        deny: vec![],
         network: demiurge_mcp::sandbox::Network::None,
     };
     let h = harness_with(Recorder::allow(), move |mut c| {
@@ -630,6 +657,66 @@ async fn network_proxy_reaches_only_what_the_url_policy_allows_and_reports_each_
     let preview = preview_of(&h, "egress");
     assert!(
         preview.contains("network through the egress proxy"),
+        "{preview}"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn denied_paths_inside_the_workspace_are_hidden_and_the_rest_stays() {
+    let core = Core::new().grant_servers(&["masked"]);
+    let root = core.root();
+    std::fs::create_dir_all(root.join("secrets")).unwrap();
+    std::fs::write(root.join("secrets/token"), "canary-token").unwrap();
+    std::fs::write(root.join("private.txt"), "canary-private").unwrap();
+    std::fs::write(root.join("public.txt"), "shared").unwrap();
+    let checks = vec![
+        (
+            "read_denied_dir",
+            "grep -q canary secrets/token".to_string(),
+        ),
+        ("list_denied_dir", "ls secrets".to_string()),
+        ("write_denied_dir", "echo x > secrets/new".to_string()),
+        ("read_denied_file", "grep -q canary private.txt".to_string()),
+        ("write_denied_file", "echo x > private.txt".to_string()),
+        (
+            "read_through_a_link",
+            "ln -s secrets/token via && grep -q canary via".to_string(),
+        ),
+        ("read_public", "grep -q shared public.txt".to_string()),
+        ("write_workspace", "echo x > written.txt".to_string()),
+    ];
+    core.write(
+        "masked",
+        &format!(
+            "command: sh\nargs: [-c, {}]\nsandbox: {{network: none, filesystem: {{read: [{}], deny: [secrets, private.txt]}}}}\n",
+            serde_json::to_string(&probe(&checks)).unwrap(),
+            bin_dir()
+        ),
+    );
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    clean_turn(&h, &core).await;
+    let verdicts: Vec<(String, String)> = results(&root);
+    let expected = [
+        ("read_denied_dir", "denied"),
+        ("list_denied_dir", "denied"),
+        ("write_denied_dir", "denied"),
+        ("read_denied_file", "denied"),
+        ("write_denied_file", "denied"),
+        ("read_through_a_link", "denied"),
+        ("read_public", "allowed"),
+        ("write_workspace", "allowed"),
+    ]
+    .map(|(n, v)| (n.to_string(), v.to_string()));
+    assert_eq!(verdicts, expected);
+    // The operator's view is untouched.
+    assert_eq!(
+        std::fs::read_to_string(root.join("private.txt")).unwrap(),
+        "canary-private"
+    );
+    let preview = preview_of(&h, "masked");
+    assert!(
+        preview.contains("hides \"secrets\", \"private.txt\""),
         "{preview}"
     );
     h.finish().await;

@@ -31,6 +31,15 @@ pub const MAX_HEAD: usize = 16 * 1024;
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most tunnels open at once for one server.
 pub const MAX_TUNNELS: usize = 64;
+/// Most tunnels open at once for every server of this process.
+pub const MAX_TUNNELS_IN_ALL: usize = 256;
+/// Refusals reported (events, CLI lines) per connection; later ones are refused all
+/// the same, silently.
+pub const MAX_REPORTED_REFUSALS: usize = 64;
+/// A tunnel that carries nothing either way for this long is closed.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+static ALL_TUNNELS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(MAX_TUNNELS_IN_ALL);
 
 /// What the proxy of one connection needs: the runtime's policy, resolver and the
 /// hook that reports each decision.
@@ -87,12 +96,17 @@ pub fn serve(listener: std::net::TcpListener, egress: Egress) -> std::io::Result
             let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
                 return;
             };
+            let Ok(shared) = ALL_TUNNELS.acquire().await else {
+                return;
+            };
             let Ok((stream, _)) = listener.accept().await else {
+                // Out of descriptors, say: a pause, not a spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
             let egress = egress.clone();
             tunnels.spawn(async move {
-                let _permit = permit;
+                let (_permit, _shared) = (permit, shared);
                 let _ = handle(stream, &egress).await;
             });
             // Finished tunnels are reaped as they go; aborting this task ends the rest.
@@ -148,16 +162,59 @@ async fn handle(mut client: TcpStream, egress: &Egress) -> std::io::Result<()> {
         Some(head) => upstream.write_all(head.as_bytes()).await?,
     }
     upstream.write_all(&rest).await?;
-    tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+    relay(client, upstream).await;
     Ok(())
+}
+
+/// Copies both ways until either side closes or nothing moves for [`IDLE_TIMEOUT`].
+async fn relay(client: TcpStream, upstream: TcpStream) {
+    let (from_client, to_client) = client.into_split();
+    let (from_upstream, to_upstream) = upstream.into_split();
+    let idle = Arc::new(tokio::sync::Notify::new());
+    let pump = |mut from: tokio::net::tcp::OwnedReadHalf,
+                mut to: tokio::net::tcp::OwnedWriteHalf,
+                idle: Arc<tokio::sync::Notify>| async move {
+        let mut buffer = vec![0u8; 16 * 1024];
+        loop {
+            let n = match from.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if to.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+            idle.notify_one();
+        }
+        let _ = to.shutdown().await;
+    };
+    let up = pump(from_client, to_upstream, Arc::clone(&idle));
+    let down = pump(from_upstream, to_client, Arc::clone(&idle));
+    let watch = async {
+        while tokio::time::timeout(IDLE_TIMEOUT, idle.notified())
+            .await
+            .is_ok()
+        {}
+    };
+    tokio::select! {
+        _ = async { tokio::join!(up, down) } => {}
+        _ = watch => {}
+    }
+    // The halves drop with the pumps: both sockets close.
 }
 
 /// Reads up to the end of the head; the head, and what came after it.
 async fn read_head(client: &mut TcpStream) -> std::io::Result<(String, Vec<u8>)> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
+    // Where the search for the end resumes: a head dribbled byte by byte is scanned once.
+    let mut searched = 0;
     loop {
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+        let found = buffer[searched..]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .map(|at| searched + at);
+        searched = buffer.len().saturating_sub(3);
+        if let Some(end) = found {
             let rest = buffer.split_off(end + 4);
             let head = String::from_utf8(buffer)
                 .map_err(|_| std::io::Error::other("a head that is not UTF-8"))?;
@@ -298,5 +355,84 @@ mod tests {
         ] {
             assert_eq!(Request::parse(bad), None, "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod relay_tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A plain request and a `CONNECT` tunnel through the proxy reach a trusted loopback
+    /// server, and a refused target gets its 403 without a connection.
+    #[tokio::test]
+    async fn the_proxy_relays_what_it_allows_and_refuses_the_rest() {
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = server.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = server.accept().await {
+                tokio::spawn(async move {
+                    let mut head = [0u8; 1024];
+                    let _ = s.read(&mut head).await;
+                    let _ = s
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+                        .await;
+                });
+            }
+        });
+        let net = crate::net::NetContext::new(
+            crate::net::UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]),
+            Arc::new(crate::net::StaticResolver::new()),
+            &[],
+        )
+        .unwrap();
+        let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let proxy_port = proxy.local_addr().unwrap().port();
+        let _running = super::serve(
+            proxy,
+            super::Egress {
+                net: Arc::new(net),
+                on_decision: Arc::new(|_| {}),
+            },
+        )
+        .unwrap();
+        let ask = |request: String| async move {
+            let mut s = tokio::net::TcpStream::connect(("127.0.0.1", proxy_port))
+                .await
+                .unwrap();
+            s.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = vec![0u8; 4096];
+            let mut got = Vec::new();
+            while !String::from_utf8_lossy(&got).contains("hello")
+                && !String::from_utf8_lossy(&got).contains("policy")
+            {
+                let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut answer))
+                    .await
+                    .expect("the proxy answers")
+                    .unwrap();
+                if n == 0 {
+                    break;
+                }
+                got.extend_from_slice(&answer[..n]);
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        };
+        let plain = ask(format!(
+            "GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\nProxy-Connection: Keep-Alive\r\n\r\n"
+        ))
+        .await;
+        assert!(plain.ends_with("hello"), "{plain}");
+        let tunnel = ask(format!(
+            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n"
+        ))
+        .await;
+        assert!(
+            tunnel.starts_with("HTTP/1.1 200 Connection established") && tunnel.ends_with("hello"),
+            "{tunnel}"
+        );
+        let refused = ask(format!("GET http://127.0.0.2:{port}/ HTTP/1.1\r\n\r\n")).await;
+        assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
     }
 }

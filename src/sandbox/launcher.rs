@@ -73,8 +73,8 @@ fn launch(args: Vec<OsString>) -> ExitCode {
     let Ok(mut channel) = UnixStream::connect_addr(&address) else {
         return fail("the runtime is not listening");
     };
-    let rules = match read_rules(&mut channel) {
-        Ok(rules) => rules,
+    let Message { rules, env } = match read_rules(&mut channel) {
+        Ok(message) => message,
         Err(e) => return fail(&e),
     };
     match confine(&rules) {
@@ -90,13 +90,26 @@ fn launch(args: Vec<OsString>) -> ExitCode {
     }
     // Every descriptor of ours is close-on-exec: the server gets its stdio only, and
     // the runtime sees the channel close. A failed `exec` is told instead.
-    let e = std::process::Command::new(program).args(&args[3..]).exec();
+    let e = std::process::Command::new(program)
+        .args(&args[3..])
+        .env_clear()
+        .envs(env)
+        .exec();
     let code = e.raw_os_error().unwrap_or(libc::ENOEXEC);
     let _ = answer(&channel, format!("exec {code}").as_bytes(), None);
     ExitCode::from(127)
 }
 
-fn read_rules(channel: &mut UnixStream) -> Result<Rules, String> {
+/// What the runtime sends: the rules, and the server's whole environment (the
+/// launcher itself starts with none, so nothing in it, `LD_PRELOAD` say, acts before
+/// the rules are in force).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct Message {
+    pub(crate) rules: Rules,
+    pub(crate) env: Vec<(String, String)>,
+}
+
+fn read_rules(channel: &mut UnixStream) -> Result<Message, String> {
     let mut length = [0u8; 4];
     channel
         .read_exact(&mut length)
@@ -144,9 +157,14 @@ fn confine(rules: &Rules) -> Result<Option<TcpListener>, String> {
         rustix::process::geteuid().as_raw(),
         rustix::process::getegid().as_raw(),
     );
-    let mut flags = CloneFlags::CLONE_NEWUSER;
+    // SysV IPC of its own: the operator's shared memory segments and queues are
+    // not files, and Landlock does not see them.
+    let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWIPC;
     if rules.network != Network::Host {
         flags |= CloneFlags::CLONE_NEWNET;
+    }
+    if !rules.deny.is_empty() {
+        flags |= CloneFlags::CLONE_NEWNS;
     }
     unshare(flags)
         .map_err(|e| format!("unprivileged user and network namespaces are not available ({e})"))?;
@@ -162,6 +180,7 @@ fn confine(rules: &Rules) -> Result<Option<TcpListener>, String> {
         write("uid_map", format!("{uid} {uid} 1"))?;
         write("gid_map", format!("{gid} {gid} 1"))?;
     }
+    mask(&rules.deny)?;
     let listener = match rules.network {
         Network::Proxy => {
             loopback_up().map_err(|e| format!("the sandbox's loopback cannot be set up ({e})"))?;
@@ -175,6 +194,57 @@ fn confine(rules: &Rules) -> Result<Option<TcpListener>, String> {
     prepared.apply().map_err(|e| e.to_string())?;
     limits().map_err(|e| format!("a resource limit cannot be set ({e})"))?;
     Ok(listener)
+}
+
+/// Hides each of `paths` in this process's own mount namespace: a directory under an
+/// empty, read-only tmpfs that nobody may read (mode 000), a file under a read-only
+/// bind of `/dev/null`. The server cannot undo it (no `mount`, no `umount`).
+fn mask(paths: &[std::path::PathBuf]) -> Result<(), String> {
+    use nix::mount::{MsFlags, mount};
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let failed = |e: nix::Error| format!("`sandbox.filesystem.deny` cannot be applied ({e})");
+    // Nothing done here may reach the operator's mount namespace.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(failed)?;
+    let sealed = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    for path in paths {
+        if path.is_dir() {
+            mount(
+                Some("tmpfs"),
+                path,
+                Some("tmpfs"),
+                sealed,
+                Some("mode=000,size=4k"),
+            )
+            .map_err(failed)?;
+        } else {
+            mount(
+                Some("/dev/null"),
+                path,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(failed)?;
+            mount(
+                None::<&str>,
+                path,
+                None::<&str>,
+                MsFlags::MS_REMOUNT | MsFlags::MS_BIND | sealed,
+                None::<&str>,
+            )
+            .map_err(failed)?;
+        }
+    }
+    Ok(())
 }
 
 /// Sets the loopback interface (index 1 in every new network namespace) up, by one

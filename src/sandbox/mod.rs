@@ -66,6 +66,11 @@ pub enum Sandbox {
         write: Vec<String>,
         /// More paths it may read (relative to the workspace, or absolute).
         read: Vec<String>,
+        /// Paths hidden from it, inside what it may read or write (masked in a mount
+        /// namespace of its own: a directory shows empty and unreadable, a file empty
+        /// and read-only).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        deny: Vec<String>,
         /// Its network.
         network: Network,
     },
@@ -93,6 +98,7 @@ impl Sandbox {
         }
         let mut write = vec![".".to_string()];
         let mut read = Vec::new();
+        let mut deny = Vec::new();
         let mut network = Network::Proxy;
         for (key, item) in value.as_mapping().into_iter().flatten() {
             match key.as_str() {
@@ -105,17 +111,11 @@ impl Sandbox {
                     };
                     for (k, list) in fs {
                         let field = match k.as_str() {
-                            Some(f @ ("write" | "read")) => f,
-                            Some("deny") => {
-                                return bad(
-                                    "sandbox.filesystem.deny",
-                                    "is not supported yet; leave the path out of `write:` and `read:` instead",
-                                );
-                            }
+                            Some(f @ ("write" | "read" | "deny")) => f,
                             _ => {
                                 return bad(
                                     "sandbox.filesystem",
-                                    "takes `write:` and `read:` only",
+                                    "takes `write:`, `read:` and `deny:` only",
                                 );
                             }
                         };
@@ -124,10 +124,10 @@ impl Sandbox {
                             "must be a list of paths (relative to the workspace, or absolute)"
                                 .into(),
                         ))?;
-                        if field == "write" {
-                            write = paths;
-                        } else {
-                            read = paths;
+                        match field {
+                            "write" => write = paths,
+                            "read" => read = paths,
+                            _ => deny = paths,
                         }
                     }
                 }
@@ -147,6 +147,7 @@ impl Sandbox {
         Ok(Sandbox::Confined {
             write,
             read,
+            deny,
             network,
         })
     }
@@ -158,6 +159,7 @@ impl Sandbox {
         Sandbox::Confined {
             write: vec![".".into()],
             read: Vec::new(),
+            deny: Vec::new(),
             network: Network::Proxy,
         }
     }
@@ -174,6 +176,7 @@ impl Sandbox {
             Some(Sandbox::Confined {
                 write,
                 read,
+                deny,
                 network,
             }) => {
                 // Each path quoted as JSON: a path cannot pass for the line's own words.
@@ -190,12 +193,17 @@ impl Sandbox {
                     ""
                 };
                 let mut text = format!(
-                    "confined: writes {}{git}; reads the system, the workspace{}; network {}",
+                    "confined: writes {}{git}; reads the system, the workspace{}{}; network {}",
                     quoted(write),
                     if read.is_empty() {
                         String::new()
                     } else {
                         format!(", {}", quoted(read))
+                    },
+                    if deny.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; hides {}", quoted(deny))
                     },
                     match network {
                         Network::Proxy => "through the egress proxy (the URL policy)",
@@ -231,6 +239,9 @@ pub struct Rules {
     pub write: Vec<PathBuf>,
     /// Device files a process needs to read and write (`/dev/null`, ...).
     pub devices: Vec<PathBuf>,
+    /// Existing paths masked from the server (resolved, links followed).
+    #[serde(default)]
+    pub deny: Vec<PathBuf>,
     /// Its network.
     pub network: Network,
 }
@@ -270,7 +281,6 @@ const SYSTEM: &[&str] = &[
     "/lib32",
     "/lib64",
     "/libx32",
-    "/etc",
     "/opt",
     "/nix/store",
     "/snap",
@@ -315,6 +325,7 @@ impl Rules {
         let Sandbox::Confined {
             write,
             read,
+            deny,
             network,
         } = sandbox
         else {
@@ -341,6 +352,7 @@ impl Rules {
             }
         };
         let mut readable: Vec<PathBuf> = SYSTEM.iter().map(PathBuf::from).collect();
+        readable.extend(all_but(Path::new("/etc"), ETC_SECRETS));
         readable.push(workspace.to_path_buf());
         for p in read {
             readable.push(inside("read", p)?);
@@ -372,14 +384,58 @@ impl Rules {
                 })
         });
         readable.extend(found);
+        // What exists now is masked; a path that does not exist hides nothing (a file
+        // the server makes there later is its own).
+        let hidden = deny
+            .iter()
+            .filter_map(|p| {
+                let declared = Path::new(p);
+                let path = if declared.is_absolute() {
+                    declared.to_path_buf()
+                } else {
+                    workspace.join(declared)
+                };
+                path.canonicalize().ok()
+            })
+            .collect();
         writable.extend([home.to_path_buf(), tmp.to_path_buf()]);
         Ok(Some(Rules {
             read: readable,
             write: writable,
             devices: DEVICES.iter().map(PathBuf::from).collect(),
+            deny: hidden,
             network: *network,
         }))
     }
+}
+
+/// The entries of `root` but those named in `hidden` (relative paths; a nested one,
+/// `ssl/private`, opens its parent entry by entry). Read at each start: what is made
+/// later is not readable.
+fn all_but(root: &Path, hidden: &[&str]) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if hidden.contains(&name) {
+            continue;
+        }
+        let below: Vec<&str> = hidden
+            .iter()
+            .filter_map(|h| h.strip_prefix(name)?.strip_prefix('/'))
+            .collect();
+        if below.is_empty() {
+            out.push(entry.path());
+        } else {
+            out.extend(all_but(&entry.path(), &below));
+        }
+    }
+    out
 }
 
 /// The trees a program needs beyond the system: where its file is (links followed),
@@ -542,6 +598,44 @@ const REFUSED: &[libc::c_long] = &[
     libc::SYS_open_tree,
     libc::SYS_move_mount,
     libc::SYS_mount_setattr,
+    // Ownership and extended attributes by path: Landlock does not check them, and a
+    // server could name the operator's files anywhere.
+    libc::SYS_chown,
+    libc::SYS_lchown,
+    libc::SYS_fchownat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+];
+
+/// Calls refused when they aim at another process (their first argument, a pid, is
+/// not 0: the caller itself): limits, priorities and scheduling of the runtime, its
+/// reaper or the operator's programs, which the kernel allows the same user.
+const ON_OTHERS: &[libc::c_long] = &[
+    libc::SYS_sched_setaffinity,
+    libc::SYS_sched_setscheduler,
+    libc::SYS_sched_setparam,
+    libc::SYS_sched_setattr,
+    libc::SYS_migrate_pages,
+    libc::SYS_move_pages,
+];
+
+/// Trees under `/etc` no server reads: password hashes, the host's SSH keys, VPN and
+/// network secrets, sudo rules, TLS private keys.
+const ETC_SECRETS: &[&str] = &[
+    "shadow",
+    "shadow-",
+    "gshadow",
+    "gshadow-",
+    "ssh",
+    "sudoers",
+    "sudoers.d",
+    "wireguard",
+    "NetworkManager/system-connections",
+    "ssl/private",
+    "security/opasswd",
+    "krb5.keytab",
 ];
 
 /// The namespace flags `clone` may not carry.
@@ -568,6 +662,21 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
     let on = |index: u8, op: Op, value: u64| When::new(index, Len::Dword, op, value);
     let mut refused: std::collections::BTreeMap<i64, Vec<SeccompRule>> =
         REFUSED.iter().map(|&call| (call, Vec::new())).collect();
+    for &call in ON_OTHERS {
+        refused.insert(call, vec![SeccompRule::new(vec![on(0, Op::Ne, 0)?])?]);
+    }
+    // `setpriority`/`ioprio_set(which, who, ...)`: another process when `who` is not 0.
+    for call in [libc::SYS_setpriority, libc::SYS_ioprio_set] {
+        refused.insert(call, vec![SeccompRule::new(vec![on(1, Op::Ne, 0)?])?]);
+    }
+    // `prlimit64(pid, resource, new, old)`: setting (new not NULL) another's limits.
+    refused.insert(
+        libc::SYS_prlimit64,
+        vec![SeccompRule::new(vec![
+            on(0, Op::Ne, 0)?,
+            When::new(2, Len::Qword, Op::Ne, 0)?,
+        ])?],
+    );
     let clone_rules = NAMESPACES
         .iter()
         .map(|&flag| {
@@ -591,11 +700,16 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
             .collect::<Result<_, _>>()?,
     );
     let mut sockets = vec![
-        // A UNIX socket reached by path is a door to the operator's session (the
-        // D-Bus user bus starts programs unconfined, agents sign with the operator's
-        // keys): Landlock does not check `connect` to one. `socketpair` stays.
-        SeccompRule::new(vec![on(0, Op::Eq, libc::AF_UNIX as u64)?])?,
-        SeccompRule::new(vec![on(0, Op::Eq, libc::AF_PACKET as u64)?])?,
+        // Only IP and netlink: a UNIX socket reached by path is a door to the
+        // operator's session (the D-Bus user bus starts programs unconfined, agents
+        // sign with the operator's keys; Landlock does not check `connect` to one), and
+        // families no network namespace contains (vsock to the hypervisor and this
+        // machine, bluetooth, CAN, ...) would reach past the proxy. `socketpair` stays.
+        SeccompRule::new(vec![
+            on(0, Op::Ne, libc::AF_INET as u64)?,
+            on(0, Op::Ne, libc::AF_INET6 as u64)?,
+            on(0, Op::Ne, libc::AF_NETLINK as u64)?,
+        ])?,
         SeccompRule::new(vec![
             on(0, Op::Eq, libc::AF_INET as u64)?,
             on(1, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
@@ -850,6 +964,7 @@ mod tests {
             Sandbox::Confined {
                 write: vec![".".into()],
                 read: vec![],
+                deny: vec![],
                 network: Network::None
             }
         );
@@ -858,13 +973,15 @@ mod tests {
             Sandbox::Confined {
                 write: vec!["data".into()],
                 read: vec!["/opt/models".into()],
+                deny: vec![],
                 network: Network::Proxy
             }
         );
         for (yaml, field) in [
             ("on", "sandbox"),
             ("{network: everything}", "sandbox.network"),
-            ("{filesystem: {deny: [x]}}", "sandbox.filesystem.deny"),
+            ("{filesystem: {deny: x}}", "sandbox.filesystem.deny"),
+            ("{filesystem: {hide: [x]}}", "sandbox.filesystem"),
             ("{filesystem: {write: data}}", "sandbox.filesystem.write"),
             ("{filesystem: {write: [\"\"]}}", "sandbox.filesystem.write"),
             ("{extra: 1}", "sandbox"),

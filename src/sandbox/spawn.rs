@@ -74,6 +74,14 @@ pub(crate) async fn spawn(
         .arg(OsStr::new(program))
         .args(args);
     configure(&mut command);
+    // The environment goes over the socket, applied at `exec`: the launcher runs with
+    // none (a declared `LD_PRELOAD` must not act before the rules do).
+    let env: Vec<(String, String)> = command
+        .as_std()
+        .get_envs()
+        .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
+        .collect();
+    command.env_clear();
     let mut child = command.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound && !Path::new(&confinement.launcher).exists() {
             unavailable(
@@ -88,15 +96,20 @@ pub(crate) async fn spawn(
         spawned(pid);
     }
     let handshake = async {
-        let (mut stream, _) = listener.accept().await?;
-        // Only the process just spawned may take the rules (the name is not secret).
-        let peer = stream.peer_cred()?.pid();
-        if peer.is_none() || peer.map(|p| p as u32) != pid {
-            return Err(std::io::Error::other(
-                "another process answered the launcher's socket",
-            ));
-        }
-        let rules = serde_json::to_vec(&confinement.rules).map_err(std::io::Error::other)?;
+        // Only the process just spawned may take the rules (the name is not secret):
+        // another that connects first is dropped, and the wait goes on.
+        let mut stream = loop {
+            let (stream, _) = listener.accept().await?;
+            let peer = stream.peer_cred()?.pid();
+            if peer.is_some() && peer.map(|p| p as u32) == pid {
+                break stream;
+            }
+        };
+        let message = super::launcher::Message {
+            rules: confinement.rules.clone(),
+            env,
+        };
+        let rules = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
         let length = u32::try_from(rules.len()).map_err(std::io::Error::other)?;
         stream.write_all(&length.to_be_bytes()).await?;
         stream.write_all(&rules).await?;
