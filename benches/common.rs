@@ -123,6 +123,20 @@ pub fn config(home: &Path, limit: usize) -> RuntimeConfig {
     config
 }
 
+/// A new session's first turn of `core` (lane `lane`), which must list `tools`; the
+/// time the turn took (the eviction after it excluded).
+pub async fn runtime_cold(runtime: &Runtime, core: &Path, lane: String, tools: usize) -> Duration {
+    let mut spec = demiurge_mcp::SessionSpec::new(core);
+    spec.lane = lane;
+    let (s, _) = runtime.start_session(spec).await.unwrap();
+    let started = std::time::Instant::now();
+    let turn = s.prepare_turn().await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(turn.tools().len(), tools, "{:?}", turn.diagnostics());
+    s.evict().await.unwrap();
+    took
+}
+
 /// Alternates `rounds` measurements of a baseline and of the runtime (each closure
 /// returns the time it measured, so setup and teardown stay outside), first one then
 /// the other first, so both see the same state of a shared, noisy machine; prints the

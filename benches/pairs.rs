@@ -28,6 +28,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::runtime_cold;
 use criterion::{Criterion, criterion_group, criterion_main};
 use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
 use rmcp::model::CallToolRequestParams;
@@ -94,24 +95,6 @@ async fn raw_cold(servers: usize, limit: usize, http: Option<&str>) -> (Duration
 
 async fn close(clients: Vec<Client>) {
     futures::future::join_all(clients.into_iter().map(|c| c.cancel())).await;
-}
-
-/// A new session's first turn of `core` (lane `lane`); the time the turn took.
-async fn runtime_cold(
-    runtime: &Runtime,
-    core: &std::path::Path,
-    lane: String,
-    tools: usize,
-) -> Duration {
-    let mut spec = SessionSpec::new(core);
-    spec.lane = lane;
-    let (s, _) = runtime.start_session(spec).await.unwrap();
-    let started = Instant::now();
-    let turn = s.prepare_turn().await.unwrap();
-    let took = started.elapsed();
-    assert_eq!(turn.tools().len(), tools, "{:?}", turn.diagnostics());
-    s.evict().await.unwrap();
-    took
 }
 
 fn cold(c: &mut Criterion) {

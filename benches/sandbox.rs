@@ -15,7 +15,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use demiurge_mcp::{Runtime, SessionSpec};
+use demiurge_mcp::Runtime;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const COLD_ROUNDS: usize = 30;
@@ -24,20 +24,7 @@ const REQUEST_ROUNDS: usize = 60;
 const REQUESTS: u32 = 50;
 
 async fn cold(runtime: &Runtime, core: &std::path::Path, lane: String) -> Duration {
-    let mut spec = SessionSpec::new(core);
-    spec.lane = lane;
-    let (s, _) = runtime.start_session(spec).await.unwrap();
-    let started = Instant::now();
-    let turn = s.prepare_turn().await.unwrap();
-    let took = started.elapsed();
-    assert_eq!(
-        turn.tools().len(),
-        common::DEMO_TOOLS,
-        "{:?}",
-        turn.diagnostics()
-    );
-    s.evict().await.unwrap();
-    took
+    common::runtime_cold(runtime, core, lane, common::DEMO_TOOLS).await
 }
 
 /// A loopback HTTP server answering `hello` to every request; its port.

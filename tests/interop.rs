@@ -55,24 +55,17 @@ fn npm_prefix() -> Option<&'static Path> {
             .all(|bin| prefix.join("node_modules/.bin").join(bin).exists());
             if !ready {
                 std::fs::create_dir_all(&prefix).ok()?;
-                let out = Command::new("npm")
-                    .args([
-                        "install",
-                        "--no-audit",
-                        "--no-fund",
-                        "--loglevel=error",
-                        "--prefix",
-                    ])
-                    .arg(&prefix)
-                    .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY])
-                    .output()
-                    .ok()?;
-                if !out.status.success() {
-                    panic!(
-                        "npm install failed (the registry is reachable in CI): {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
+                let mut npm = Command::new("npm");
+                npm.args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    "--prefix",
+                ])
+                .arg(&prefix)
+                .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY]);
+                install(npm, "npm install");
             }
             Some(prefix)
         })
@@ -108,25 +101,31 @@ fn pypi_prefix() -> Option<&'static Path> {
                 );
                 return None;
             }
-            let out = Command::new(prefix.join("bin/pip"))
-                .args([
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    TIME,
-                    GIT,
-                ])
-                .output()
-                .ok()?;
-            if !out.status.success() {
-                panic!(
-                    "pip install failed (the registry is reachable in CI): {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
+            let mut pip = Command::new(prefix.join("bin/pip"));
+            pip.args([
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                TIME,
+                GIT,
+            ]);
+            install(pip, "pip install");
             Some(prefix)
         })
         .as_deref()
+}
+
+/// Runs a package installer; a failure fails the test (the registries are reachable
+/// in CI), with what the installer said.
+fn install(mut command: Command, what: &str) {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what} did not start: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed (the registry is reachable in CI): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A declaration running the npm package binary `bin` under node with `args` (one
@@ -354,14 +353,7 @@ async fn the_memory_server_works_confined() {
             ),
         ),
     );
-    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let (h, catalog) = confined_turn(&core).await;
     let created = catalog
         .call(
             &exposed(&catalog, "create_entities"),
@@ -549,14 +541,7 @@ async fn the_filesystem_server_sees_the_workspace_through_roots() {
     let outside = tempfile::tempdir().unwrap();
     let secret = outside.path().join("elsewhere.txt");
     std::fs::write(&secret, "not yours").unwrap();
-    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let (h, catalog) = confined_turn(&core).await;
     let read = exposed(&catalog, "read_text_file");
     // The server asks for the roots after initialize; give it a moment.
     let mut text = String::new();

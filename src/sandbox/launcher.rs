@@ -79,12 +79,12 @@ fn launch(args: Vec<OsString>) -> ExitCode {
     };
     match confine(&rules) {
         Ok(listener) => {
-            if answer(&channel, b"ok", listener.as_ref()).is_err() {
+            if answer(&channel, b"ok\n", listener.as_ref()).is_err() {
                 return fail("the runtime stopped listening");
             }
         }
         Err(e) => {
-            let _ = answer(&channel, format!("error {e}").as_bytes(), None);
+            let _ = answer(&channel, format!("error {e}\n").as_bytes(), None);
             return fail(&e);
         }
     }
@@ -96,7 +96,7 @@ fn launch(args: Vec<OsString>) -> ExitCode {
         .envs(env)
         .exec();
     let code = e.raw_os_error().unwrap_or(libc::ENOEXEC);
-    let _ = answer(&channel, format!("exec {code}").as_bytes(), None);
+    let _ = answer(&channel, format!("exec {code}\n").as_bytes(), None);
     ExitCode::from(127)
 }
 

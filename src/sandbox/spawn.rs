@@ -97,9 +97,18 @@ pub(crate) async fn spawn(
     }
     let handshake = async {
         // Only the process just spawned may take the rules (the name is not secret):
-        // another that connects first is dropped, and the wait goes on.
+        // another that connects first is dropped, and the wait goes on. A launcher that
+        // dies before it connects is told by its status; after, by end of file.
         let mut stream = loop {
-            let (stream, _) = listener.accept().await?;
+            let (stream, _) = tokio::select! {
+                accepted = listener.accept() => accepted?,
+                // Not `wait()`: it closes the child's stdin.
+                status = exited(&mut child) => {
+                    return Err(std::io::Error::other(format!(
+                        "it exited before confining the server ({status})"
+                    )));
+                }
+            };
             let peer = stream.peer_cred()?.pid();
             if peer.is_some() && peer.map(|p| p as u32) == pid {
                 break stream;
@@ -113,30 +122,28 @@ pub(crate) async fn spawn(
         let length = u32::try_from(rules.len()).map_err(std::io::Error::other)?;
         stream.write_all(&length.to_be_bytes()).await?;
         stream.write_all(&rules).await?;
-        let (text, listener) = receive(&mut stream).await?;
-        if text != "ok" {
+        // Lines: the answer, then (after `ok`) why `exec` failed, or end of file (the
+        // launcher's socket closes on `exec`). Both may come in one read.
+        let (mut text, listener) = receive(&mut stream).await?;
+        if !text.contains('\n') {
             return Ok((text, listener));
         }
-        // Then end of file (the launcher's socket closes on `exec`), or why `exec` failed.
-        match receive(&mut stream).await {
-            Ok((failed, _)) => {
-                let code = failed
-                    .strip_prefix("exec ")
-                    .and_then(|c| c.parse::<i32>().ok())
-                    .unwrap_or(libc::ENOEXEC);
-                Err(std::io::Error::from_raw_os_error(code))
+        if text.trim_end_matches('\n') == "ok" {
+            match receive(&mut stream).await {
+                Ok((more, _)) => text.push_str(&more),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+                Err(e) => return Err(e),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok((text, listener)),
-            Err(e) => Err(e),
         }
-    };
-    let answer = tokio::select! {
-        answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake) => answer,
-        // Not `wait()`: it closes the child's stdin.
-        status = exited(&mut child) => {
-            return Err(unavailable(format!("the sandbox launcher exited before confining the server ({status})")));
+        let mut lines = text.lines();
+        let answer = lines.next().unwrap_or_default().to_string();
+        if let Some(failed) = lines.next().and_then(|l| l.strip_prefix("exec ")) {
+            let code = failed.parse::<i32>().unwrap_or(libc::ENOEXEC);
+            return Err(std::io::Error::from_raw_os_error(code));
         }
+        Ok((answer, listener))
     };
+    let answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
     let (text, listener) = match answer {
         Ok(Ok(answer)) => answer,
         // The server's program could not be executed: the spawn's own error.
