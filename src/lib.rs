@@ -26,8 +26,8 @@
 //! - `transport` (crate-private): stdio and streamable HTTP MCP clients behind one
 //!   `connect`, and the bounds on what a server may send ([`limits`]).
 //! - [`result`]: MCP results converted into tool results with their views.
-//! - [`sandbox`]: the confinement of stdio servers (`sandbox:`; Landlock rules and
-//!   the confined spawn).
+//! - [`sandbox`]: the confinement of stdio servers (`sandbox:`; the rules, the
+//!   launcher that applies them, the egress proxy).
 //! - [`events`]: typed events, the host sink, the JSONL session log.
 //! - [`actors`] (in `actors/`): the runtime root, sessions, catalogs, connections, the
 //!   discovery limiter and the approval broker, behind the host's handles.

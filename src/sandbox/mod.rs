@@ -1,22 +1,24 @@
-//! Confinement of stdio servers (`sandbox:` in a declaration; `docs/sandbox.md`).
+//! Confinement of stdio servers (`sandbox:` in a declaration, on by default;
+//! `docs/sandbox.md`).
 //!
 //! A confined server runs under a Landlock allowlist: it reads the system (`/usr`,
-//! `/etc`, ...), the workspace, the location of its command (and its interpreter's
-//! install), its own home and private tmp; it writes only to the declared `write:`
-//! paths (default the workspace), its own home and tmp. Everything else (the host's
-//! secret stores, the runtime home outside its own directory, other servers' homes) is
-//! unreadable, whatever path, link or `..` it uses. `no_new_privs` is set. With
-//! `network: none`, TCP connect and bind are refused (Landlock).
+//! `/etc` without its secrets, ...), the workspace, the location of its command (and
+//! its interpreter's install), its own home and private tmp; it writes only to the
+//! declared `write:` paths (default the workspace), its own home and tmp. Everything
+//! else (the host's secret stores, the runtime home outside its own directory, other
+//! servers' homes) is unreadable, whatever path, link or `..` it uses. It has user and
+//! IPC namespaces of its own, and a network namespace whose only way out is the egress
+//! proxy ([`egress`]) unless `network: host`; `deny:` paths are masked in a mount
+//! namespace. `no_new_privs` and a seccomp filter hold in every mode.
 //!
-//! The rules are built and applied in a short-lived thread of the runtime, which then
-//! spawns the server: Landlock domains and `no_new_privs` belong to a thread and pass
-//! to what it forks, so no code runs between fork and exec and the runtime's other
-//! threads stay unconfined. A host without what the rules need does not start the
-//! server: the error names what is missing (fail closed).
+//! The rules are applied by the [`launcher`]: the runtime's own binary, started in the
+//! server's place, confines itself and then `exec`s the server (`spawn.rs` is the
+//! runtime's side). A host without what the rules need does not start the server: the
+//! error names what is missing (fail closed).
 //!
 //! Adversary: the server (its code, its package, whatever it downloads), running as the
-//! operator. Bound: what Landlock and `no_new_privs` enforce on the host's kernel
-//! (ABI 3 or later for files, 4 or later for `network: none`).
+//! operator. Bound: what Landlock (ABI 6), the namespaces, seccomp and `no_new_privs`
+//! enforce on the host's kernel.
 
 use std::path::{Path, PathBuf};
 
