@@ -4,6 +4,10 @@
 //! `cargo run --example embed` builds a temporary Agent Core whose server is this very
 //! example run as `embed demo-server` (the built-in demo MCP server), so it needs
 //! nothing else. Pass a core directory to use your own: `cargo run --example embed -- DIR`.
+//!
+//! Stdio servers run confined, and the confinement is applied by a launcher: this
+//! binary, started in the server's place. So `main` hands over to the launcher first
+//! (before any thread exists), and the configuration names this binary as it.
 
 #[path = "support/demo_core.rs"]
 mod demo_core;
@@ -11,8 +15,15 @@ mod demo_core;
 use demiurge_mcp::events::MemorySink;
 use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig, SessionSpec};
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> Result<std::process::ExitCode, Box<dyn std::error::Error + Send + Sync>> {
+    if let Some(code) = demiurge_mcp::sandbox::launcher::run_if_invoked() {
+        return Ok(code);
+    }
+    tokio::runtime::Runtime::new()?.block_on(host())?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn host() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let arg = std::env::args().nth(1);
     if arg.as_deref() == Some("demo-server") {
         return demiurge_mcp::demo_server::serve_stdio(Default::default()).await;
@@ -25,9 +36,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     // A host decides approvals; this one allows everything for the session.
     let events = MemorySink::new();
-    let config = RuntimeConfig::new(scratch.path().join("home"))
+    let mut config = RuntimeConfig::new(scratch.path().join("home"))
         .with_approver(FixedApprover(ApprovalAnswer::AllowSession))
         .with_events(events.clone());
+    config.sandbox_launcher = std::env::current_exe().ok();
     let runtime = Runtime::start(config).await?;
 
     let (session, _previous) = runtime.start_session(SessionSpec::new(&core)).await?;
