@@ -833,3 +833,160 @@ async fn the_python_git_server_works_confined() {
     assert!(!log.is_error && text.contains("the first note"), "{text}");
     h.finish().await;
 }
+
+/// An npm registry on loopback serving one package, `demiurge-probe`, whose program
+/// runs the demo server (named by `DEMO`): its port and a count of the requests served.
+fn probe_registry(dir: &Path) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let package = dir.join("package");
+    std::fs::create_dir_all(&package).unwrap();
+    std::fs::write(
+        package.join("package.json"),
+        r#"{"name": "demiurge-probe", "version": "1.0.0", "bin": {"demiurge-probe": "index.js"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        package.join("index.js"),
+        "#!/usr/bin/env node\nconst c = require('child_process').spawn(process.env.DEMO, ['demo-server'], {stdio: 'inherit'});\nc.on('exit', (code) => process.exit(code ?? 1));\n",
+    )
+    .unwrap();
+    let packed = Command::new("npm")
+        .args(["pack", "--json", "--silent", "--pack-destination"])
+        .arg(dir)
+        .current_dir(&package)
+        .output()
+        .unwrap();
+    assert!(
+        packed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&packed.stderr)
+    );
+    let packed: serde_json::Value = serde_json::from_slice(&packed.stdout).unwrap();
+    let integrity = packed[0]["integrity"].as_str().unwrap().to_string();
+    let tarball = std::fs::read(dir.join(packed[0]["filename"].as_str().unwrap())).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut head = [0u8; 8192];
+            let n = stream.read(&mut head).unwrap_or(0);
+            let head = String::from_utf8_lossy(&head[..n]).to_string();
+            let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let (kind, body) = if path.trim_end_matches('/') == "/demiurge-probe" {
+                let meta = json!({
+                    "name": "demiurge-probe",
+                    "dist-tags": {"latest": "1.0.0"},
+                    "versions": {"1.0.0": {
+                        "name": "demiurge-probe",
+                        "version": "1.0.0",
+                        "bin": {"demiurge-probe": "index.js"},
+                        "dist": {
+                            "tarball": format!("http://127.0.0.1:{port}/demiurge-probe/-/demiurge-probe-1.0.0.tgz"),
+                            "integrity": integrity,
+                        }
+                    }}
+                });
+                ("application/json", meta.to_string().into_bytes())
+            } else if path.ends_with(".tgz") {
+                ("application/octet-stream", tarball.clone())
+            } else {
+                ("text/plain", Vec::new())
+            };
+            let status = if body.is_empty() {
+                "404 Not Found"
+            } else {
+                "200 OK"
+            };
+            let _ = stream.write_all(
+                format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+            let _ = stream.write_all(&body);
+        }
+    });
+    (port, served)
+}
+
+/// `npx -y` under the default sandbox fetches its package through the egress proxy:
+/// from a registry the URL policy allows (a trusted loopback network here) it starts
+/// the server; with the same registry untrusted, the proxy refuses it, the start fails,
+/// and the refusal is an event.
+#[tokio::test]
+async fn npx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
+    if npm_prefix().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (port, served) = probe_registry(dir.path());
+    let core = Core::new().grant_servers(&["npx"]).server(
+        "npx",
+        &format!(
+            "command: npx\nargs: [-y, --registry, \"http://127.0.0.1:{port}/\", demiurge-probe]\nenv:\n  DEMO: {exe}\n  npm_config_fetch_retries: \"0\"\n  npm_config_audit: \"false\"\nsandbox: {{filesystem: {{read: [{bin}]}}}}\napproval_policy: auto\nconnect_timeout_seconds: 60\n",
+            exe = serde_json::to_string(common::exe()).unwrap(),
+            bin = serde_json::to_string(Path::new(common::exe()).parent().unwrap()).unwrap(),
+        ),
+    );
+    let egress = |h: &common::Harness, allowed: bool| {
+        h.sink
+            .of_type("mcp.url_decision")
+            .into_iter()
+            .filter(|e| {
+                matches!(&e.kind, demiurge_mcp::events::EventKind::UrlDecision {
+                    phase: demiurge_mcp::events::UrlPhase::Egress,
+                    decision,
+                    ..
+                } if decision.allowed == allowed && decision.port == port)
+            })
+            .count()
+    };
+    // Trusted: fetched through the proxy, and it serves.
+    let h = harness_with(Recorder::allow(), |c| {
+        let mut c = product_sandbox(c, true);
+        c.url_policy = UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]);
+        c
+    })
+    .await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    let echo = catalog
+        .call(&exposed(&catalog, "echo"), json!({"message": "fetched"}))
+        .await
+        .unwrap();
+    assert!(!echo.is_error);
+    assert!(
+        egress(&h, true) >= 2,
+        "the metadata and the tarball went through the proxy"
+    );
+    assert!(served.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    h.finish().await;
+    // Untrusted (the policy's default for loopback): refused before any socket.
+    let before = served.load(std::sync::atomic::Ordering::Relaxed);
+    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert_eq!(
+        catalog.diagnostics().len(),
+        1,
+        "{:?}",
+        catalog.diagnostics()
+    );
+    assert!(egress(&h, false) >= 1);
+    assert!(!h.sink.of_type("mcp.sandbox_denied").is_empty());
+    assert_eq!(
+        served.load(std::sync::atomic::Ordering::Relaxed),
+        before,
+        "nothing reached the registry"
+    );
+    h.finish().await;
+}
