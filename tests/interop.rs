@@ -746,13 +746,7 @@ conformance_auth! {
 /// catalog.
 async fn confined_turn(core: &Core) -> (common::Harness, demiurge_mcp::TurnCatalog) {
     let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = common::clean_turn(&h, core).await;
     (h, catalog)
 }
 
@@ -952,13 +946,7 @@ async fn npx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = common::clean_turn(&h, &core).await;
     let echo = catalog
         .call(&exposed(&catalog, "echo"), json!({"message": "fetched"}))
         .await

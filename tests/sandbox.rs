@@ -9,20 +9,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{Core, Harness, Recorder, exe, harness_with};
-use demiurge_mcp::TurnCatalog;
-
-/// One session's first turn of `core`, which must have no diagnostics.
-async fn clean_turn(h: &Harness, core: &Core) -> TurnCatalog {
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
-    catalog
-}
+use common::{Core, Harness, Recorder, clean_turn, exe, harness_with};
 
 /// The connect preview `server` was approved with, as a terminal shows it.
 fn preview_of(h: &Harness, server: &str) -> String {

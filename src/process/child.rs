@@ -81,10 +81,10 @@ impl ChildProcess {
         sandbox: Option<&crate::sandbox::Confinement>,
         egress: Option<crate::sandbox::egress::Egress>,
     ) -> std::io::Result<(ChildProcess, ChildStdin, ChildStdout)> {
+        // The environment is the command's for an unconfined server, and the launcher's
+        // to apply at `exec` for a confined one.
         let configure = |command: &mut Command| {
             command
-                .env_clear()
-                .envs(env)
                 .current_dir(cwd)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -96,7 +96,7 @@ impl ChildProcess {
         let (mut child, listener) = match sandbox {
             None => {
                 let mut command = Command::new(program);
-                command.args(args);
+                command.args(args).env_clear().envs(env);
                 configure(&mut command);
                 (command.spawn()?, None)
             }
@@ -108,7 +108,9 @@ impl ChildProcess {
                     registry.started(pid);
                     recorded.store(pid, std::sync::atomic::Ordering::Release);
                 };
-                match crate::sandbox::spawn(confinement, program, args, configure, record).await {
+                match crate::sandbox::spawn(confinement, program, args, env, configure, record)
+                    .await
+                {
                     Ok(spawned) => spawned,
                     Err(e) => {
                         let pid = recorded.load(std::sync::atomic::Ordering::Acquire);

@@ -41,8 +41,8 @@ pub fn launcher_path() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Spawns `program` with `args` through the launcher of `confinement`; `configure`
-/// sets the rest of the command (environment, cwd, stdio, process group), and
+/// Spawns `program` with `args` and exactly `env` through the launcher of
+/// `confinement`; `configure` sets the rest of the command (cwd, stdio, process group), and
 /// `spawned` hears the pid at once (the launcher becomes the server: same pid), before
 /// the handshake. Returns the child once it is confined and the server's program was
 /// executed, and the egress proxy's listener for `network: proxy`.
@@ -54,6 +54,7 @@ pub(crate) async fn spawn(
     confinement: &Confinement,
     program: &str,
     args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
     configure: impl FnOnce(&mut tokio::process::Command),
     spawned: impl FnOnce(u32),
 ) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
@@ -76,12 +77,8 @@ pub(crate) async fn spawn(
     configure(&mut command);
     // The environment goes over the socket, applied at `exec`: the launcher runs with
     // none (a declared `LD_PRELOAD` must not act before the rules do).
-    let env: Vec<(String, String)> = command
-        .as_std()
-        .get_envs()
-        .filter_map(|(k, v)| Some((k.to_str()?.to_string(), v?.to_str()?.to_string())))
-        .collect();
     command.env_clear();
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     let mut child = command.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound && !Path::new(&confinement.launcher).exists() {
             unavailable(

@@ -285,6 +285,18 @@ pub async fn harness(approver: Recorder) -> Harness {
     harness_with(approver, |c| c).await
 }
 
+/// One session's first turn of `core`, which must have no diagnostics.
+pub async fn clean_turn(h: &Harness, core: &Core) -> demiurge_mcp::TurnCatalog {
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert!(
+        catalog.diagnostics().is_empty(),
+        "{:?}",
+        catalog.diagnostics()
+    );
+    catalog
+}
+
 pub async fn harness_with(
     approver: Recorder,
     tweak: impl FnOnce(RuntimeConfig) -> RuntimeConfig,
