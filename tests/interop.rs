@@ -2,7 +2,8 @@
 //! server over stdio and streamable HTTP (restarted under a session) and beyond tools
 //! (roots, progress, logging, resources, prompts), the reference filesystem server
 //! learning its directories from roots, and the public conformance package's 25 client
-//! scenarios, with this runtime as the client.
+//! scenarios, with this runtime as the client; the Python reference servers and `uvx`
+//! from PyPI.
 //! Skipped, with a message, where Node or npm is absent.
 
 mod common;
@@ -74,6 +75,7 @@ fn npm_prefix() -> Option<&'static Path> {
 
 const TIME: &str = "mcp-server-time==2026.10.19";
 const GIT: &str = "mcp-server-git==2026.10.19";
+const UV: &str = "uv==0.13.9";
 
 /// A virtual environment with the Python reference servers (from PyPI), made once per
 /// test run under the target directory; `None` (the tests pass without running) when
@@ -83,7 +85,7 @@ fn pypi_prefix() -> Option<&'static Path> {
     PREFIX
         .get_or_init(|| {
             let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("pypi-interop");
-            let ready = ["mcp-server-time", "mcp-server-git"]
+            let ready = ["mcp-server-time", "mcp-server-git", "uvx"]
                 .iter()
                 .all(|bin| prefix.join("bin").join(bin).exists());
             if ready {
@@ -108,6 +110,7 @@ fn pypi_prefix() -> Option<&'static Path> {
                 "--disable-pip-version-check",
                 TIME,
                 GIT,
+                UV,
             ]);
             install(pip, "pip install");
             Some(prefix)
@@ -831,7 +834,6 @@ async fn the_python_git_server_works_confined() {
 /// An npm registry on loopback serving one package, `demiurge-probe`, whose program
 /// runs the demo server (named by `DEMO`): its port and a count of the requests served.
 fn probe_registry(dir: &Path) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
-    use std::io::{Read, Write};
     let package = dir.join("package");
     std::fs::create_dir_all(&package).unwrap();
     std::fs::write(
@@ -860,6 +862,44 @@ fn probe_registry(dir: &Path) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     let tarball = std::fs::read(dir.join(packed[0]["filename"].as_str().unwrap())).unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
+    let meta = json!({
+        "name": "demiurge-probe",
+        "dist-tags": {"latest": "1.0.0"},
+        "versions": {"1.0.0": {
+            "name": "demiurge-probe",
+            "version": "1.0.0",
+            "bin": {"demiurge-probe": "index.js"},
+            "dist": {
+                "tarball": format!("http://127.0.0.1:{port}/demiurge-probe/-/demiurge-probe-1.0.0.tgz"),
+                "integrity": integrity,
+            }
+        }}
+    });
+    let served = serve_files(
+        listener,
+        vec![
+            (
+                "/demiurge-probe",
+                "application/json",
+                meta.to_string().into_bytes(),
+            ),
+            (
+                "/demiurge-probe/-/demiurge-probe-1.0.0.tgz",
+                "application/octet-stream",
+                tarball,
+            ),
+        ],
+    );
+    (port, served)
+}
+
+/// Serves `files` (path, content type, body; a trailing `/` of a request is ignored)
+/// on `listener`, one request per connection, `HEAD` too: a count of the requests.
+fn serve_files(
+    listener: std::net::TcpListener,
+    files: Vec<(&'static str, &'static str, Vec<u8>)>,
+) -> Arc<std::sync::atomic::AtomicUsize> {
+    use std::io::{Read, Write};
     let served = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = Arc::clone(&served);
     std::thread::spawn(move || {
@@ -867,32 +907,21 @@ fn probe_registry(dir: &Path) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
             let mut head = [0u8; 8192];
             let n = stream.read(&mut head).unwrap_or(0);
             let head = String::from_utf8_lossy(&head[..n]).to_string();
-            let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+            let mut words = head.split(' ');
+            let method = words.next().unwrap_or_default().to_string();
+            // Absolute-form (through a proxy) or origin-form.
+            let target = words.next().unwrap_or_default();
+            let path = target
+                .strip_prefix("http://")
+                .and_then(|rest| rest.find('/').map(|i| &rest[i..]))
+                .unwrap_or(target)
+                .trim_end_matches('/')
+                .to_string();
             count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let (kind, body) = if path.trim_end_matches('/') == "/demiurge-probe" {
-                let meta = json!({
-                    "name": "demiurge-probe",
-                    "dist-tags": {"latest": "1.0.0"},
-                    "versions": {"1.0.0": {
-                        "name": "demiurge-probe",
-                        "version": "1.0.0",
-                        "bin": {"demiurge-probe": "index.js"},
-                        "dist": {
-                            "tarball": format!("http://127.0.0.1:{port}/demiurge-probe/-/demiurge-probe-1.0.0.tgz"),
-                            "integrity": integrity,
-                        }
-                    }}
-                });
-                ("application/json", meta.to_string().into_bytes())
-            } else if path.ends_with(".tgz") {
-                ("application/octet-stream", tarball.clone())
-            } else {
-                ("text/plain", Vec::new())
-            };
-            let status = if body.is_empty() {
-                "404 Not Found"
-            } else {
-                "200 OK"
+            let found = files.iter().find(|(p, _, _)| *p == path);
+            let (status, kind, body) = match found {
+                Some((_, kind, body)) => ("200 OK", *kind, body.as_slice()),
+                None => ("404 Not Found", "text/plain", &[][..]),
             };
             let _ = stream.write_all(
                 format!(
@@ -901,10 +930,12 @@ fn probe_registry(dir: &Path) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
                 )
                 .as_bytes(),
             );
-            let _ = stream.write_all(&body);
+            if method != "HEAD" {
+                let _ = stream.write_all(body);
+            }
         }
     });
-    (port, served)
+    served
 }
 
 /// `npx -y` under the default sandbox fetches its package through the egress proxy:
@@ -975,6 +1006,133 @@ async fn npx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
         served.load(std::sync::atomic::Ordering::Relaxed),
         before,
         "nothing reached the registry"
+    );
+    h.finish().await;
+}
+
+/// A PyPI-style simple index on loopback serving one wheel, `demiurge-probe`, whose
+/// console script runs the demo server (named by `DEMO`): its port and a count of the
+/// requests served. The wheel is written (and its digest told) by `python`.
+fn probe_index(dir: &Path, python: &Path) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    const WHEEL: &str = "demiurge_probe-1.0.0-py3-none-any.whl";
+    const MAKE: &str = r#"
+import base64, hashlib, sys, zipfile
+info = "demiurge_probe-1.0.0.dist-info"
+files = {
+    "demiurge_probe/__init__.py": "import os\ndef main():\n    exe = os.environ['DEMO']\n    os.execv(exe, [exe, 'demo-server'])\n",
+    info + "/METADATA": "Metadata-Version: 2.1\nName: demiurge-probe\nVersion: 1.0.0\n",
+    info + "/WHEEL": "Wheel-Version: 1.0\nGenerator: demiurge-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    info + "/entry_points.txt": "[console_scripts]\ndemiurge-probe = demiurge_probe:main\n",
+}
+record = []
+with zipfile.ZipFile(sys.argv[1], "w") as wheel:
+    for path, text in files.items():
+        data = text.encode()
+        wheel.writestr(path, data)
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(info + "/RECORD,,")
+    wheel.writestr(info + "/RECORD", "\n".join(record) + "\n")
+print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())
+"#;
+    let wheel = dir.join(WHEEL);
+    let made = Command::new(python)
+        .args(["-c", MAKE])
+        .arg(&wheel)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let wheel = std::fs::read(&wheel).unwrap();
+    let digest = String::from_utf8_lossy(&made.stdout).trim().to_string();
+    let page =
+        format!("<html><body><a href=\"/files/{WHEEL}#sha256={digest}\">{WHEEL}</a></body></html>");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = serve_files(
+        listener,
+        vec![
+            ("/simple/demiurge-probe", "text/html", page.into_bytes()),
+            (
+                "/files/demiurge_probe-1.0.0-py3-none-any.whl",
+                "application/octet-stream",
+                wheel,
+            ),
+        ],
+    );
+    (port, served)
+}
+
+/// `uvx` under the default sandbox fetches its package through the egress proxy: from
+/// an index the URL policy allows (a trusted loopback network here) it installs into
+/// the server's own home and starts the server; untrusted, nothing reaches the index.
+#[tokio::test]
+async fn uvx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
+    let Some(venv) = pypi_prefix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // The interpreter uv builds the tool's environment on, and the install it needs.
+    let python = venv.join("bin/python3").canonicalize().unwrap();
+    let install = python.parent().and_then(Path::parent).unwrap();
+    let (port, served) = probe_index(dir.path(), &python);
+    let core = Core::new().grant_servers(&["uvx"]).server(
+        "uvx",
+        &format!(
+            "command: {uvx}\nargs: [--index-url, \"http://127.0.0.1:{port}/simple/\", demiurge-probe]\nenv:\n  DEMO: {exe}\n  UV_PYTHON: {python}\n  UV_HTTP_RETRIES: \"0\"\nsandbox: {{filesystem: {{read: [{bin}, {install}]}}}}\napproval_policy: auto\nconnect_timeout_seconds: 60\n",
+            uvx = serde_json::to_string(&venv.join("bin/uvx")).unwrap(),
+            exe = serde_json::to_string(common::exe()).unwrap(),
+            python = serde_json::to_string(&python).unwrap(),
+            bin = serde_json::to_string(Path::new(common::exe()).parent().unwrap()).unwrap(),
+            install = serde_json::to_string(install).unwrap(),
+        ),
+    );
+    let h = harness_with(Recorder::allow(), |c| {
+        let mut c = product_sandbox(c, true);
+        c.url_policy = UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]);
+        c
+    })
+    .await;
+    let catalog = common::clean_turn(&h, &core).await;
+    let echo = catalog
+        .call(&exposed(&catalog, "echo"), json!({"message": "fetched"}))
+        .await
+        .unwrap();
+    assert!(!echo.is_error);
+    let allowed = h
+        .sink
+        .of_type("mcp.url_decision")
+        .into_iter()
+        .filter(|e| {
+            matches!(&e.kind, demiurge_mcp::events::EventKind::UrlDecision {
+                phase: demiurge_mcp::events::UrlPhase::Egress,
+                decision,
+                ..
+            } if decision.allowed && decision.port == port)
+        })
+        .count();
+    assert!(
+        allowed >= 2,
+        "the index page and the wheel went through the proxy"
+    );
+    assert!(served.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    h.finish().await;
+    let before = served.load(std::sync::atomic::Ordering::Relaxed);
+    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
+    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    assert_eq!(
+        catalog.diagnostics().len(),
+        1,
+        "{:?}",
+        catalog.diagnostics()
+    );
+    assert!(!h.sink.of_type("mcp.sandbox_denied").is_empty());
+    assert_eq!(
+        served.load(std::sync::atomic::Ordering::Relaxed),
+        before,
+        "nothing reached the index"
     );
     h.finish().await;
 }
