@@ -76,8 +76,9 @@ pub struct RuntimeConfig {
     pub require_sandbox: bool,
     /// The binary that confines a stdio server and then becomes it: one whose `main`
     /// calls [`crate::sandbox::launcher::run_if_invoked`] first (the `demiurge`
-    /// binary does). Default [`crate::sandbox::launcher_path`]: this binary when it is
-    /// `demiurge`, else a `demiurge` beside it. `None`: a confined server fails closed.
+    /// and `demiurge-sandbox` binaries do). Default [`crate::sandbox::launcher_path`]:
+    /// a `demiurge-sandbox` beside this binary, else this binary when it is `demiurge`,
+    /// else a `demiurge` beside it. `None`: a confined server fails closed.
     pub sandbox_launcher: Option<PathBuf>,
 }
 

@@ -708,3 +708,104 @@ async fn denied_paths_inside_the_workspace_are_hidden_and_the_rest_stays() {
     );
     h.finish().await;
 }
+
+/// A fork bomb in a confined server stops at the process bound (`RLIMIT_NPROC`,
+/// counted in the server's own user namespace): the shell counts the processes it
+/// could start into the workspace, and the start fails. The kernel does not apply
+/// the bound to uid 0, so as root the command runs as `nobody` (`setpriv`); nothing
+/// the bomb started outlives the command.
+#[test]
+fn a_fork_bomb_stops_at_the_process_bound() {
+    use std::os::unix::fs::chown;
+    const NOBODY: u32 = 65534;
+    let root = rustix::process::geteuid().is_root();
+    let setpriv = Path::new("/usr/bin/setpriv");
+    if root && !setpriv.exists() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: as root the fork-bomb test needs setpriv to run as nobody"
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let core = dir.path().join("core");
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(core.join("agent/mcp")).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::write(
+        core.join("agent.yaml"),
+        "name: bomb\ncapabilities:\n  defaults:\n    \"mcp.connect:bomb\": {scope: core}\n    \"mcp.call:bomb\": {scope: core}\n",
+    )
+    .unwrap();
+    // Twice the bound; each child's stdio elsewhere, so that the runtime hears the
+    // shell's end at once.
+    let script = format!(
+        "n=0; while [ $n -lt {} ]; do sleep 60 </dev/null >/dev/null 2>&1 & n=$((n+1)); echo $n > started; done; exec '{}' demo-server",
+        2 * demiurge_mcp::sandbox::launcher::MAX_PROCESSES,
+        exe()
+    );
+    std::fs::write(
+        core.join("agent/mcp/bomb.yaml"),
+        format!(
+            "command: /bin/sh\nargs: [\"-c\", {}]\nsandbox: {{filesystem: {{read: [{}]}}}}\napproval_policy: auto\n",
+            serde_json::to_string(&script).unwrap(),
+            bin_dir()
+        ),
+    )
+    .unwrap();
+    let mut command = if root {
+        for path in [
+            dir.path(),
+            &core,
+            &core.join("agent"),
+            &core.join("agent/mcp"),
+            &home,
+        ]
+        .into_iter()
+        .map(Path::to_path_buf)
+        .chain(["agent.yaml", "agent/mcp/bomb.yaml"].map(|f| core.join(f)))
+        {
+            chown(&path, Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let mut c = std::process::Command::new(setpriv);
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+            exe(),
+        ]);
+        c
+    } else {
+        std::process::Command::new(exe())
+    };
+    let out = command
+        .arg("--core")
+        .arg(&core)
+        .arg("--home")
+        .arg(&home)
+        .args(["--yes", "tools"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    let started: u64 = std::fs::read_to_string(core.join("started"))
+        .unwrap_or_default()
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    assert!(
+        (16..demiurge_mcp::sandbox::launcher::MAX_PROCESSES).contains(&started),
+        "the bomb started {started} processes: {text}"
+    );
+    assert!(
+        text.contains("diagnostic: bomb"),
+        "the start failed: {text}"
+    );
+    let left = common::processes_with_env_prefix(&format!("HOME={}/sandbox/", home.display()));
+    assert!(left.is_empty(), "{left:?} outlived the command");
+}

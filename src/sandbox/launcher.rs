@@ -9,12 +9,14 @@
 //! the server's network namespace) or the error that kept the rules from being applied.
 //! The launcher answers only after every rule is in force, so `ok` means confined.
 //!
-//! In the launcher, in this order: a user namespace (and, unless `network: host`, a
-//! network namespace) of its own; for `proxy`, the loopback interface up and a
-//! listener on [`PROXY_PORT`] there; Landlock, `no_new_privs` and the seccomp filters;
-//! the resource limits; then `exec`. The launcher runs single-threaded (a user
-//! namespace needs that), before any async runtime: call [`run_if_invoked`] first in
-//! `main`.
+//! In the launcher, in this order: the connection to the runtime; a user namespace
+//! (and, unless `network: host`, a network namespace) of its own, as its arguments
+//! say (`Spaces`), while the runtime sends the rules; for `proxy`, the loopback
+//! interface up and a listener on [`PROXY_PORT`] there; the rules read, and checked
+//! against the namespaces taken; the masks of `deny`; Landlock, `no_new_privs` and the
+//! seccomp filters; the resource limits; then `exec`. The launcher runs
+//! single-threaded (a user namespace needs that), before any async runtime: call
+//! [`run_if_invoked`] first in `main`.
 //!
 //! Adversary: none inside the launcher (it is the runtime's own code, and it runs before
 //! the server's). Bounds: the rules message at most [`MAX_RULES`] bytes; an answer at
@@ -56,42 +58,60 @@ pub fn run_if_invoked() -> Option<ExitCode> {
 }
 
 fn launch(args: Vec<OsString>) -> ExitCode {
+    const USAGE: &str = "usage: __demiurge-sandbox NAME SPACES -- PROGRAM [ARGS...]";
     let fail = |message: &str| {
         let _ = writeln!(std::io::stderr(), "demiurge sandbox: {message}");
         ExitCode::from(126)
     };
-    // NAME -- PROGRAM ARGS...
-    let (Some(name), Some(dashes), Some(program)) = (args.first(), args.get(1), args.get(2)) else {
-        return fail("usage: __demiurge-sandbox NAME -- PROGRAM [ARGS...]");
+    let (Some(name), Some(spaces), Some(dashes), Some(program)) =
+        (args.first(), args.get(1), args.get(2), args.get(3))
+    else {
+        return fail(USAGE);
+    };
+    let Some(spaces) = spaces.to_str().and_then(|s| s.parse::<Spaces>().ok()) else {
+        return fail(USAGE);
     };
     if dashes != "--" {
-        return fail("usage: __demiurge-sandbox NAME -- PROGRAM [ARGS...]");
+        return fail(USAGE);
     }
     let Ok(address) = SocketAddr::from_abstract_name(name.as_encoded_bytes()) else {
         return fail("the runtime's socket name is not usable");
     };
+    // Before the network namespace: an abstract name belongs to one.
     let Ok(mut channel) = UnixStream::connect_addr(&address) else {
         return fail("the runtime is not listening");
     };
-    let Message { rules, env } = match read_rules(&mut channel) {
-        Ok(message) => message,
-        Err(e) => return fail(&e),
+    // The namespaces while the runtime accepts and sends the rules.
+    let listener = match enter(spaces) {
+        Ok(listener) => listener,
+        Err(e) => {
+            let _ = answer(&channel, format!("error {e}\n").as_bytes(), None);
+            return fail(&e);
+        }
     };
-    match confine(&rules) {
-        Ok(listener) => {
+    let confined = read_rules(&mut channel).and_then(|Message { rules, env }| {
+        if Spaces::of(&rules) != spaces {
+            return Err("the rules do not match the launcher's namespaces".to_string());
+        }
+        confine(&rules)?;
+        Ok(env)
+    });
+    let env = match confined {
+        Ok(env) => {
             if answer(&channel, b"ok\n", listener.as_ref()).is_err() {
                 return fail("the runtime stopped listening");
             }
+            env
         }
         Err(e) => {
             let _ = answer(&channel, format!("error {e}\n").as_bytes(), None);
             return fail(&e);
         }
-    }
+    };
     // Every descriptor of ours is close-on-exec: the server gets its stdio only, and
     // the runtime sees the channel close. A failed `exec` is told instead.
     let e = std::process::Command::new(program)
-        .args(&args[3..])
+        .args(&args[4..])
         .env_clear()
         .envs(env)
         .exec();
@@ -149,9 +169,55 @@ fn answer(
     Ok(())
 }
 
-/// Applies `rules` to this (single-threaded) process; the proxy's listener for
-/// `network: proxy`. Errors name what the host lacks.
-fn confine(rules: &Rules) -> Result<Option<TcpListener>, String> {
+/// The namespaces a launch takes, named in the launcher's arguments so that it can
+/// take them before the rules arrive: the network (`proxy`, `none`, `host`), and
+/// `+mask` for a mount namespace of its own (`deny`). Checked against the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spaces {
+    network: Network,
+    mask: bool,
+}
+
+impl Spaces {
+    pub(crate) fn of(rules: &Rules) -> Spaces {
+        Spaces {
+            network: rules.network,
+            mask: !rules.deny.is_empty(),
+        }
+    }
+}
+
+impl std::fmt::Display for Spaces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let network = match self.network {
+            Network::Proxy => "proxy",
+            Network::None => "none",
+            Network::Host => "host",
+        };
+        write!(f, "{network}{}", if self.mask { "+mask" } else { "" })
+    }
+}
+
+impl std::str::FromStr for Spaces {
+    type Err = ();
+    fn from_str(text: &str) -> Result<Spaces, ()> {
+        let (network, mask) = match text.strip_suffix("+mask") {
+            Some(network) => (network, true),
+            None => (text, false),
+        };
+        let network = match network {
+            "proxy" => Network::Proxy,
+            "none" => Network::None,
+            "host" => Network::Host,
+            _ => return Err(()),
+        };
+        Ok(Spaces { network, mask })
+    }
+}
+
+/// Takes the namespaces of `spaces` (this process must be single-threaded); the
+/// proxy's listener for `network: proxy`. Errors name what the host lacks.
+fn enter(spaces: Spaces) -> Result<Option<TcpListener>, String> {
     use nix::sched::{CloneFlags, unshare};
     let (uid, gid) = (
         rustix::process::geteuid().as_raw(),
@@ -160,10 +226,10 @@ fn confine(rules: &Rules) -> Result<Option<TcpListener>, String> {
     // SysV IPC of its own: the operator's shared memory segments and queues are
     // not files, and Landlock does not see them.
     let mut flags = CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWIPC;
-    if rules.network != Network::Host {
+    if spaces.network != Network::Host {
         flags |= CloneFlags::CLONE_NEWNET;
     }
-    if !rules.deny.is_empty() {
+    if spaces.mask {
         flags |= CloneFlags::CLONE_NEWNS;
     }
     unshare(flags)
@@ -180,20 +246,23 @@ fn confine(rules: &Rules) -> Result<Option<TcpListener>, String> {
         write("uid_map", format!("{uid} {uid} 1"))?;
         write("gid_map", format!("{gid} {gid} 1"))?;
     }
-    mask(&rules.deny)?;
-    let listener = match rules.network {
+    match spaces.network {
         Network::Proxy => {
             loopback_up().map_err(|e| format!("the sandbox's loopback cannot be set up ({e})"))?;
             let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, PROXY_PORT))
                 .map_err(|e| format!("the egress proxy cannot listen in the sandbox ({e})"))?;
-            Some(listener)
+            Ok(Some(listener))
         }
-        Network::None | Network::Host => None,
-    };
+        Network::None | Network::Host => Ok(None),
+    }
+}
+
+/// Applies `rules` to this (single-threaded) process, inside the namespaces taken.
+fn confine(rules: &Rules) -> Result<(), String> {
+    mask(&rules.deny)?;
     let mut prepared = Prepared::new(rules).map_err(|e| e.0)?;
     prepared.apply().map_err(|e| e.to_string())?;
-    limits().map_err(|e| format!("a resource limit cannot be set ({e})"))?;
-    Ok(listener)
+    limits().map_err(|e| format!("a resource limit cannot be set ({e})"))
 }
 
 /// Hides each of `paths` in this process's own mount namespace: a directory under an
@@ -310,4 +379,45 @@ fn limits() -> std::io::Result<()> {
     cap(Resource::Nofile, MAX_OPEN_FILES)?;
     cap(Resource::Nproc, MAX_PROCESSES)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spaces_are_named_and_read_back_and_nothing_else_is() {
+        for network in [Network::Proxy, Network::None, Network::Host] {
+            for mask in [false, true] {
+                let spaces = Spaces { network, mask };
+                assert_eq!(spaces.to_string().parse::<Spaces>(), Ok(spaces));
+            }
+        }
+        for wrong in [
+            "",
+            "+mask",
+            "proxy+",
+            "proxy+mask+mask",
+            "PROXY",
+            "host mask",
+            "mask",
+        ] {
+            assert!(wrong.parse::<Spaces>().is_err(), "{wrong}");
+        }
+    }
+
+    #[test]
+    fn the_spaces_follow_the_rules() {
+        let mut rules = Rules {
+            read: Vec::new(),
+            write: Vec::new(),
+            devices: Vec::new(),
+            deny: Vec::new(),
+            network: Network::None,
+        };
+        assert_eq!(Spaces::of(&rules).to_string(), "none");
+        rules.deny.push("/x".into());
+        rules.network = Network::Host;
+        assert_eq!(Spaces::of(&rules).to_string(), "host+mask");
+    }
 }

@@ -371,19 +371,23 @@ impl Rules {
         {
             found.extend(package_root(Path::new(script)));
         }
-        // A found tree that holds, or lies in, a protected one is left out.
+        // A found tree that holds, or lies in, a protected one is left out. Each
+        // protected path resolved once (most do not exist: that is cheap).
+        let protected: Vec<PathBuf> = protected
+            .iter()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+            .collect();
+        found.sort();
+        found.dedup();
         found.retain(|tree| {
             let resolved = tree.canonicalize().unwrap_or_else(|_| tree.clone());
-            !protected
-                .iter()
-                .filter(|p| !p.as_os_str().is_empty())
-                .any(|p| {
-                    let p = p.canonicalize().unwrap_or_else(|_| p.clone());
-                    p.starts_with(tree)
-                        || p.starts_with(&resolved)
-                        || tree.starts_with(&p)
-                        || resolved.starts_with(&p)
-                })
+            !protected.iter().any(|p| {
+                p.starts_with(tree)
+                    || p.starts_with(&resolved)
+                    || tree.starts_with(p)
+                    || resolved.starts_with(p)
+            })
         });
         readable.extend(found);
         // What exists now is masked; a path that does not exist hides nothing (a file
@@ -832,8 +836,11 @@ impl Prepared {
         for (path, access) in trees {
             // A tree this host does not have (`/lib32`, `/snap`) needs no rule.
             let Ok(fd) = PathFd::new(path) else { continue };
-            // A file (`/dev/null`) takes only the file rights of the access.
-            let access = if path.is_dir() {
+            // A file (`/dev/null`) takes only the file rights of the access (asked of
+            // the descriptor: the path is not walked again).
+            let is_dir = rustix::fs::fstat(&fd)
+                .is_ok_and(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir());
+            let access = if is_dir {
                 access
             } else {
                 access & AccessFs::from_file(abi)

@@ -26,19 +26,27 @@ pub struct Confinement {
     pub rules: Rules,
 }
 
-/// Where this process's launcher is: this binary when it is `demiurge`, else a
-/// `demiurge` beside it or one directory up (a test binary in `target/*/deps`).
-/// A host that embeds the runtime calls [`super::launcher::run_if_invoked`] first in
-/// its own `main` and sets `RuntimeConfig::sandbox_launcher` to its binary instead.
+/// Where this process's launcher is: the small `demiurge-sandbox` beside this binary
+/// or one directory up (a test binary in `target/*/deps`), else this binary when it is
+/// `demiurge`, else a `demiurge` beside it or one directory up. A host that embeds the
+/// runtime ships `demiurge-sandbox`, or calls [`super::launcher::run_if_invoked`] first
+/// in its own `main` and sets `RuntimeConfig::sandbox_launcher` to its binary.
 pub fn launcher_path() -> Option<PathBuf> {
     let me = std::env::current_exe().ok()?;
-    if me.file_name().is_some_and(|n| n == "demiurge") {
-        return Some(me);
-    }
     let dir = me.parent()?;
-    [dir.join("demiurge"), dir.parent()?.join("demiurge")]
-        .into_iter()
-        .find(|p| p.is_file())
+    let near = |name: &str| {
+        [Some(dir.join(name)), dir.parent().map(|up| up.join(name))]
+            .into_iter()
+            .flatten()
+            .find(|p| p.is_file())
+    };
+    near("demiurge-sandbox")
+        .or_else(|| {
+            me.file_name()
+                .is_some_and(|n| n == "demiurge")
+                .then(|| me.clone())
+        })
+        .or_else(|| near("demiurge"))
 }
 
 /// Spawns `program` with `args` and exactly `env` through the launcher of
@@ -71,6 +79,7 @@ pub(crate) async fn spawn(
     command
         .arg(ARGUMENT)
         .arg(&name)
+        .arg(super::launcher::Spaces::of(&confinement.rules).to_string())
         .arg("--")
         .arg(OsStr::new(program))
         .args(args);
@@ -117,8 +126,19 @@ pub(crate) async fn spawn(
         };
         let rules = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
         let length = u32::try_from(rules.len()).map_err(std::io::Error::other)?;
-        stream.write_all(&length.to_be_bytes()).await?;
-        stream.write_all(&rules).await?;
+        let sent = async {
+            stream.write_all(&length.to_be_bytes()).await?;
+            stream.write_all(&rules).await
+        }
+        .await;
+        // A launcher that could not take its namespaces answers before it reads the
+        // rules, and is gone: its answer, not the broken pipe, says why.
+        if let Err(e) = sent {
+            return match receive(&mut stream).await {
+                Ok((text, _)) if !text.is_empty() => Ok((text.trim_end().to_string(), None)),
+                _ => Err(e),
+            };
+        }
         // Lines: the answer, then (after `ok`) why `exec` failed, or end of file (the
         // launcher's socket closes on `exec`). Both may come in one read.
         let (mut text, listener) = receive(&mut stream).await?;
