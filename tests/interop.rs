@@ -1128,7 +1128,13 @@ async fn uvx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
         "{:?}",
         catalog.diagnostics()
     );
-    assert!(!h.sink.of_type("mcp.sandbox_denied").is_empty());
+    let denied = h.sink.of_type("mcp.sandbox_denied");
+    assert!(
+        denied.iter().any(|e| matches!(&e.kind,
+            demiurge_mcp::events::EventKind::SandboxDenied { target, .. }
+                if target.contains(&format!("127.0.0.1:{port}")))),
+        "the index was refused: {denied:?}"
+    );
     assert_eq!(
         served.load(std::sync::atomic::Ordering::Relaxed),
         before,

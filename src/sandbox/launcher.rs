@@ -38,6 +38,9 @@ pub const ARGUMENT: &str = "__demiurge-sandbox";
 /// Where the egress proxy listens inside a server's network namespace (its own
 /// loopback: nothing else is there).
 pub const PROXY_PORT: u16 = 3128;
+/// The version of the message between the runtime and the launcher, which may be
+/// separate files of different builds.
+pub const PROTOCOL: u32 = 1;
 /// Largest rules message accepted.
 pub const MAX_RULES: usize = 1024 * 1024;
 /// The most processes a confined server's tree may hold at once (`RLIMIT_NPROC`,
@@ -89,13 +92,22 @@ fn launch(args: Vec<OsString>) -> ExitCode {
             return fail(&e);
         }
     };
-    let confined = read_rules(&mut channel).and_then(|Message { rules, env }| {
-        if Spaces::of(&rules) != spaces {
-            return Err("the rules do not match the launcher's namespaces".to_string());
-        }
-        confine(&rules)?;
-        Ok(env)
-    });
+    let confined = read_rules(&mut channel).and_then(
+        |Message {
+             protocol,
+             rules,
+             env,
+         }| {
+            if protocol != PROTOCOL {
+                return Err("the launcher is from another build than the runtime".to_string());
+            }
+            if Spaces::of(&rules) != spaces {
+                return Err("the rules do not match the launcher's namespaces".to_string());
+            }
+            confine(&rules)?;
+            Ok(env)
+        },
+    );
     let env = match confined {
         Ok(env) => {
             if answer(&channel, b"ok\n", listener.as_ref()).is_err() {
@@ -124,7 +136,11 @@ fn launch(args: Vec<OsString>) -> ExitCode {
 /// launcher itself starts with none, so nothing in it, `LD_PRELOAD` say, acts before
 /// the rules are in force).
 #[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub(crate) struct Message {
+    /// [`PROTOCOL`]: a launcher from another build refuses the message (a rule it
+    /// does not know of would otherwise go unapplied).
+    pub(crate) protocol: u32,
     pub(crate) rules: Rules,
     pub(crate) env: Vec<(String, String)>,
 }
@@ -142,7 +158,9 @@ fn read_rules(channel: &mut UnixStream) -> Result<Message, String> {
     channel
         .read_exact(&mut body)
         .map_err(|_| "the rules were cut short".to_string())?;
-    serde_json::from_slice(&body).map_err(|_| "the rules are not readable".to_string())
+    serde_json::from_slice(&body).map_err(|_| {
+        "the rules are not readable (a launcher from another build than the runtime?)".to_string()
+    })
 }
 
 /// Sends `message`, with `listener` attached when there is one.

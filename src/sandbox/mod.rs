@@ -234,6 +234,7 @@ fn paths_of(value: &serde_yaml::Value) -> Option<Vec<String>> {
 /// The paths of one confined launch, resolved: what the launcher applies before it
 /// becomes the server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Rules {
     /// Readable (and executable) trees.
     pub read: Vec<PathBuf>,

@@ -27,18 +27,26 @@ pub struct Confinement {
 }
 
 /// Where this process's launcher is: the small `demiurge-sandbox` beside this binary
-/// or one directory up (a test binary in `target/*/deps`), else this binary when it is
-/// `demiurge`, else a `demiurge` beside it or one directory up. A host that embeds the
-/// runtime ships `demiurge-sandbox`, or calls [`super::launcher::run_if_invoked`] first
-/// in its own `main` and sets `RuntimeConfig::sandbox_launcher` to its binary.
+/// (or, for a test binary in `target/*/deps`, one directory up), else this binary when
+/// it is `demiurge`, else a `demiurge` found the same way. A found binary is taken
+/// only when nobody else could have put it there: it and its directory belong to this
+/// user or root and nobody else may write them (the launcher is handed the server's
+/// environment, secrets included). A host that embeds the runtime ships
+/// `demiurge-sandbox`, or calls [`super::launcher::run_if_invoked`] first in its own
+/// `main` and sets `RuntimeConfig::sandbox_launcher` to its binary.
 pub fn launcher_path() -> Option<PathBuf> {
     let me = std::env::current_exe().ok()?;
     let dir = me.parent()?;
+    let up = dir
+        .file_name()
+        .is_some_and(|n| n == "deps")
+        .then(|| dir.parent())
+        .flatten();
     let near = |name: &str| {
-        [Some(dir.join(name)), dir.parent().map(|up| up.join(name))]
+        [Some(dir.join(name)), up.map(|up| up.join(name))]
             .into_iter()
             .flatten()
-            .find(|p| p.is_file())
+            .find(|p| trusted(p))
     };
     near("demiurge-sandbox")
         .or_else(|| {
@@ -47,6 +55,17 @@ pub fn launcher_path() -> Option<PathBuf> {
                 .then(|| me.clone())
         })
         .or_else(|| near("demiurge"))
+}
+
+/// A regular file that it and its directory belong to this user or root, and that
+/// nobody else may write (nor replace in its directory).
+fn trusted(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let me = rustix::process::geteuid().as_raw();
+    let owned = |m: &std::fs::Metadata| (m.uid() == me || m.uid() == 0) && m.mode() & 0o022 == 0;
+    let file = std::fs::symlink_metadata(path);
+    let dir = path.parent().map(std::fs::metadata);
+    matches!(file, Ok(f) if f.is_file() && owned(&f)) && matches!(dir, Some(Ok(d)) if owned(&d))
 }
 
 /// Spawns `program` with `args` and exactly `env` through the launcher of
@@ -91,7 +110,8 @@ pub(crate) async fn spawn(
     let mut child = command.spawn().map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound && !Path::new(&confinement.launcher).exists() {
             unavailable(
-                "the sandbox launcher (the `demiurge` binary) is not where it was expected".into(),
+                "the sandbox launcher (`demiurge-sandbox` or `demiurge`) is not where it was expected"
+                    .into(),
             )
         } else {
             e
@@ -121,6 +141,7 @@ pub(crate) async fn spawn(
             }
         };
         let message = super::launcher::Message {
+            protocol: super::launcher::PROTOCOL,
             rules: confinement.rules.clone(),
             env,
         };
@@ -132,10 +153,13 @@ pub(crate) async fn spawn(
         }
         .await;
         // A launcher that could not take its namespaces answers before it reads the
-        // rules, and is gone: its answer, not the broken pipe, says why.
+        // rules, and is gone: its error, not the broken pipe, says why. Nothing else
+        // is taken from a launcher that did not read its rules.
         if let Err(e) = sent {
             return match receive(&mut stream).await {
-                Ok((text, _)) if !text.is_empty() => Ok((text.trim_end().to_string(), None)),
+                Ok((text, _)) if text.starts_with("error ") => {
+                    Ok((text.trim_end().to_string(), None))
+                }
                 _ => Err(e),
             };
         }
@@ -244,4 +268,45 @@ fn nonce() -> std::io::Result<String> {
     let mut bytes = [0u8; 8];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_launcher_is_taken_only_where_nobody_else_could_have_put_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let set = |p: &Path, mode: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        set(dir.path(), 0o755);
+        let launcher = dir.path().join("demiurge-sandbox");
+        std::fs::write(&launcher, "").unwrap();
+        set(&launcher, 0o755);
+        assert!(trusted(&launcher));
+        // Writable by others: the file, or the directory it could be replaced in.
+        for mode in [0o775, 0o757] {
+            set(&launcher, mode);
+            assert!(!trusted(&launcher), "{mode:o}");
+        }
+        set(&launcher, 0o755);
+        for mode in [0o775, 0o777, 0o1777] {
+            set(dir.path(), mode);
+            assert!(!trusted(&launcher), "directory {mode:o}");
+        }
+        set(dir.path(), 0o755);
+        // Not a regular file: a link (to a trusted file) or a directory.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&launcher, &link).unwrap();
+        assert!(!trusted(&link));
+        assert!(!trusted(dir.path()));
+        assert!(!trusted(&dir.path().join("absent")));
+        // Another user's.
+        if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&launcher, Some(65534), None).unwrap();
+            assert!(!trusted(&launcher));
+        }
+    }
 }
