@@ -957,57 +957,7 @@ async fn npx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
             bin = serde_json::to_string(Path::new(common::exe()).parent().unwrap()).unwrap(),
         ),
     );
-    let egress = |h: &common::Harness, allowed: bool| {
-        h.sink
-            .of_type("mcp.url_decision")
-            .into_iter()
-            .filter(|e| {
-                matches!(&e.kind, demiurge_mcp::events::EventKind::UrlDecision {
-                    phase: demiurge_mcp::events::UrlPhase::Egress,
-                    decision,
-                    ..
-                } if decision.allowed == allowed && decision.port == port)
-            })
-            .count()
-    };
-    // Trusted: fetched through the proxy, and it serves.
-    let h = harness_with(Recorder::allow(), |c| {
-        let mut c = product_sandbox(c, true);
-        c.url_policy = UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]);
-        c
-    })
-    .await;
-    let catalog = common::clean_turn(&h, &core).await;
-    let echo = catalog
-        .call(&exposed(&catalog, "echo"), json!({"message": "fetched"}))
-        .await
-        .unwrap();
-    assert!(!echo.is_error);
-    assert!(
-        egress(&h, true) >= 2,
-        "the metadata and the tarball went through the proxy"
-    );
-    assert!(served.load(std::sync::atomic::Ordering::Relaxed) >= 2);
-    h.finish().await;
-    // Untrusted (the policy's default for loopback): refused before any socket.
-    let before = served.load(std::sync::atomic::Ordering::Relaxed);
-    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert_eq!(
-        catalog.diagnostics().len(),
-        1,
-        "{:?}",
-        catalog.diagnostics()
-    );
-    assert!(egress(&h, false) >= 1);
-    assert!(!h.sink.of_type("mcp.sandbox_denied").is_empty());
-    assert_eq!(
-        served.load(std::sync::atomic::Ordering::Relaxed),
-        before,
-        "nothing reached the registry"
-    );
-    h.finish().await;
+    fetched_through_the_proxy_only_when_trusted(&core, port, &served, "registry").await;
 }
 
 /// A PyPI-style simple index on loopback serving one wheel, `demiurge-probe`, whose
@@ -1088,37 +1038,53 @@ async fn uvx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
             install = serde_json::to_string(install).unwrap(),
         ),
     );
+    fetched_through_the_proxy_only_when_trusted(&core, port, &served, "index").await;
+}
+
+/// The fetch half of the package-runner tests: with the registry's loopback network
+/// trusted, the server `core` declares starts through the proxy (at least two allowed
+/// egress decisions for `port`, two requests `served`) and answers; untrusted (the
+/// policy's default for loopback), its start fails with one diagnostic, the refusal of
+/// `port` is an event, and nothing reaches the `registry`.
+async fn fetched_through_the_proxy_only_when_trusted(
+    core: &Core,
+    port: u16,
+    served: &Arc<std::sync::atomic::AtomicUsize>,
+    registry: &str,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let egress = |h: &common::Harness, allowed: bool| {
+        h.sink
+            .of_type("mcp.url_decision")
+            .into_iter()
+            .filter(|e| {
+                matches!(&e.kind, demiurge_mcp::events::EventKind::UrlDecision {
+                    phase: demiurge_mcp::events::UrlPhase::Egress,
+                    decision,
+                    ..
+                } if decision.allowed == allowed && decision.port == port)
+            })
+            .count()
+    };
     let h = harness_with(Recorder::allow(), |c| {
         let mut c = product_sandbox(c, true);
         c.url_policy = UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]);
         c
     })
     .await;
-    let catalog = common::clean_turn(&h, &core).await;
+    let catalog = common::clean_turn(&h, core).await;
     let echo = catalog
         .call(&exposed(&catalog, "echo"), json!({"message": "fetched"}))
         .await
         .unwrap();
     assert!(!echo.is_error);
-    let allowed = h
-        .sink
-        .of_type("mcp.url_decision")
-        .into_iter()
-        .filter(|e| {
-            matches!(&e.kind, demiurge_mcp::events::EventKind::UrlDecision {
-                phase: demiurge_mcp::events::UrlPhase::Egress,
-                decision,
-                ..
-            } if decision.allowed && decision.port == port)
-        })
-        .count();
     assert!(
-        allowed >= 2,
-        "the index page and the wheel went through the proxy"
+        egress(&h, true) >= 2,
+        "the {registry}'s metadata and the package went through the proxy"
     );
-    assert!(served.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    assert!(served.load(Relaxed) >= 2);
     h.finish().await;
-    let before = served.load(std::sync::atomic::Ordering::Relaxed);
+    let before = served.load(Relaxed);
     let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
     let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
     let catalog = session.prepare_turn().await.unwrap();
@@ -1128,17 +1094,18 @@ async fn uvx_fetches_through_the_egress_proxy_only_what_the_policy_allows() {
         "{:?}",
         catalog.diagnostics()
     );
+    assert!(egress(&h, false) >= 1);
     let denied = h.sink.of_type("mcp.sandbox_denied");
     assert!(
         denied.iter().any(|e| matches!(&e.kind,
             demiurge_mcp::events::EventKind::SandboxDenied { target, .. }
                 if target.contains(&format!("127.0.0.1:{port}")))),
-        "the index was refused: {denied:?}"
+        "the {registry} was refused: {denied:?}"
     );
     assert_eq!(
-        served.load(std::sync::atomic::Ordering::Relaxed),
+        served.load(Relaxed),
         before,
-        "nothing reached the index"
+        "nothing reached the {registry}"
     );
     h.finish().await;
 }
