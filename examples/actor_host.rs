@@ -184,16 +184,29 @@ impl Actor for Host {
     }
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+fn main() -> Result<std::process::ExitCode, Box<dyn std::error::Error + Send + Sync>> {
+    // Its stdio server runs confined, and this binary is the launcher that confines
+    // it (before any thread exists): see examples/embed.rs.
+    if let Some(code) = demiurge_mcp::sandbox::launcher::run_if_invoked() {
+        return Ok(code);
+    }
+    tokio::runtime::Runtime::new()?.block_on(host())?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn host() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     if std::env::args().nth(1).as_deref() == Some("demo-server") {
         return demiurge_mcp::demo_server::serve_stdio(Default::default()).await;
     }
     let scratch = tempfile::tempdir()?;
     let core = demo_core::write(scratch.path())?;
     let home = scratch.path().join("home");
+    let launcher = std::env::current_exe()?;
     let config = move || {
-        RuntimeConfig::new(&home).with_approver(FixedApprover(ApprovalAnswer::AllowSession))
+        let mut config =
+            RuntimeConfig::new(&home).with_approver(FixedApprover(ApprovalAnswer::AllowSession));
+        config.sandbox_launcher = Some(launcher.clone());
+        config
     };
     let (host, handle) = Actor::spawn(None, Host, (Box::new(config) as Box<_>, core)).await?;
 
