@@ -58,11 +58,22 @@ pub fn launcher_path() -> Option<PathBuf> {
 }
 
 /// A regular file that it and its directory belong to this user or root, and that
-/// nobody else may write (nor replace in its directory).
+/// nobody else may write (nor replace in its directory). Group write is taken only
+/// for this user's own group (a umask of 002 with a group per user).
 fn trusted(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let me = rustix::process::geteuid().as_raw();
-    let owned = |m: &std::fs::Metadata| (m.uid() == me || m.uid() == 0) && m.mode() & 0o022 == 0;
+    let (me, group) = (
+        rustix::process::geteuid().as_raw(),
+        rustix::process::getegid().as_raw(),
+    );
+    let owned = |m: &std::fs::Metadata| {
+        let writers = if m.gid() == group && m.uid() == me {
+            0o002
+        } else {
+            0o022
+        };
+        (m.uid() == me || m.uid() == 0) && m.mode() & writers == 0
+    };
     let file = std::fs::symlink_metadata(path);
     let dir = path.parent().map(std::fs::metadata);
     matches!(file, Ok(f) if f.is_file() && owned(&f)) && matches!(dir, Some(Ok(d)) if owned(&d))
@@ -287,12 +298,13 @@ mod tests {
         set(&launcher, 0o755);
         assert!(trusted(&launcher));
         // Writable by others: the file, or the directory it could be replaced in.
-        for mode in [0o775, 0o757] {
-            set(&launcher, mode);
-            assert!(!trusted(&launcher), "{mode:o}");
-        }
+        // Group write of this user's own group is its own.
+        set(&launcher, 0o757);
+        assert!(!trusted(&launcher));
+        set(&launcher, 0o775);
+        assert!(trusted(&launcher), "its own group");
         set(&launcher, 0o755);
-        for mode in [0o775, 0o777, 0o1777] {
+        for mode in [0o777, 0o1777] {
             set(dir.path(), mode);
             assert!(!trusted(&launcher), "directory {mode:o}");
         }
@@ -303,8 +315,12 @@ mod tests {
         assert!(!trusted(&link));
         assert!(!trusted(dir.path()));
         assert!(!trusted(&dir.path().join("absent")));
-        // Another user's.
+        // Another user's, or group-writable by another group.
         if rustix::process::geteuid().is_root() {
+            std::os::unix::fs::chown(&launcher, None, Some(65534)).unwrap();
+            set(&launcher, 0o775);
+            assert!(!trusted(&launcher), "another group may write it");
+            set(&launcher, 0o755);
             std::os::unix::fs::chown(&launcher, Some(65534), None).unwrap();
             assert!(!trusted(&launcher));
         }
