@@ -213,14 +213,8 @@ async fn interpolation_happens_only_after_capability_and_approval() {
         .server("nocap", &demo("env:\n  T: \"${MISSING_VAR}\"\n"))
         .server("denied", &demo("env:\n  T: \"${MISSING_VAR}\"\n"));
     let h = harness(Recorder::new(|_| ApprovalAnswer::Deny)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let catalog = common::clean_turn(&h, &core).await;
     // Both stop before interpolation: neither reports the missing variable.
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
     let reasons: Vec<(&str, &str)> = catalog
         .denied()
         .iter()

@@ -44,13 +44,7 @@ async fn every_page_of_tools_is_listed() {
         ),
     );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = common::clean_turn(&h, &core).await;
     assert_eq!(catalog.tools().len(), 120 + common::DEMO_TOOLS);
     let result = catalog
         .call("big__extra_119", serde_json::json!({}))

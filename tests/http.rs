@@ -150,13 +150,7 @@ async fn calls_to_a_server_with_nagle_on_wait_for_no_delayed_ack() {
         trusting(StaticResolver::new(), &["127.0.0.0/8"]),
     )
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = common::clean_turn(&h, &core).await;
     catalog
         .call("web__echo", json!({"message": "warm"}))
         .await
@@ -202,13 +196,7 @@ async fn https_connects_to_the_pinned_address_with_the_name_in_sni() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = common::clean_turn(&h, &core).await;
     let r = catalog
         .call("tls__echo", json!({"message": "over tls"}))
         .await

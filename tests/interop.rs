@@ -401,13 +401,7 @@ async fn the_everything_server_beyond_tools() {
         ),
     );
     let h = harness_with(Recorder::allow(), |c| c).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = common::clean_turn(&h, &core).await;
 
     // Roots: registered only for a client that advertises them.
     let workspace = url::Url::from_directory_path(core.root()).unwrap();

@@ -165,13 +165,7 @@ async fn the_flow_runs_once_tokens_never_leak_and_persist_across_restarts() {
     // A new runtime on the same home connects with the stored token: nobody is asked.
     let follow_again = Follow::new();
     let h2 = runtime_at(home.path(), &follow_again).await;
-    let (session, _) = h2.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let _catalog = common::clean_turn(&h2, &core).await;
     assert_eq!(
         follow_again.asked.load(Ordering::SeqCst),
         0,
@@ -196,13 +190,7 @@ async fn a_refused_token_is_refreshed_without_asking() {
     let home = tempfile::tempdir().unwrap();
     let follow = Follow::new();
     let h = runtime_at(home.path(), &follow).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let catalog = common::clean_turn(&h, &core).await;
     server.seen.revoke_all();
     let echoed = catalog
         .call("docs__echo", json!({"message": "after revocation"}))
@@ -645,13 +633,7 @@ async fn an_issuer_on_the_servers_own_origin_is_accepted_and_any_other_refused()
             h.finish().await;
             let again = Follow::new();
             let h = runtime_at(_home.path(), &again).await;
-            let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-            let catalog = session.prepare_turn().await.unwrap();
-            assert!(
-                catalog.diagnostics().is_empty(),
-                "{:?}",
-                catalog.diagnostics()
-            );
+            let _catalog = common::clean_turn(&h, &core).await;
             assert_eq!(again.asked.load(Ordering::SeqCst), 0);
             h.finish().await;
             continue;
@@ -732,13 +714,7 @@ async fn the_prompt_names_the_issuer_and_each_issuer_has_its_own_redirect_uri() 
     let home = tempfile::tempdir().unwrap();
     let follow = Follow::new();
     let h = runtime_at(home.path(), &follow).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
-    assert!(
-        catalog.diagnostics().is_empty(),
-        "{:?}",
-        catalog.diagnostics()
-    );
+    let _catalog = common::clean_turn(&h, &core).await;
     let prompts = follow.prompts.lock().unwrap().clone();
     assert_eq!(prompts.len(), 2);
     let mut paths = Vec::new();
