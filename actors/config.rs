@@ -80,6 +80,12 @@ pub struct RuntimeConfig {
     /// a `demiurge-sandbox` beside this binary, else this binary when it is `demiurge`,
     /// else a `demiurge` beside it. `None`: a confined server fails closed.
     pub sandbox_launcher: Option<PathBuf>,
+    /// Make a launcher ahead of the next confined start of each kind once one was
+    /// needed (on by default): it waits with its namespaces and the rules every server
+    /// gets already in force, so that later starts pay only for the server's own
+    /// rules. It holds nothing of any server and ends with the runtime. Off: every
+    /// confined start makes its launcher then, and no launcher waits.
+    pub sandbox_launch_ahead: bool,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -141,6 +147,7 @@ impl RuntimeConfig {
             sandbox_default: Some(crate::sandbox::Sandbox::confined_default()),
             require_sandbox: false,
             sandbox_launcher: crate::sandbox::launcher_path(),
+            sandbox_launch_ahead: true,
         }
     }
 

@@ -478,13 +478,13 @@ impl Pipeline {
                             &protected,
                         )
                         .map_err(unavailable)?;
-                        let launcher = config.sandbox_launcher.clone().ok_or_else(|| {
+                        let launchers = self.shared.launchers.clone().ok_or_else(|| {
                             unavailable(crate::sandbox::Unavailable(
                                 "no sandbox launcher is set (`RuntimeConfig::sandbox_launcher`)"
                                     .into(),
                             ))
                         })?;
-                        rules.map(|rules| crate::sandbox::Confinement { launcher, rules })
+                        rules.map(|rules| crate::sandbox::Confinement { launchers, rules })
                     }
                     _ => None,
                 };

@@ -307,8 +307,12 @@ impl Runtime {
         self.flush_events().await;
         self.shared.limiter.stop();
         self.shared.broker.stop();
-        // Whatever a server left behind (orphans, a tree a stopped session did not end)
-        // ends here; then the reaper goes.
+        // Launchers made ahead for starts that will not come; whatever a server left
+        // behind (orphans, a tree a stopped session did not end) ends here; then the
+        // reaper goes.
+        if let Some(launchers) = &self.shared.launchers {
+            launchers.close().await;
+        }
         let processes = Arc::clone(&self.shared.processes);
         let _ = tokio::task::spawn_blocking(move || processes.shutdown()).await;
         reports

@@ -28,6 +28,9 @@ pub(crate) struct Shared {
     pub broker: BrokerHandle,
     /// Every process the stdio servers started, and the reaper that outlives the host.
     pub processes: Arc<crate::process::Registry>,
+    /// The sandbox's launchers, some made ahead of the starts that need them (none
+    /// when no launcher is set: a confined server then fails closed).
+    pub launchers: Option<Arc<crate::sandbox::Launchers>>,
     /// The lane directory when the runtime is a cluster node: lanes are claimed
     /// cluster-wide through it.
     #[cfg(feature = "cluster")]
@@ -45,8 +48,13 @@ impl Shared {
     ) -> Self {
         let processes =
             crate::process::Registry::new(&config.home.join("mcp-home"), config.adopt_orphans);
+        let launchers = config.sandbox_launcher.clone().map(|path| {
+            let dir = config.home.join("sandbox");
+            crate::sandbox::Launchers::new(path, dir, config.sandbox_launch_ahead)
+        });
         Shared {
             processes,
+            launchers,
             config,
             hub,
             net,

@@ -3,7 +3,12 @@
 //! - `prepare/cold_1 unconfined vs confined`: a new session's first turn of one demo
 //!   server, the same runtime configuration but for the host's default sandbox (`None`
 //!   against `Sandbox::confined_default()`: the launcher, a user and a network
-//!   namespace, Landlock, seccomp, the egress proxy's listener). Target: at most 1.15x.
+//!   namespace, Landlock, seccomp, the egress proxy's listener), with the launcher made
+//!   ahead as a running runtime has it from its second confined start on. Target: at
+//!   most 1.15x.
+//! - `prepare/cold_1 unconfined vs confined, nothing ahead`: the same with
+//!   `sandbox_launch_ahead` off, which is also what the first confined start of a
+//!   runtime pays. No target: the figure is the whole cost of confinement.
 //! - `egress/direct vs egress/proxy`: one plain HTTP request to a loopback server,
 //!   straight or through the egress proxy (its URL policy decision, connect, relay),
 //!   on a new connection each time as a confined client makes it. No target: the
@@ -74,9 +79,18 @@ fn main() {
         let plain = Runtime::start(common::config(&dir.path().join("plain"), 4))
             .await
             .unwrap();
-        let mut confined = common::config(&dir.path().join("confined"), 4);
-        confined.sandbox_default = Some(demiurge_mcp::sandbox::Sandbox::confined_default());
-        let confined = Runtime::start(confined).await.unwrap();
+        let confined_config = |name: &str, ahead: bool| {
+            let mut config = common::config(&dir.path().join(name), 4);
+            config.sandbox_default = Some(demiurge_mcp::sandbox::Sandbox::confined_default());
+            config.sandbox_launch_ahead = ahead;
+            config
+        };
+        let confined = Runtime::start(confined_config("confined", true))
+            .await
+            .unwrap();
+        let unprepared = Runtime::start(confined_config("unprepared", false))
+            .await
+            .unwrap();
         let lanes = std::sync::atomic::AtomicUsize::new(0);
         let lane = || {
             format!(
@@ -92,8 +106,17 @@ fn main() {
             || cold(&confined, &core, lane()),
         )
         .await;
+        common::paired(
+            "prepare/cold_1 unconfined vs confined, nothing ahead",
+            "none (the whole cost of confinement)",
+            COLD_ROUNDS,
+            || cold(&plain, &core, lane()),
+            || cold(&unprepared, &core, lane()),
+        )
+        .await;
         plain.shutdown().await;
         confined.shutdown().await;
+        unprepared.shutdown().await;
 
         let port = hello().await;
         let net = demiurge_mcp::net::NetContext::new(

@@ -2,7 +2,7 @@
 //! adversaries 2 and 5). Servers that ignore EOF and SIGTERM, fork children, start
 //! `setsid` grandchildren and double-fork daemons; the host (a real `demiurge` shell)
 //! is ended by SIGINT, SIGTERM, SIGHUP and SIGKILL; within 3 s nothing they started is
-//! alive. And a clean close ends a server's whole tree while the host lives on.
+//! alive, nor the sandbox launcher it made ahead. And a clean close ends a server's whole tree while the host lives on.
 
 mod common;
 
@@ -120,9 +120,17 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
         // it left every tree, and the runtime ends what it cannot attribute).
         let started = common::servers_of(&marker);
         assert!(started.len() >= 8, "{signal}: only {started:?}");
+        // And the sandbox launcher made ahead of the next confined start.
+        assert!(
+            eventually(Duration::from_secs(10), || {
+                common::launchers_of(&marker).len() == 1
+            })
+            .await,
+            "{signal}: no launcher waits"
+        );
         kill(Pid::from_raw(host.id() as i32), signal).unwrap();
         let clean = eventually(Duration::from_secs(3), || {
-            common::servers_of(&marker).is_empty()
+            common::servers_of(&marker).is_empty() && common::launchers_of(&marker).is_empty()
         })
         .await;
         let left: Vec<String> = common::servers_of(&marker)
@@ -137,7 +145,8 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
             .collect();
         assert!(
             clean,
-            "{signal}: still alive 3 s after the host was signalled: {left:?}"
+            "{signal}: still alive 3 s after the host was signalled: {left:?} {:?}",
+            common::launchers_of(&marker)
         );
         let _ = host.kill();
         let status = host.wait().unwrap();

@@ -813,3 +813,80 @@ fn a_fork_bomb_stops_at_the_process_bound() {
     let left = common::processes_with_env_prefix(&format!("HOME={}/sandbox/", home.display()));
     assert!(left.is_empty(), "{left:?} outlived the command");
 }
+
+#[tokio::test]
+async fn a_launcher_made_ahead_becomes_the_next_confined_server_and_ends_with_the_runtime() {
+    let yaml = format!(
+        "command: {}\nargs: [demo-server]\nsandbox: {{filesystem: {{read: [{}]}}}}\n",
+        serde_json::to_string(exe()).unwrap(),
+        bin_dir()
+    );
+    let core = Core::new().grant_servers(&["a"]).server("a", &yaml);
+    // Nothing is made before a confined start needs it.
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let me = h.home.path();
+    assert!(common::launchers_of(me).is_empty());
+    let first = common::pid_of(&clean_turn(&h, &core).await, "a__whoami").await;
+    // Once that start is done, one launcher waits for the next.
+    let mut waiting = Vec::new();
+    assert!(
+        common::eventually(std::time::Duration::from_secs(10), || {
+            waiting = common::launchers_of(me);
+            waiting.len() == 1
+        })
+        .await,
+        "{waiting:?}"
+    );
+    assert!(!waiting.contains(&first));
+    // It holds nothing of any server: no environment at all.
+    let environ = std::fs::read(format!("/proc/{}/environ", waiting[0])).unwrap();
+    assert!(environ.is_empty(), "{}", String::from_utf8_lossy(&environ));
+    // The next session's server is that launcher, confined like the first.
+    let catalog = clean_turn(&h, &core).await;
+    let second = common::pid_of(&catalog, "a__whoami").await;
+    assert_eq!(second, waiting[0]);
+    let result = catalog
+        .call("a__env_names", serde_json::json!({}))
+        .await
+        .unwrap();
+    let names = result
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone();
+    assert!(names.contains("HTTPS_PROXY"), "{names}");
+    // In the server's own working directory (the launcher was made in `/`).
+    let cwd = catalog.call("a__cwd", serde_json::json!({})).await.unwrap();
+    let cwd = cwd
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone();
+    assert_eq!(
+        Path::new(cwd.trim()).canonicalize().unwrap(),
+        core.root().canonicalize().unwrap()
+    );
+    // Shutting down ends the launcher made for a start that will not come.
+    drop(catalog);
+    assert!(
+        common::eventually(std::time::Duration::from_secs(10), || {
+            common::launchers_of(me).len() == 1
+        })
+        .await
+    );
+    h.finish().await;
+    assert!(
+        common::launchers_of(me).is_empty(),
+        "{:?}",
+        common::launchers_of(me)
+    );
+
+    // A host that wants no process waiting gets none.
+    let h = harness_with(Recorder::allow(), |mut c| {
+        c.sandbox_launch_ahead = false;
+        c
+    })
+    .await;
+    clean_turn(&h, &core).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(common::launchers_of(h.home.path()).is_empty());
+    h.finish().await;
+}

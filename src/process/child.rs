@@ -81,36 +81,31 @@ impl ChildProcess {
         sandbox: Option<&crate::sandbox::Confinement>,
         egress: Option<crate::sandbox::egress::Egress>,
     ) -> std::io::Result<(ChildProcess, ChildStdin, ChildStdout)> {
-        // The environment is the command's for an unconfined server, and the launcher's
-        // to apply at `exec` for a confined one.
-        let configure = |command: &mut Command| {
-            command
-                .current_dir(cwd)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .process_group(0)
-                .kill_on_drop(true);
-        };
         let spawning = registry.spawning();
         let (mut child, listener) = match sandbox {
             None => {
                 let mut command = Command::new(program);
-                command.args(args).env_clear().envs(env);
-                configure(&mut command);
+                command
+                    .args(args)
+                    .env_clear()
+                    .envs(env)
+                    .current_dir(cwd)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .process_group(0)
+                    .kill_on_drop(true);
                 (command.spawn()?, None)
             }
             Some(confinement) => {
-                // Recorded at once: the launcher carries the server's environment, and
-                // a sweep must not take it for an orphan while it confines itself.
+                // Recorded at once: a sweep must not take the launcher for an orphan
+                // while it confines itself.
                 let recorded = std::sync::atomic::AtomicU32::new(0);
                 let record = |pid: u32| {
                     registry.started(pid);
                     recorded.store(pid, std::sync::atomic::Ordering::Release);
                 };
-                match crate::sandbox::spawn(confinement, program, args, env, configure, record)
-                    .await
-                {
+                match crate::sandbox::spawn(confinement, program, args, env, cwd, record).await {
                     Ok(spawned) => spawned,
                     Err(e) => {
                         let pid = recorded.load(std::sync::atomic::Ordering::Acquire);

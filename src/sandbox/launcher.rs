@@ -1,26 +1,32 @@
-//! The launcher: the runtime's own binary, started in place of a confined server,
-//! confines itself and then `exec`s the server, so stdin, stdout, stderr, the pid and
-//! the process group stay the server's.
+//! The launcher: the runtime's own binary (or the small `demiurge-sandbox`), started
+//! for a confined server, confines itself and then `exec`s the server, so stdin,
+//! stdout, stderr, the pid and the process group stay the server's.
 //!
 //! The runtime and the launcher talk over an abstract UNIX socket whose name is in
 //! the launcher's arguments. The runtime accepts one connection, and only from the
-//! process it spawned (its pid, by `SO_PEERCRED`), sends the [`Rules`], and reads one
-//! answer: `ok` (with, for `network: proxy`, the listening socket of the proxy inside
-//! the server's network namespace) or the error that kept the rules from being applied.
+//! process it spawned (its pid, by `SO_PEERCRED`), sends the message (the server's
+//! rules, program, arguments, working directory and environment), and reads one answer:
+//! `ok` (with, for `network: proxy`, the listening socket of the proxy inside the
+//! server's network namespace) or the error that kept the rules from being applied.
 //! The launcher answers only after every rule is in force, so `ok` means confined.
 //!
-//! In the launcher, in this order: the connection to the runtime; a user namespace
-//! (and, unless `network: host`, a network namespace) of its own, as its arguments
-//! say (`Spaces`), while the runtime sends the rules; for `proxy`, the loopback
-//! interface up and a listener on [`PROXY_PORT`] there; the rules read, and checked
-//! against the namespaces taken; the masks of `deny`; Landlock, `no_new_privs` and the
-//! seccomp filters; the resource limits; then `exec`. The launcher runs
-//! single-threaded (a user namespace needs that), before any async runtime: call
-//! [`run_if_invoked`] first in `main`.
+//! In the launcher, in this order: the connection to the runtime; a user and IPC
+//! namespace (and, unless `network: host`, a network namespace; with `deny`, a mount
+//! namespace) of its own, as its arguments say (`Spaces`); for `proxy`, the loopback
+//! interface up and a listener on [`PROXY_PORT`] there; the rules every server gets
+//! (the system, `/etc` without its secrets, the devices, the seccomp filters), built
+//! but not yet in force. All of that needs nothing of the server, so a launcher may be
+//! made ahead of its start (`spawn::Launchers`) and wait here. Then the message read,
+//! and checked against the namespaces taken; the masks of `deny`; the server's own
+//! trees; Landlock, `no_new_privs` and the seccomp filters in force; the resource
+//! limits; the answer; then `exec`. The launcher runs single-threaded (a user
+//! namespace needs that), before any async runtime: call [`run_if_invoked`] first in
+//! `main`. A launcher whose runtime goes away while it waits reads end of file and
+//! exits.
 //!
 //! Adversary: none inside the launcher (it is the runtime's own code, and it runs before
-//! the server's). Bounds: the rules message at most [`MAX_RULES`] bytes; an answer at
-//! most 4 KiB.
+//! the server's). Bounds: the message at most [`MAX_RULES`] bytes; an answer at most
+//! 4 KiB.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -40,7 +46,7 @@ pub const ARGUMENT: &str = "__demiurge-sandbox";
 pub const PROXY_PORT: u16 = 3128;
 /// The version of the message between the runtime and the launcher, which may be
 /// separate files of different builds.
-pub const PROTOCOL: u32 = 1;
+pub const PROTOCOL: u32 = 2;
 /// Largest rules message accepted.
 pub const MAX_RULES: usize = 1024 * 1024;
 /// The most processes a confined server's tree may hold at once (`RLIMIT_NPROC`,
@@ -61,22 +67,17 @@ pub fn run_if_invoked() -> Option<ExitCode> {
 }
 
 fn launch(args: Vec<OsString>) -> ExitCode {
-    const USAGE: &str = "usage: __demiurge-sandbox NAME SPACES -- PROGRAM [ARGS...]";
+    const USAGE: &str = "usage: __demiurge-sandbox NAME SPACES";
     let fail = |message: &str| {
         let _ = writeln!(std::io::stderr(), "demiurge sandbox: {message}");
         ExitCode::from(126)
     };
-    let (Some(name), Some(spaces), Some(dashes), Some(program)) =
-        (args.first(), args.get(1), args.get(2), args.get(3))
-    else {
+    let [name, spaces] = args.as_slice() else {
         return fail(USAGE);
     };
     let Some(spaces) = spaces.to_str().and_then(|s| s.parse::<Spaces>().ok()) else {
         return fail(USAGE);
     };
-    if dashes != "--" {
-        return fail(USAGE);
-    }
     let Ok(address) = SocketAddr::from_abstract_name(name.as_encoded_bytes()) else {
         return fail("the runtime's socket name is not usable");
     };
@@ -84,36 +85,35 @@ fn launch(args: Vec<OsString>) -> ExitCode {
     let Ok(mut channel) = UnixStream::connect_addr(&address) else {
         return fail("the runtime is not listening");
     };
-    // The namespaces while the runtime accepts and sends the rules.
-    let listener = match enter(spaces) {
-        Ok(listener) => listener,
+    // The namespaces and the rules every server gets, before the server is known
+    // (a launcher may be made ahead of its server, and waits here).
+    let ready = enter(spaces).and_then(|listener| {
+        let base = Prepared::base(spaces.network).map_err(|e| e.0)?;
+        Ok((listener, base))
+    });
+    let (listener, mut prepared) = match ready {
+        Ok(ready) => ready,
         Err(e) => {
             let _ = answer(&channel, format!("error {e}\n").as_bytes(), None);
             return fail(&e);
         }
     };
-    let confined = read_rules(&mut channel).and_then(
-        |Message {
-             protocol,
-             rules,
-             env,
-         }| {
-            if protocol != PROTOCOL {
-                return Err("the launcher is from another build than the runtime".to_string());
-            }
-            if Spaces::of(&rules) != spaces {
-                return Err("the rules do not match the launcher's namespaces".to_string());
-            }
-            confine(&rules)?;
-            Ok(env)
-        },
-    );
-    let env = match confined {
-        Ok(env) => {
+    let confined = read_rules(&mut channel).and_then(|message| {
+        if message.protocol != PROTOCOL {
+            return Err("the launcher is from another build than the runtime".to_string());
+        }
+        if Spaces::of(&message.rules) != spaces {
+            return Err("the rules do not match the launcher's namespaces".to_string());
+        }
+        confine(&message.rules, &mut prepared)?;
+        Ok(message)
+    });
+    let message = match confined {
+        Ok(message) => {
             if answer(&channel, b"ok\n", listener.as_ref()).is_err() {
                 return fail("the runtime stopped listening");
             }
-            env
+            message
         }
         Err(e) => {
             let _ = answer(&channel, format!("error {e}\n").as_bytes(), None);
@@ -121,20 +121,21 @@ fn launch(args: Vec<OsString>) -> ExitCode {
         }
     };
     // Every descriptor of ours is close-on-exec: the server gets its stdio only, and
-    // the runtime sees the channel close. A failed `exec` is told instead.
-    let e = std::process::Command::new(program)
-        .args(&args[4..])
+    // the runtime sees the channel close. A failed `exec` (or `chdir`) is told instead.
+    let e = std::process::Command::new(&message.program)
+        .args(&message.args)
+        .current_dir(&message.cwd)
         .env_clear()
-        .envs(env)
+        .envs(message.env)
         .exec();
     let code = e.raw_os_error().unwrap_or(libc::ENOEXEC);
     let _ = answer(&channel, format!("exec {code}\n").as_bytes(), None);
     ExitCode::from(127)
 }
 
-/// What the runtime sends: the rules, and the server's whole environment (the
-/// launcher itself starts with none, so nothing in it, `LD_PRELOAD` say, acts before
-/// the rules are in force).
+/// What the runtime sends: the rules, and the server to become: its program,
+/// arguments, working directory and whole environment (the launcher itself starts
+/// with none, so nothing in it, `LD_PRELOAD` say, acts before the rules are in force).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Message {
@@ -142,6 +143,9 @@ pub(crate) struct Message {
     /// does not know of would otherwise go unapplied).
     pub(crate) protocol: u32,
     pub(crate) rules: Rules,
+    pub(crate) program: std::path::PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) cwd: std::path::PathBuf,
     pub(crate) env: Vec<(String, String)>,
 }
 
@@ -190,7 +194,7 @@ fn answer(
 /// The namespaces a launch takes, named in the launcher's arguments so that it can
 /// take them before the rules arrive: the network (`proxy`, `none`, `host`), and
 /// `+mask` for a mount namespace of its own (`deny`). Checked against the rules.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Spaces {
     network: Network,
     mask: bool,
@@ -275,10 +279,11 @@ fn enter(spaces: Spaces) -> Result<Option<TcpListener>, String> {
     }
 }
 
-/// Applies `rules` to this (single-threaded) process, inside the namespaces taken.
-fn confine(rules: &Rules) -> Result<(), String> {
+/// Applies `rules` on top of the base already `prepared` to this (single-threaded)
+/// process, inside the namespaces taken.
+fn confine(rules: &Rules, prepared: &mut Prepared) -> Result<(), String> {
     mask(&rules.deny)?;
-    let mut prepared = Prepared::new(rules).map_err(|e| e.0)?;
+    prepared.add(rules).map_err(|e| e.0)?;
     prepared.apply().map_err(|e| e.to_string())?;
     limits().map_err(|e| format!("a resource limit cannot be set ({e})"))
 }
@@ -429,7 +434,6 @@ mod tests {
         let mut rules = Rules {
             read: Vec::new(),
             write: Vec::new(),
-            devices: Vec::new(),
             deny: Vec::new(),
             network: Network::None,
         };

@@ -29,10 +29,10 @@ pub mod launcher;
 mod spawn;
 
 pub(crate) use spawn::spawn;
-pub use spawn::{Confinement, HANDSHAKE_TIMEOUT, launcher_path};
+pub use spawn::{Confinement, HANDSHAKE_TIMEOUT, Launchers, launcher_path};
 
 /// How a confined server may reach the network.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
     /// The default: a network namespace of its own, whose only way out is the
@@ -232,7 +232,9 @@ fn paths_of(value: &serde_yaml::Value) -> Option<Vec<String>> {
 }
 
 /// The paths of one confined launch, resolved: what the launcher applies before it
-/// becomes the server.
+/// becomes the server, beyond what every confined server gets (the system, `/etc`
+/// without its secrets, the harmless devices), which the launcher adds itself, ahead
+/// of any server ([`Prepared::base`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rules {
@@ -240,8 +242,6 @@ pub struct Rules {
     pub read: Vec<PathBuf>,
     /// Writable trees (also readable).
     pub write: Vec<PathBuf>,
-    /// Device files a process needs to read and write (`/dev/null`, ...).
-    pub devices: Vec<PathBuf>,
     /// Existing paths masked from the server (resolved, links followed).
     #[serde(default)]
     pub deny: Vec<PathBuf>,
@@ -354,9 +354,7 @@ impl Rules {
                 Err(_) => Ok(joined),
             }
         };
-        let mut readable: Vec<PathBuf> = SYSTEM.iter().map(PathBuf::from).collect();
-        readable.extend(all_but(Path::new("/etc"), ETC_SECRETS));
-        readable.push(workspace.to_path_buf());
+        let mut readable = vec![workspace.to_path_buf()];
         for p in read {
             readable.push(inside("read", p)?);
         }
@@ -409,7 +407,6 @@ impl Rules {
         Ok(Some(Rules {
             read: readable,
             write: writable,
-            devices: DEVICES.iter().map(PathBuf::from).collect(),
             deny: hidden,
             network: *network,
         }))
@@ -417,8 +414,8 @@ impl Rules {
 }
 
 /// The entries of `root` but those named in `hidden` (relative paths; a nested one,
-/// `ssl/private`, opens its parent entry by entry). Read at each start: what is made
-/// later is not readable.
+/// `ssl/private`, opens its parent entry by entry). Read by each launcher: what is
+/// made later is not readable.
 fn all_but(root: &Path, hidden: &[&str]) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(root) else {
         return Vec::new();
@@ -562,6 +559,13 @@ pub struct Prepared {
     filters: Vec<seccompiler::BpfProgram>,
 }
 
+/// Every filesystem right but making device nodes (as root, a block device is raw
+/// access to a disk, past every rule here), even where writing is allowed.
+fn all_access() -> landlock::BitFlags<landlock::AccessFs> {
+    use landlock::{ABI, Access, AccessFs};
+    AccessFs::from_all(ABI::V3) & !(AccessFs::MakeBlock | AccessFs::MakeChar)
+}
+
 /// What no MCP server needs, refused with `EPERM`: tracing or reading other
 /// processes, mounts and namespaces, kernel modules and kexec, BPF, the kernel
 /// keyring, performance events, `io_uring` (it performs I/O past this filter), file
@@ -660,7 +664,7 @@ const NAMESPACES: &[libc::c_int] = &[
 /// `EPERM`, raw and packet sockets (and with `network: none` every IP socket) with
 /// `EACCES`, and `clone3` with `ENOSYS` (its flags cannot be inspected; C libraries
 /// then fall back to `clone`).
-fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::BackendError> {
+fn filters(network: Network) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::BackendError> {
     use seccompiler::{
         SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as When,
         SeccompFilter, SeccompRule,
@@ -726,7 +730,7 @@ fn filters(rules: &Rules) -> Result<Vec<seccompiler::BpfProgram>, seccompiler::B
             on(1, Op::MaskedEq(0xf), libc::SOCK_RAW as u64)?,
         ])?,
     ];
-    if rules.network == Network::None {
+    if network == Network::None {
         // No family at all (vsock, netlink, bluetooth as much as IP).
         sockets = Vec::new();
     }
@@ -792,28 +796,25 @@ impl std::fmt::Debug for Prepared {
 pub struct Unavailable(pub String);
 
 impl Prepared {
-    /// Builds the ruleset of `rules` (Landlock ABI 3 for files, 4 for the network):
-    /// what the child applies before it becomes the server.
+    /// Starts the ruleset of a server whose network is `network` with what every
+    /// confined server reads (the system, `/etc` without its secrets) and the devices
+    /// it may use: the part a launcher builds before it knows its server (Landlock ABI
+    /// 3 for files, 4 for the network).
     ///
     /// # Errors
     /// [`Unavailable`] when the kernel lacks what the rules need.
-    pub fn new(rules: &Rules) -> Result<Prepared, Unavailable> {
+    pub fn base(network: Network) -> Result<Prepared, Unavailable> {
         use landlock::{
-            ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd,
-            Ruleset, RulesetAttr, RulesetCreatedAttr,
+            ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
         };
         let unavailable =
             |what: &str, e: &dyn std::fmt::Display| Unavailable(format!("{what} ({e})"));
         let abi = ABI::V3;
-        // No device nodes even where writing is allowed (as root, a block device
-        // is raw access to a disk, past every rule here).
-        let all = AccessFs::from_all(abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
-        let read = AccessFs::from_read(abi);
         let mut ruleset = Ruleset::default()
             .set_compatibility(CompatLevel::HardRequirement)
-            .handle_access(all)
+            .handle_access(all_access())
             .map_err(|e| unavailable("Landlock ABI 3 (filesystem rules) is missing", &e))?;
-        if rules.network == Network::None {
+        if network == Network::None {
             ruleset = ruleset
                 .handle_access(AccessNet::from_all(ABI::V4))
                 .map_err(|e| unavailable("Landlock ABI 4 (network rules) is missing", &e))?;
@@ -824,38 +825,64 @@ impl Prepared {
             .set_compatibility(CompatLevel::BestEffort)
             .scope(landlock::Scope::from_all(ABI::V6))
             .map_err(|e| unavailable("a Landlock scope was refused", &e))?;
-        let mut created = ruleset
+        let created = ruleset
             .create()
             .map_err(|e| unavailable("Landlock is not enabled", &e))?
             .set_compatibility(CompatLevel::BestEffort);
-        let trees = rules
-            .read
+        let filters = filters(network)
+            .map_err(|e| unavailable("the system-call filter cannot be built", &e))?;
+        let mut prepared = Prepared {
+            ruleset: Some(created),
+            filters,
+        };
+        let read = AccessFs::from_read(abi);
+        let system = SYSTEM
             .iter()
-            .map(|p| (p, read))
-            .chain(rules.write.iter().map(|p| (p, all)))
-            .chain(rules.devices.iter().map(|p| (p, all)));
+            .map(PathBuf::from)
+            .chain(all_but(Path::new("/etc"), ETC_SECRETS));
+        prepared.allow(system.map(|p| (p, read)))?;
+        prepared.allow(DEVICES.iter().map(|p| (PathBuf::from(p), all_access())))?;
+        Ok(prepared)
+    }
+
+    /// Adds the trees of one server to the base.
+    ///
+    /// # Errors
+    /// [`Unavailable`] when a rule was refused.
+    pub fn add(&mut self, rules: &Rules) -> Result<(), Unavailable> {
+        let read = landlock::AccessFs::from_read(landlock::ABI::V3);
+        let trees = rules.read.iter().map(|p| (p.clone(), read));
+        self.allow(trees.chain(rules.write.iter().map(|p| (p.clone(), all_access()))))
+    }
+
+    /// Allows each `(path, access)`: a path this host does not have (`/lib32`,
+    /// `/snap`) needs no rule; a file (`/dev/null`) takes only the file rights of the
+    /// access.
+    fn allow(
+        &mut self,
+        trees: impl Iterator<Item = (PathBuf, landlock::BitFlags<landlock::AccessFs>)>,
+    ) -> Result<(), Unavailable> {
+        use landlock::{ABI, AccessFs, PathBeneath, PathFd, RulesetCreatedAttr};
+        let mut created = self
+            .ruleset
+            .take()
+            .ok_or_else(|| Unavailable("the sandbox was applied twice".into()))?;
         for (path, access) in trees {
-            // A tree this host does not have (`/lib32`, `/snap`) needs no rule.
-            let Ok(fd) = PathFd::new(path) else { continue };
-            // A file (`/dev/null`) takes only the file rights of the access (asked of
-            // the descriptor: the path is not walked again).
+            let Ok(fd) = PathFd::new(&path) else { continue };
+            // Asked of the descriptor: the path is not walked again.
             let is_dir = rustix::fs::fstat(&fd)
                 .is_ok_and(|s| rustix::fs::FileType::from_raw_mode(s.st_mode).is_dir());
             let access = if is_dir {
                 access
             } else {
-                access & AccessFs::from_file(abi)
+                access & AccessFs::from_file(ABI::V3)
             };
             created = created
                 .add_rule(PathBeneath::new(fd, access))
-                .map_err(|e| unavailable("a filesystem rule was refused", &e))?;
+                .map_err(|e| Unavailable(format!("a filesystem rule was refused ({e})")))?;
         }
-        let filters = filters(rules)
-            .map_err(|e| unavailable("the system-call filter cannot be built", &e))?;
-        Ok(Prepared {
-            ruleset: Some(created),
-            filters,
-        })
+        self.ruleset = Some(created);
+        Ok(())
     }
 
     /// Applies the rules to the calling thread: `no_new_privs`, the Landlock ruleset

@@ -2,28 +2,148 @@
 //! server (`launcher.rs`), handed its rules over a private socket, and the start
 //! succeeds only once it answered that every rule is in force.
 
-use std::ffi::OsStr;
+use std::collections::{HashMap, HashSet};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{UnixListener, UnixStream};
 
-use super::launcher::ARGUMENT;
+use super::launcher::{ARGUMENT, Spaces};
 use super::{Rules, Unavailable};
 
 /// How long the launcher may take to connect and confine itself.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A confined start: the launcher to run, and the rules it applies.
+/// A confined start: the runtime's launchers, and the rules the launcher applies.
 #[derive(Debug, Clone)]
 pub struct Confinement {
-    /// The runtime's binary acting as the launcher ([`launcher_path`]).
-    pub launcher: PathBuf,
+    /// The launchers of this runtime ([`Launchers`]).
+    pub launchers: Arc<Launchers>,
     /// What it applies.
     pub rules: Rules,
+}
+
+/// The launchers of one runtime: the binary ([`launcher_path`]), and for each kind of
+/// namespaces a server started with, one launcher made ahead of the next such start.
+/// A made launcher has its namespaces and the rules every server gets (the kernel's
+/// part of a confined start, about two thirds of it) and waits, in a process group of
+/// its own, with nothing of any server, until a start hands it the server's rules, or
+/// until the runtime goes (its socket closes and it exits: whatever ended the runtime).
+/// The first start of each kind makes its launcher on the spot.
+pub struct Launchers {
+    path: PathBuf,
+    /// Where launchers wait (the sandbox directory of the runtime home): the
+    /// runtime's own, so they can be told from another runtime's.
+    dir: PathBuf,
+    /// Whether launchers are made ahead at all.
+    ahead: bool,
+    state: Mutex<Made>,
+}
+
+/// What [`Launchers`] holds ahead: at most one launcher per kind of namespaces (six
+/// kinds at most), and the kinds being made.
+#[derive(Default)]
+struct Made {
+    ready: HashMap<Spaces, Summoned>,
+    making: HashSet<Spaces>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Launchers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launchers")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Launchers {
+    /// The launchers of a runtime whose launcher binary is `path`, started in `dir`
+    /// (`/` when it does not exist), made `ahead` of the starts that need them or not.
+    pub fn new(path: PathBuf, dir: PathBuf, ahead: bool) -> Arc<Launchers> {
+        Arc::new(Launchers {
+            path,
+            dir,
+            ahead,
+            state: Mutex::default(),
+        })
+    }
+
+    /// The launcher binary.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many launchers are made and waiting.
+    pub fn waiting(&self) -> usize {
+        self.state.lock().map_or(0, |s| s.ready.len())
+    }
+
+    /// The launcher made for `spaces`, when one is there and alive.
+    fn take(&self, spaces: Spaces) -> Option<Summoned> {
+        let mut made = self.state.lock().ok()?.ready.remove(&spaces)?;
+        matches!(made.child.try_wait(), Ok(None)).then_some(made)
+    }
+
+    /// Makes a launcher for `spaces` in the background, unless one is there or being
+    /// made, or the launchers are closed.
+    fn refill(self: &Arc<Self>, spaces: Spaces) {
+        if !self.ahead {
+            return;
+        }
+        {
+            let Ok(mut state) = self.state.lock() else {
+                return;
+            };
+            if state.closed || state.ready.contains_key(&spaces) || !state.making.insert(spaces) {
+                return;
+            }
+        }
+        let launchers = Arc::downgrade(self);
+        let (path, dir) = (self.path.clone(), self.dir.clone());
+        tokio::spawn(async move {
+            let made = summon(&path, &dir, spaces, |_| {}).await;
+            // Gone or closed meanwhile: the launcher made is dropped (killed).
+            let Some(launchers) = launchers.upgrade() else {
+                return;
+            };
+            let Ok(mut state) = launchers.state.lock() else {
+                return;
+            };
+            state.making.remove(&spaces);
+            if let (Ok(made), false) = (made, state.closed) {
+                state.ready.insert(spaces, made);
+            }
+        });
+    }
+
+    /// Ends every launcher made ahead and makes no more (the runtime is shutting down):
+    /// each is killed and waited for.
+    pub async fn close(&self) {
+        let made: Vec<Summoned> = match self.state.lock() {
+            Ok(mut state) => {
+                state.closed = true;
+                state.ready.drain().map(|(_, made)| made).collect()
+            }
+            Err(_) => return,
+        };
+        for mut made in made {
+            let _ = made.child.kill().await;
+        }
+    }
+}
+
+/// A launcher spawned and connected: it takes its namespaces and the base rules, then
+/// waits for its server's.
+struct Summoned {
+    child: tokio::process::Child,
+    stream: UnixStream,
+    pid: u32,
 }
 
 /// Where this process's launcher is: the small `demiurge-sandbox` beside this binary
@@ -79,11 +199,12 @@ fn trusted(path: &Path) -> bool {
     matches!(file, Ok(f) if f.is_file() && owned(&f)) && matches!(dir, Some(Ok(d)) if owned(&d))
 }
 
-/// Spawns `program` with `args` and exactly `env` through the launcher of
-/// `confinement`; `configure` sets the rest of the command (cwd, stdio, process group), and
-/// `spawned` hears the pid at once (the launcher becomes the server: same pid), before
-/// the handshake. Returns the child once it is confined and the server's program was
-/// executed, and the egress proxy's listener for `network: proxy`.
+/// Spawns `program` with `args`, in `cwd`, with exactly `env`, through a launcher of
+/// `confinement` (made ahead when there is one, else now), in a process group of its
+/// own, stdin and stdout piped, stderr piped; `spawned` hears the pid at once (the
+/// launcher becomes the server: same pid), before the handshake. Returns the child
+/// once it is confined and the server's program was executed, and the egress proxy's
+/// listener for `network: proxy`.
 ///
 /// # Errors
 /// [`Unavailable`] (as an `Unsupported` IO error) when the launcher could not apply
@@ -93,33 +214,73 @@ pub(crate) async fn spawn(
     program: &str,
     args: &[String],
     env: &std::collections::BTreeMap<String, String>,
-    configure: impl FnOnce(&mut tokio::process::Command),
+    cwd: &Path,
     spawned: impl FnOnce(u32),
 ) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
-    let unavailable = |message: String| {
-        std::io::Error::new(std::io::ErrorKind::Unsupported, Unavailable(message))
+    let spaces = Spaces::of(&confinement.rules);
+    let launchers = &confinement.launchers;
+    let summoned = match launchers.take(spaces) {
+        Some(made) => {
+            spawned(made.pid);
+            made
+        }
+        None => summon(&launchers.path, &launchers.dir, spaces, spawned).await?,
     };
+    let message = super::launcher::Message {
+        protocol: super::launcher::PROTOCOL,
+        rules: confinement.rules.clone(),
+        program: PathBuf::from(program),
+        args: args.to_vec(),
+        cwd: cwd.to_path_buf(),
+        env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+    };
+    hand_over(summoned, &message).await
+}
+
+impl Confinement {
+    /// Makes a launcher for the next start of this kind, in the background (call it
+    /// once this start is done: a launcher made meanwhile would compete with the
+    /// server for the processor).
+    pub(crate) fn prepare_next(&self) {
+        self.launchers.refill(Spaces::of(&self.rules));
+    }
+}
+
+fn unavailable(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::Unsupported, Unavailable(message))
+}
+
+/// Spawns the launcher at `path` for `spaces` (no environment, in `dir`, stdio piped,
+/// a process group of its own; `spawned` hears its pid at once) and waits for it to
+/// connect, which only it may do.
+async fn summon(
+    path: &Path,
+    dir: &Path,
+    spaces: Spaces,
+    spawned: impl FnOnce(u32),
+) -> std::io::Result<Summoned> {
     let name = format!("demiurge-sandbox-{}-{}", std::process::id(), nonce()?);
     let listener = std::os::unix::net::UnixListener::bind_addr(&SocketAddr::from_abstract_name(
         name.as_bytes(),
     )?)?;
     listener.set_nonblocking(true)?;
     let listener = UnixListener::from_std(listener)?;
-    let mut command = tokio::process::Command::new(&confinement.launcher);
+    let mut command = tokio::process::Command::new(path);
+    // The environment goes over the socket, applied at `exec`: the launcher runs with
+    // none (a declared `LD_PRELOAD` must not act before the rules do).
     command
         .arg(ARGUMENT)
         .arg(&name)
-        .arg(super::launcher::Spaces::of(&confinement.rules).to_string())
-        .arg("--")
-        .arg(OsStr::new(program))
-        .args(args);
-    configure(&mut command);
-    // The environment goes over the socket, applied at `exec`: the launcher runs with
-    // none (a declared `LD_PRELOAD` must not act before the rules do).
-    command.env_clear();
-    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        .arg(spaces.to_string())
+        .env_clear()
+        .current_dir(if dir.is_dir() { dir } else { Path::new("/") })
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
     let mut child = command.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound && !Path::new(&confinement.launcher).exists() {
+        if e.kind() == std::io::ErrorKind::NotFound && !path.exists() {
             unavailable(
                 "the sandbox launcher (`demiurge-sandbox` or `demiurge`) is not where it was expected"
                     .into(),
@@ -128,35 +289,50 @@ pub(crate) async fn spawn(
             e
         }
     })?;
-    let pid = child.id();
-    if let Some(pid) = pid {
-        spawned(pid);
-    }
-    let handshake = async {
-        // Only the process just spawned may take the rules (the name is not secret):
-        // another that connects first is dropped, and the wait goes on. A launcher that
-        // dies before it connects is told by its status; after, by end of file.
-        let mut stream = loop {
+    let pid = child
+        .id()
+        .ok_or_else(|| std::io::Error::other("the launcher exited at once"))?;
+    spawned(pid);
+    // Only the process just spawned may take the rules (the name is not secret):
+    // another that connects first is dropped, and the wait goes on. A launcher that
+    // dies before it connects is told by its status.
+    let connected = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        loop {
             let (stream, _) = tokio::select! {
                 accepted = listener.accept() => accepted?,
                 // Not `wait()`: it closes the child's stdin.
                 status = exited(&mut child) => {
-                    return Err(std::io::Error::other(format!(
-                        "it exited before confining the server ({status})"
+                    return Err(unavailable(format!(
+                        "the sandbox launcher failed (it exited before confining the server ({status}))"
                     )));
                 }
             };
-            let peer = stream.peer_cred()?.pid();
-            if peer.is_some() && peer.map(|p| p as u32) == pid {
-                break stream;
+            if stream.peer_cred()?.pid() == Some(pid as i32) {
+                return Ok(stream);
             }
-        };
-        let message = super::launcher::Message {
-            protocol: super::launcher::PROTOCOL,
-            rules: confinement.rules.clone(),
-            env,
-        };
-        let rules = serde_json::to_vec(&message).map_err(std::io::Error::other)?;
+        }
+    })
+    .await;
+    match connected {
+        Ok(Ok(stream)) => Ok(Summoned { child, stream, pid }),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(unavailable(
+            "the sandbox launcher did not answer in time".into(),
+        )),
+    }
+}
+
+/// Sends `message` to the launcher `summoned` and reads its answer: the child once it
+/// is confined and became the server.
+async fn hand_over(
+    summoned: Summoned,
+    message: &super::launcher::Message,
+) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
+    let Summoned {
+        child, mut stream, ..
+    } = summoned;
+    let handshake = async {
+        let rules = serde_json::to_vec(message).map_err(std::io::Error::other)?;
         let length = u32::try_from(rules.len()).map_err(std::io::Error::other)?;
         let sent = async {
             stream.write_all(&length.to_be_bytes()).await?;

@@ -81,6 +81,9 @@ pub(super) async fn connect(
     let started =
         super::client::initialize_and_list(transport, signals, timeout, transport_closed.clone())
             .await;
+    if let (Ok(_), Some(confinement)) = (&started, &launch.sandbox) {
+        confinement.prepare_next();
+    }
     let (kind, message) = match started {
         Ok((service, listed)) => {
             return Ok((

@@ -381,6 +381,24 @@ pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Live sandbox launchers of the runtime home `home` that wait for their server: their
+/// command line is still `LAUNCHER __demiurge-sandbox NAME SPACES` (one that became its
+/// server has the server's), and they wait in `<home>/sandbox`.
+pub fn launchers_of(home: &Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let waits_in = home.join("sandbox").canonicalize().unwrap_or_default();
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|line| {
+                line.split(|&b| b == 0).nth(1) == Some(&b"__demiurge-sandbox"[..])
+            }) && std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == waits_in)
+                && alive(pid)
+        })
+        .collect()
+}
+
 /// Whether a process is alive (a zombie counts as dead).
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
