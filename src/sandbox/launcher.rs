@@ -13,13 +13,14 @@
 //! In the launcher, in this order: the connection to the runtime; a user and IPC
 //! namespace (and, unless `network: host`, a network namespace; with `deny`, a mount
 //! namespace) of its own, as its arguments say (`Spaces`); for `proxy`, the loopback
-//! interface up and a listener on [`PROXY_PORT`] there; the rules every server gets
-//! (the system, `/etc` without its secrets, the devices, the seccomp filters), built
-//! but not yet in force. All of that needs nothing of the server, so a launcher may be
-//! made ahead of its start (`spawn::Launchers`) and wait here. Then the message read,
-//! and checked against the namespaces taken; the masks of `deny`; the server's own
-//! trees; Landlock, `no_new_privs` and the seccomp filters in force; the resource
-//! limits; the answer; then `exec`. The launcher runs single-threaded (a user
+//! interface up and a listener on [`PROXY_PORT`] there; the rules every server gets:
+//! the Landlock ruleset of the system, `/etc` without its secrets and the devices,
+//! built but not yet in force, and the seccomp filters with `no_new_privs`, in force
+//! at once unless `deny` needs a mount. All of that needs nothing of the server, so a
+//! launcher may be made ahead of its start (`spawn::Launchers`) and wait here. Then
+//! the message read, and checked against the namespaces taken; the masks of `deny`;
+//! the server's own trees; Landlock (and the filters, if they waited) in force; the
+//! resource limits; the answer; then `exec`. The launcher runs single-threaded (a user
 //! namespace needs that), before any async runtime: call [`run_if_invoked`] first in
 //! `main`. A launcher whose runtime goes away while it waits reads end of file and
 //! exits.
@@ -88,7 +89,11 @@ fn launch(args: Vec<OsString>) -> ExitCode {
     // The namespaces and the rules every server gets, before the server is known
     // (a launcher may be made ahead of its server, and waits here).
     let ready = enter(spaces).and_then(|listener| {
-        let base = Prepared::base(spaces.network).map_err(|e| e.0)?;
+        let mut base = Prepared::base(spaces.network).map_err(|e| e.0)?;
+        // The filters refuse `mount`, which masking `deny:` needs: then they wait.
+        if !spaces.mask {
+            base.filter_now().map_err(|e| e.to_string())?;
+        }
         Ok((listener, base))
     });
     let (listener, mut prepared) = match ready {

@@ -556,6 +556,7 @@ fn is_executable(path: &Path) -> bool {
 /// Rules made into a Landlock ruleset and seccomp programs, ready to be applied.
 pub struct Prepared {
     ruleset: Option<landlock::RulesetCreated>,
+    /// The seccomp programs not yet in force.
     filters: Vec<seccompiler::BpfProgram>,
 }
 
@@ -885,8 +886,24 @@ impl Prepared {
         Ok(())
     }
 
+    /// Puts the seccomp filters (and `no_new_privs`) in force on the calling thread
+    /// now, before the Landlock ruleset: what a launcher that needs no mount (no
+    /// `deny:`) does while it waits for its server, since the kernel takes a quarter
+    /// of a millisecond to install the filters.
+    ///
+    /// # Errors
+    /// When a filter could not be installed.
+    pub(crate) fn filter_now(&mut self) -> std::io::Result<()> {
+        for filter in std::mem::take(&mut self.filters) {
+            seccompiler::apply_filter(&filter)
+                .map_err(|e| std::io::Error::other(format!("the system-call filter: {e}")))?;
+        }
+        Ok(())
+    }
+
     /// Applies the rules to the calling thread: `no_new_privs`, the Landlock ruleset
-    /// and the seccomp filters. All three are per thread, kept across `exec`.
+    /// and the seccomp filters not yet in force. All three are per thread, kept across
+    /// `exec`.
     ///
     /// # Errors
     /// When the rules could not be fully enforced.
@@ -902,11 +919,7 @@ impl Prepared {
             Ok(_) => return Err(std::io::Error::other("the sandbox was not fully enforced")),
             Err(_) => return Err(std::io::Error::other("the sandbox could not be applied")),
         }
-        for filter in &self.filters {
-            seccompiler::apply_filter(filter)
-                .map_err(|e| std::io::Error::other(format!("the system-call filter: {e}")))?;
-        }
-        Ok(())
+        self.filter_now()
     }
 }
 
