@@ -188,6 +188,7 @@ impl Pipeline {
         let route = self.elicit_route(declaration, &redactor);
         let notices = self.notices(declaration, &redactor);
         let signals = Arc::new(ServerSignals::new(route, notices, roots));
+        let confined = matches!(&launch, Launch::Stdio(stdio) if stdio.sandbox.is_some());
         let connected = transport::connect(
             launch,
             Arc::clone(&signals),
@@ -221,6 +222,24 @@ impl Pipeline {
                         log.display()
                     ),
                     (None, _) => e.message,
+                };
+                // Landlock and seccomp tell only the process they refuse: a confined
+                // server that failed saying it was refused was most likely refused by
+                // the sandbox. Said by kind; what it aimed at is the server's text.
+                let refused = crate::sandbox::refusal_reported(&e.stderr_tail);
+                let message = match refused.filter(|_| confined) {
+                    Some(kind) => {
+                        self.emit(EventKind::SandboxDenied {
+                            server: declaration.server_id.clone(),
+                            kind: crate::events::SandboxDenial::Reported,
+                            target: String::new(),
+                            reason: kind.into(),
+                        });
+                        format!(
+                            "{message}; it ran confined and reports a refused access: if it needs a path or network the sandbox withholds, declare it under `sandbox:` (reviewed)"
+                        )
+                    }
+                    None => message,
                 };
                 Err(Outcome::Failed {
                     declaration: Arc::clone(declaration),

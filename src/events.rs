@@ -64,6 +64,11 @@ impl UrlPhase {
 pub enum SandboxDenial {
     /// A request through the egress proxy, refused by the URL policy.
     Egress,
+    /// A confined server failed, and its stderr reports a refused access: most likely
+    /// Landlock's or seccomp's, whose refusals reach no one but the process refused.
+    /// The target is never named (the text is the server's); the reason is the kind of
+    /// refusal reported (`permission_denied`, `operation_not_permitted`, `read_only`).
+    Reported,
 }
 
 /// How a session became live.

@@ -794,6 +794,65 @@ fn a_numbered_name_says_which_tool_took_its_first_choice() {
     assert_eq!(said.matches("is exposed as").count(), 1, "{said}");
 }
 
+/// A confined server that fails saying it was refused (Landlock and seccomp tell only
+/// the process they refuse) gets a line saying so and what would allow it, by kind,
+/// never naming what it aimed at; an unconfined one saying the same gets none.
+#[test]
+fn a_confined_server_that_fails_refused_is_told_to_declare_what_it_needs() {
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("canary-path.txt");
+    std::fs::write(&secret, "x").unwrap();
+    let home = tempfile::tempdir().unwrap();
+    for (attempt, kind) in [
+        (format!("cat '{}'", secret.display()), "permission_denied"),
+        (
+            format!("touch '{}'", outside.path().join("new").display()),
+            "permission_denied",
+        ),
+        (
+            format!("mkdir '{}'", outside.path().join("dir").display()),
+            "permission_denied",
+        ),
+    ] {
+        let core = Core::new().grant_servers(&["reader"]).server(
+            "reader",
+            &common::shell(
+                &format!("{attempt}; exit 3"),
+                &common::sandboxed("", &[], &[]),
+            ),
+        );
+        let out = run(&core, home.path(), &["--yes", "tools"]);
+        let said = text(&out.stderr);
+        let line = said
+            .lines()
+            .find(|l| l.contains("failed confined"))
+            .unwrap_or_else(|| panic!("{attempt}: {said}"));
+        assert!(
+            line.contains(&format!("reports a refused access ({kind})"))
+                && line.contains("declare it under `sandbox:`"),
+            "{line}"
+        );
+        assert!(!line.contains("canary-path"), "{line}");
+        assert!(
+            said.contains("it ran confined and reports a refused access"),
+            "{said}"
+        );
+    }
+    // Unconfined, the same words are only the server's.
+    let core = Core::new().grant_servers(&["reader"]).server(
+        "reader",
+        &common::shell(
+            "echo 'open: Permission denied' >&2; exit 3",
+            "sandbox: off\n",
+        ),
+    );
+    let out = run(&core, home.path(), &["--yes", "tools"]);
+    let said = text(&out.stderr) + &text(&out.stdout);
+    assert!(said.contains("Permission denied"), "{said}");
+    assert!(!said.contains("failed confined"), "{said}");
+    assert!(!said.contains("reports a refused access"), "{said}");
+}
+
 /// An undeclared server runs confined (the product's default): its request to an
 /// untrusted address through the egress proxy is refused, and the CLI says what was
 /// refused and what would allow it.

@@ -654,7 +654,20 @@ impl Cli {
 
 /// What the CLI says when a confined server's request was refused by the URL policy:
 /// what, why, and what would allow it.
-fn sandbox_denial_line(server: &str, target: &str, reason: &str) -> String {
+fn sandbox_denial_line(
+    server: &str,
+    kind: demiurge_mcp::events::SandboxDenial,
+    target: &str,
+    reason: &str,
+) -> String {
+    if kind == demiurge_mcp::events::SandboxDenial::Reported {
+        return format!(
+            "  ! {} failed confined, and its stderr reports a refused access ({}): if it needs a path or network the sandbox withholds, declare it under `sandbox:` in its declaration (`mcp get {}` shows what it gets; never a credential store), reviewed like any change",
+            t(server),
+            t(reason),
+            t(server)
+        );
+    }
     let allow = match reason {
         "private" | "loopback" | "cgnat" | "localhost" => {
             "to allow it, trust that network (`--trust-network CIDR`, or the host's URL policy)"
@@ -712,12 +725,12 @@ impl EventSink for Progress {
         // server's failure, with the change that would allow it (never made here).
         if let EventKind::SandboxDenied {
             server,
+            kind,
             target,
             reason,
-            ..
         } = &event.kind
         {
-            eprintln!("{}", sandbox_denial_line(server, target, reason));
+            eprintln!("{}", sandbox_denial_line(server, *kind, target, reason));
             return;
         }
         if !self.terminal {

@@ -231,6 +231,28 @@ fn paths_of(value: &serde_yaml::Value) -> Option<Vec<String>> {
         .collect()
 }
 
+/// The kind of refused access that lines of a server's stderr report, if any: what a
+/// process refused by Landlock (`EACCES`), seccomp (`EPERM`, `EACCES` for sockets) or
+/// a read-only mount (`EROFS`) usually prints. Only the kind is returned, never the
+/// server's words.
+pub fn refusal_reported(lines: &[String]) -> Option<&'static str> {
+    const KINDS: &[(&str, &str)] = &[
+        ("permission denied", "permission_denied"),
+        ("eacces", "permission_denied"),
+        ("operation not permitted", "operation_not_permitted"),
+        ("eperm", "operation_not_permitted"),
+        ("read-only file system", "read_only"),
+        ("erofs", "read_only"),
+    ];
+    lines.iter().find_map(|line| {
+        let line = line.to_lowercase();
+        KINDS
+            .iter()
+            .find(|(words, _)| line.contains(words))
+            .map(|(_, kind)| *kind)
+    })
+}
+
 /// The paths of one confined launch, resolved: what the launcher applies before it
 /// becomes the server, beyond what every confined server gets (the system, `/etc`
 /// without its secrets, the harmless devices), which the launcher adds itself, ahead
@@ -1004,6 +1026,36 @@ mod tests {
             package_root(&installed.join("index.js")).unwrap(),
             home.path().join("lib").canonicalize().unwrap()
         );
+    }
+
+    #[test]
+    fn refusals_reported_on_stderr_are_told_by_kind_only() {
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        for (said, kind) in [
+            (
+                "Error: EACCES: permission denied, open '/home/x/.cache/y'",
+                "permission_denied",
+            ),
+            (
+                "PermissionError: [Errno 13] Permission denied: '/srv/data'",
+                "permission_denied",
+            ),
+            ("bind: Operation not permitted", "operation_not_permitted"),
+            (
+                "Error: EPERM: operation not permitted, mkdir",
+                "operation_not_permitted",
+            ),
+            ("OSError: [Errno 30] Read-only file system", "read_only"),
+        ] {
+            assert_eq!(refusal_reported(&lines(&["starting", said])), Some(kind));
+        }
+        for quiet in [
+            &[][..],
+            &["listening on stdio"],
+            &["Error: ENOENT: no such file"],
+        ] {
+            assert_eq!(refusal_reported(&lines(quiet)), None);
+        }
     }
 
     #[test]
