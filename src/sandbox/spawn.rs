@@ -147,8 +147,9 @@ struct Summoned {
 }
 
 /// Where this process's launcher is: the small `demiurge-sandbox` beside this binary
-/// (or, for a test binary in `target/*/deps`, one directory up), else this binary when
-/// it is `demiurge`, else a `demiurge` found the same way. A found binary is taken
+/// (or, for a test binary in `target/*/deps`, one directory up; when this binary is
+/// `demiurge`, only one not older than it), else this binary when it is `demiurge`,
+/// else a `demiurge` found the same way. A found binary is taken
 /// only when nobody else could have put it there: it and its directory belong to this
 /// user or root and nobody else may write them (the launcher is handed the server's
 /// environment, secrets included). A host that embeds the runtime ships
@@ -168,12 +169,13 @@ pub fn launcher_path() -> Option<PathBuf> {
             .flatten()
             .find(|p| trusted(p))
     };
+    let i_am_demiurge = me.file_name().is_some_and(|n| n == "demiurge");
+    // `cargo run` rebuilds only `demiurge`: a `demiurge-sandbox` left older than it
+    // may speak another protocol, and `demiurge` is its own launcher anyway.
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     near("demiurge-sandbox")
-        .or_else(|| {
-            me.file_name()
-                .is_some_and(|n| n == "demiurge")
-                .then(|| me.clone())
-        })
+        .filter(|small| !i_am_demiurge || modified(small) >= modified(&me))
+        .or_else(|| i_am_demiurge.then(|| me.clone()))
         .or_else(|| near("demiurge"))
 }
 
