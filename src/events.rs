@@ -61,6 +61,7 @@ impl UrlPhase {
 /// What a sandbox refusal was about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SandboxDenial {
     /// A request through the egress proxy, refused by the URL policy.
     Egress,
@@ -354,16 +355,20 @@ pub enum EventKind {
         /// The refusal in words (missing capability, approval denied or unavailable).
         reason: String,
     },
-    /// The sandbox refused something a confined server tried.
+    /// The sandbox refused something a confined server tried (`egress`), or a
+    /// confined server failed saying it was refused, most likely by the sandbox
+    /// (`reported`).
     #[serde(rename = "mcp.sandbox_denied")]
     SandboxDenied {
         /// Server id.
         server: String,
         /// What was refused.
         kind: SandboxDenial,
-        /// What it aimed at, in the safe form of its kind (an origin for egress).
+        /// What it aimed at, in the safe form of its kind (an origin for egress;
+        /// empty when reported: the server's words are not repeated).
         target: String,
-        /// The rule that refused it (a URL policy block name for egress).
+        /// The rule that refused it (a URL policy block name for egress), or the kind
+        /// of refusal reported.
         reason: String,
     },
     /// A URL policy decision for one HTTP request.

@@ -10,6 +10,8 @@ mod common;
 use std::path::Path;
 
 use common::{Core, Harness, Recorder, clean_turn, exe, harness_with};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 /// The connect preview `server` was approved with, as a terminal shows it.
 fn preview_of(h: &Harness, server: &str) -> String {
@@ -864,8 +866,38 @@ async fn a_launcher_made_ahead_becomes_the_next_confined_server_and_ends_with_th
         Path::new(cwd.trim()).canonicalize().unwrap(),
         core.root().canonicalize().unwrap()
     );
-    // Shutting down ends the launcher made for a start that will not come.
+    // A waiting launcher that was killed, or stopped, is not handed a server: the
+    // start makes one of its own, at once.
     drop(catalog);
+    for signal in [Signal::SIGKILL, Signal::SIGSTOP] {
+        let mut waiting = Vec::new();
+        assert!(
+            common::eventually(std::time::Duration::from_secs(10), || {
+                waiting = common::launchers_of(me);
+                waiting.len() == 1
+            })
+            .await,
+            "{signal}: {waiting:?}"
+        );
+        kill(Pid::from_raw(waiting[0] as i32), signal).unwrap();
+        let started = std::time::Instant::now();
+        let catalog = clean_turn(&h, &core).await;
+        let pid = common::pid_of(&catalog, "a__whoami").await;
+        assert_ne!(pid, waiting[0], "{signal}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(8),
+            "{signal}: {:?}",
+            started.elapsed()
+        );
+        assert!(
+            common::eventually(std::time::Duration::from_secs(5), || !common::alive(
+                waiting[0]
+            ))
+            .await,
+            "{signal}: the launcher taken out of use is gone"
+        );
+    }
+    // Shutting down ends the launcher made for a start that will not come.
     assert!(
         common::eventually(std::time::Duration::from_secs(10), || {
             common::launchers_of(me).len() == 1

@@ -426,12 +426,12 @@ impl Registry {
                 // A server: tokio waits for it.
                 continue;
             }
-            // Left by a server but still in its group: that server's.
-            if let Some(tree) = inner
-                .trees
-                .values_mut()
-                .find(|t| t.root.pid == stat.pgrp && !t.members.contains_key(&p.pid))
-            {
+            // Left by a server but still in its group: that server's. Not a process
+            // that leads its own group: a dead server's pid can come back as a new
+            // group's leader (a sandbox launcher made ahead, say), which is not its.
+            if let Some(tree) = inner.trees.values_mut().find(|t| {
+                t.root.pid == stat.pgrp && p.pid != stat.pgrp && !t.members.contains_key(&p.pid)
+            }) {
                 tree.members.insert(p.pid, p);
                 tell(&mut inner, '+', &p);
             }

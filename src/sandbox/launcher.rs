@@ -10,20 +10,21 @@
 //! server's network namespace) or the error that kept the rules from being applied.
 //! The launcher answers only after every rule is in force, so `ok` means confined.
 //!
-//! In the launcher, in this order: the connection to the runtime; a user and IPC
-//! namespace (and, unless `network: host`, a network namespace; with `deny`, a mount
-//! namespace) of its own, as its arguments say (`Spaces`); for `proxy`, the loopback
+//! In the launcher, in this order: the connection to the runtime; the runtime's
+//! policy digest checked against its own (a launcher of another build would apply
+//! other lists); a user and IPC namespace (and, unless `network: host`, a network
+//! namespace; with `deny`, a mount namespace) of its own, as its arguments say
+//! (`Spaces`); the id maps, and no more tracing by anyone; for `proxy`, the loopback
 //! interface up and a listener on [`PROXY_PORT`] there; the rules every server gets:
 //! the Landlock ruleset of the system, `/etc` without its secrets and the devices,
 //! built but not yet in force, and the seccomp filters with `no_new_privs`, in force
-//! at once unless `deny` needs a mount. All of that needs nothing of the server, so a
-//! launcher may be made ahead of its start (`spawn::Launchers`) and wait here. Then
-//! the message read, and checked against the namespaces taken; the masks of `deny`;
-//! the server's own trees; Landlock (and the filters, if they waited) in force; the
-//! resource limits; the answer; then `exec`. The launcher runs single-threaded (a user
-//! namespace needs that), before any async runtime: call [`run_if_invoked`] first in
-//! `main`. A launcher whose runtime goes away while it waits reads end of file and
-//! exits.
+//! (with `deny`, both wait for the masks). All of that needs nothing of the server,
+//! so a launcher may be made ahead of its start (`spawn::Launchers`) and wait here.
+//! Then the message read, and checked against the namespaces taken; the masks of
+//! `deny`; the server's own trees; Landlock in force; the resource limits; the
+//! answer; then `exec`. The launcher runs single-threaded (a user namespace needs
+//! that), before any async runtime: call [`run_if_invoked`] first in `main`. A
+//! launcher whose runtime goes away while it waits reads end of file and exits.
 //!
 //! Adversary: none inside the launcher (it is the runtime's own code, and it runs before
 //! the server's). Bounds: the message at most [`MAX_RULES`] bytes; an answer at most
@@ -48,6 +49,8 @@ pub const PROXY_PORT: u16 = 3128;
 /// The version of the message between the runtime and the launcher, which may be
 /// separate files of different builds.
 pub const PROTOCOL: u32 = 2;
+/// What a launcher of another build than its runtime says (it may apply other rules).
+const ANOTHER_BUILD: &str = "the launcher is from another build than the runtime";
 /// Largest rules message accepted.
 pub const MAX_RULES: usize = 1024 * 1024;
 /// The most processes a confined server's tree may hold at once (`RLIMIT_NPROC`,
@@ -68,12 +71,12 @@ pub fn run_if_invoked() -> Option<ExitCode> {
 }
 
 fn launch(args: Vec<OsString>) -> ExitCode {
-    const USAGE: &str = "usage: __demiurge-sandbox NAME SPACES";
+    const USAGE: &str = "usage: __demiurge-sandbox NAME SPACES POLICY";
     let fail = |message: &str| {
         let _ = writeln!(std::io::stderr(), "demiurge sandbox: {message}");
         ExitCode::from(126)
     };
-    let [name, spaces] = args.as_slice() else {
+    let [name, spaces, policy] = args.as_slice() else {
         return fail(USAGE);
     };
     let Some(spaces) = spaces.to_str().and_then(|s| s.parse::<Spaces>().ok()) else {
@@ -87,16 +90,18 @@ fn launch(args: Vec<OsString>) -> ExitCode {
         return fail("the runtime is not listening");
     };
     // The namespaces and the rules every server gets, before the server is known
-    // (a launcher may be made ahead of its server, and waits here).
-    let ready = enter(spaces).and_then(|listener| {
-        let mut base = Prepared::base(spaces.network).map_err(|e| e.0)?;
-        // The filters refuse `mount`, which masking `deny:` needs: then they wait.
-        if !spaces.mask {
-            base.filter_now().map_err(|e| e.to_string())?;
-        }
-        Ok((listener, base))
-    });
-    let (listener, mut prepared) = match ready {
+    // (a launcher may be made ahead of its server, and waits here). With `deny:`
+    // (`+mask`) the rules wait for the masks: a rule opened on a path before its mask
+    // would hold the file the mask hides, and the filters refuse `mount`.
+    let ready = if policy.to_str() != Some(super::policy_digest()) {
+        Err(ANOTHER_BUILD.to_string())
+    } else {
+        enter(spaces).and_then(|listener| {
+            let base = (!spaces.mask).then(|| base(spaces.network)).transpose()?;
+            Ok((listener, base))
+        })
+    };
+    let (listener, prepared) = match ready {
         Ok(ready) => ready,
         Err(e) => {
             let _ = answer(&channel, format!("error {e}\n").as_bytes(), None);
@@ -105,12 +110,12 @@ fn launch(args: Vec<OsString>) -> ExitCode {
     };
     let confined = read_rules(&mut channel).and_then(|message| {
         if message.protocol != PROTOCOL {
-            return Err("the launcher is from another build than the runtime".to_string());
+            return Err(ANOTHER_BUILD.to_string());
         }
         if Spaces::of(&message.rules) != spaces {
             return Err("the rules do not match the launcher's namespaces".to_string());
         }
-        confine(&message.rules, &mut prepared)?;
+        confine(&message.rules, prepared)?;
         Ok(message)
     });
     let message = match confined {
@@ -273,6 +278,11 @@ fn enter(spaces: Spaces) -> Result<Option<TcpListener>, String> {
         write("uid_map", format!("{uid} {uid} 1"))?;
         write("gid_map", format!("{gid} {gid} 1"))?;
     }
+    // A launcher may wait long for its server: nobody may trace it meanwhile (the
+    // same user could otherwise, where Yama allows it). `exec` gives the server the
+    // kernel's usual rule back. After the id maps: they are written through `/proc`.
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(|e| format!("the launcher cannot make itself untraceable ({e})"))?;
     match spaces.network {
         Network::Proxy => {
             loopback_up().map_err(|e| format!("the sandbox's loopback cannot be set up ({e})"))?;
@@ -284,10 +294,23 @@ fn enter(spaces: Spaces) -> Result<Option<TcpListener>, String> {
     }
 }
 
-/// Applies `rules` on top of the base already `prepared` to this (single-threaded)
-/// process, inside the namespaces taken.
-fn confine(rules: &Rules, prepared: &mut Prepared) -> Result<(), String> {
+/// The rules every server gets, for a server whose network is `network`: the
+/// Landlock ruleset of the system, built, and the seccomp filters (with
+/// `no_new_privs`) in force.
+fn base(network: Network) -> Result<Prepared, String> {
+    let mut base = Prepared::base(network).map_err(|e| e.0)?;
+    base.filter_now().map_err(|e| e.to_string())?;
+    Ok(base)
+}
+
+/// Applies `rules` on top of the base (`prepared` ahead, or built now after the
+/// masks) to this (single-threaded) process, inside the namespaces taken.
+fn confine(rules: &Rules, prepared: Option<Prepared>) -> Result<(), String> {
     mask(&rules.deny)?;
+    let mut prepared = match prepared {
+        Some(prepared) => prepared,
+        None => base(rules.network)?,
+    };
     prepared.add(rules).map_err(|e| e.0)?;
     prepared.apply().map_err(|e| e.to_string())?;
     limits().map_err(|e| format!("a resource limit cannot be set ({e})"))

@@ -244,11 +244,19 @@ pub fn refusal_reported(lines: &[String]) -> Option<&'static str> {
         ("read-only file system", "read_only"),
         ("erofs", "read_only"),
     ];
+    // An errno name counts as a word of its own (`EACCES:`), not inside another.
+    let says = |line: &str, words: &str| {
+        line.match_indices(words).any(|(at, _)| {
+            let before = line[..at].chars().next_back();
+            let after = line[at + words.len()..].chars().next();
+            !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+        })
+    };
     lines.iter().find_map(|line| {
         let line = line.to_lowercase();
         KINDS
             .iter()
-            .find(|(words, _)| line.contains(words))
+            .find(|(words, _)| says(&line, words))
             .map(|(_, kind)| *kind)
     })
 }
@@ -439,10 +447,25 @@ impl Rules {
 /// `ssl/private`, opens its parent entry by entry). Read by each launcher: what is
 /// made later is not readable.
 fn all_but(root: &Path, hidden: &[&str]) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return Vec::new();
-    };
     let mut out = Vec::new();
+    walk_but(root, hidden, &mut |_| {}, &mut |entry| {
+        out.push(entry.path())
+    });
+    out
+}
+
+/// Visits what [`all_but`] lists: `on_dir` for `root` and each directory opened entry
+/// by entry, `on_entry` for each entry listed.
+fn walk_but(
+    root: &Path,
+    hidden: &[&str],
+    on_dir: &mut impl FnMut(&Path),
+    on_entry: &mut impl FnMut(&std::fs::DirEntry),
+) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    on_dir(root);
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
@@ -456,12 +479,62 @@ fn all_but(root: &Path, hidden: &[&str]) -> Vec<PathBuf> {
             .filter_map(|h| h.strip_prefix(name)?.strip_prefix('/'))
             .collect();
         if below.is_empty() {
-            out.push(entry.path());
+            on_entry(&entry);
         } else {
-            out.extend(all_but(&entry.path(), &below));
+            walk_but(&entry.path(), &below, on_dir, on_entry);
         }
     }
-    out
+}
+
+/// A stamp of what the rules every server gets were made from: the directories of
+/// `/etc` opened entry by entry (their modification times change when an entry is
+/// added, removed or replaced by a rename, as `ldconfig`, `useradd` and editors do)
+/// and where each link among the entries leads (`/etc/resolv.conf` into `/run`). A
+/// Landlock rule holds the file it was opened on: a launcher made before the stamp
+/// changed would refuse its server what the system now reads, and is not used.
+pub(crate) fn base_stamp() -> u64 {
+    stamp_of(Path::new("/etc"), ETC_SECRETS)
+}
+
+/// [`base_stamp`] of `root` opened but for `hidden`.
+fn stamp_of(root: &Path, hidden: &[&str]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut mark = |m: std::io::Result<std::fs::Metadata>| match m {
+        Ok(m) => (m.dev(), m.ino(), m.mtime(), m.mtime_nsec()).hash(&mut hasher),
+        Err(_) => 0u8.hash(&mut hasher),
+    };
+    let (mut dirs, mut links) = (Vec::new(), Vec::new());
+    walk_but(
+        root,
+        hidden,
+        &mut |dir| dirs.push(dir.to_path_buf()),
+        &mut |entry| {
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                links.push(entry.path());
+            }
+        },
+    );
+    for path in dirs.into_iter().chain(links) {
+        mark(std::fs::metadata(path));
+    }
+    hasher.finish()
+}
+
+/// What the rules every server gets are, as a launcher applies them (the system
+/// trees, `/etc`'s secrets, the devices, the refused calls) and the message's
+/// protocol: a launcher of another build, which would apply its own lists, refuses to
+/// start when the runtime's digest differs from its own.
+pub(crate) fn policy_digest() -> &'static str {
+    static DIGEST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DIGEST.get_or_init(|| {
+        let policy = format!(
+            "{}|{SYSTEM:?}|{ETC_SECRETS:?}|{DEVICES:?}|{REFUSED:?}|{ON_OTHERS:?}|{NAMESPACES:?}",
+            launcher::PROTOCOL
+        );
+        crate::digest::sha256_hex(policy.as_bytes())[..16].to_string()
+    })
 }
 
 /// The trees a program needs beyond the system: where its file is (links followed),
@@ -1026,6 +1099,50 @@ mod tests {
             package_root(&installed.join("index.js")).unwrap(),
             home.path().join("lib").canonicalize().unwrap()
         );
+    }
+
+    #[test]
+    fn the_base_stamp_changes_when_an_entry_is_replaced_or_a_link_moves() {
+        let etc = tempfile::tempdir().unwrap();
+        let root = etc.path();
+        let run = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.join("ssl/private")).unwrap();
+        std::fs::write(root.join("hosts"), "a").unwrap();
+        std::fs::write(run.path().join("resolv"), "a").unwrap();
+        std::os::unix::fs::symlink(run.path().join("resolv"), root.join("resolv.conf")).unwrap();
+        let hidden = &["ssl/private"][..];
+        let stamp = || stamp_of(root, hidden);
+        let first = stamp();
+        assert_eq!(stamp(), first, "nothing changed");
+        // Written in place: the rule still holds the same file.
+        std::fs::write(root.join("hosts"), "b").unwrap();
+        assert_eq!(stamp(), first);
+        let wait = || std::thread::sleep(std::time::Duration::from_millis(20));
+        // Replaced by a rename (an editor, `ldconfig`), in /etc or a directory opened
+        // entry by entry, or a link's target replaced.
+        let mut last = first;
+        for change in 0..3 {
+            wait();
+            match change {
+                0 => {
+                    std::fs::write(root.join("hosts.new"), "c").unwrap();
+                    std::fs::rename(root.join("hosts.new"), root.join("hosts")).unwrap();
+                }
+                1 => std::fs::write(root.join("ssl/cert.pem"), "c").unwrap(),
+                _ => {
+                    std::fs::write(run.path().join("resolv.new"), "c").unwrap();
+                    std::fs::rename(run.path().join("resolv.new"), run.path().join("resolv"))
+                        .unwrap();
+                }
+            }
+            let now = stamp();
+            assert_ne!(now, last, "change {change}");
+            last = now;
+        }
+        // What is hidden is not looked at.
+        wait();
+        std::fs::write(root.join("ssl/private/key"), "k").unwrap();
+        assert_eq!(stamp(), last);
     }
 
     #[test]

@@ -81,13 +81,29 @@ impl Launchers {
 
     /// How many launchers are made and waiting.
     pub fn waiting(&self) -> usize {
-        self.state.lock().map_or(0, |s| s.ready.len())
+        self.state().ready.len()
     }
 
-    /// The launcher made for `spaces`, when one is there and alive.
-    fn take(&self, spaces: Spaces) -> Option<Summoned> {
-        let mut made = self.state.lock().ok()?.ready.remove(&spaces)?;
-        matches!(made.child.try_wait(), Ok(None)).then_some(made)
+    /// The state; a panic elsewhere while it was held leaves it usable (every change
+    /// to it is one step).
+    fn state(&self) -> std::sync::MutexGuard<'_, Made> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The launcher made for `spaces`, when one is there, alive and not stopped, and
+    /// the system it built its rules from is unchanged ([`super::base_stamp`]); one
+    /// that is not is killed.
+    async fn take(&self, spaces: Spaces) -> Option<Summoned> {
+        let mut made = self.state().ready.remove(&spaces)?;
+        let running = matches!(made.child.try_wait(), Ok(None))
+            && crate::process::tree::stat(made.pid).is_some_and(|s| !matches!(s.state, 'T' | 't'));
+        if running && made.stamp == super::base_stamp() {
+            return Some(made);
+        }
+        let _ = made.child.kill().await;
+        None
     }
 
     /// Makes a launcher for `spaces` in the background, unless one is there or being
@@ -97,9 +113,7 @@ impl Launchers {
             return;
         }
         {
-            let Ok(mut state) = self.state.lock() else {
-                return;
-            };
+            let mut state = self.state();
             if state.closed || state.ready.contains_key(&spaces) || !state.making.insert(spaces) {
                 return;
             }
@@ -108,29 +122,39 @@ impl Launchers {
         let (path, dir) = (self.path.clone(), self.dir.clone());
         tokio::spawn(async move {
             let made = summon(&path, &dir, spaces, |_| {}).await;
-            // Gone or closed meanwhile: the launcher made is dropped (killed).
-            let Some(launchers) = launchers.upgrade() else {
+            let Ok(made) = made else {
+                if let Some(launchers) = launchers.upgrade() {
+                    launchers.state().making.remove(&spaces);
+                }
                 return;
             };
-            let Ok(mut state) = launchers.state.lock() else {
-                return;
+            // Gone or closed meanwhile: killed and waited for.
+            let rejected = match launchers.upgrade() {
+                None => Some(made),
+                Some(launchers) => {
+                    let mut state = launchers.state();
+                    state.making.remove(&spaces);
+                    if state.closed {
+                        Some(made)
+                    } else {
+                        state.ready.insert(spaces, made);
+                        None
+                    }
+                }
             };
-            state.making.remove(&spaces);
-            if let (Ok(made), false) = (made, state.closed) {
-                state.ready.insert(spaces, made);
+            if let Some(mut made) = rejected {
+                let _ = made.child.kill().await;
             }
         });
     }
 
     /// Ends every launcher made ahead and makes no more (the runtime is shutting down):
-    /// each is killed and waited for.
+    /// each is killed and waited for; one being made is killed once it is.
     pub async fn close(&self) {
-        let made: Vec<Summoned> = match self.state.lock() {
-            Ok(mut state) => {
-                state.closed = true;
-                state.ready.drain().map(|(_, made)| made).collect()
-            }
-            Err(_) => return,
+        let made: Vec<Summoned> = {
+            let mut state = self.state();
+            state.closed = true;
+            state.ready.drain().map(|(_, made)| made).collect()
         };
         for mut made in made {
             let _ = made.child.kill().await;
@@ -144,6 +168,8 @@ struct Summoned {
     child: tokio::process::Child,
     stream: UnixStream,
     pid: u32,
+    /// [`super::base_stamp`] before it was spawned.
+    stamp: u64,
 }
 
 /// Where this process's launcher is: the small `demiurge-sandbox` beside this binary
@@ -171,10 +197,18 @@ pub fn launcher_path() -> Option<PathBuf> {
     };
     let i_am_demiurge = me.file_name().is_some_and(|n| n == "demiurge");
     // `cargo run` rebuilds only `demiurge`: a `demiurge-sandbox` left older than it
-    // may speak another protocol, and `demiurge` is its own launcher anyway.
+    // may be of another build (it would refuse to start), and `demiurge` is its own
+    // launcher anyway.
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     near("demiurge-sandbox")
-        .filter(|small| !i_am_demiurge || modified(small) >= modified(&me))
+        .filter(|small| {
+            // Built with it (cargo links the two moments apart), or later.
+            let built_with = match (modified(small), modified(&me)) {
+                (Some(small), Some(me)) => small + Duration::from_secs(60) >= me,
+                _ => false,
+            };
+            !i_am_demiurge || built_with
+        })
         .or_else(|| i_am_demiurge.then(|| me.clone()))
         .or_else(|| near("demiurge"))
 }
@@ -221,13 +255,6 @@ pub(crate) async fn spawn(
 ) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
     let spaces = Spaces::of(&confinement.rules);
     let launchers = &confinement.launchers;
-    let summoned = match launchers.take(spaces) {
-        Some(made) => {
-            spawned(made.pid);
-            made
-        }
-        None => summon(&launchers.path, &launchers.dir, spaces, spawned).await?,
-    };
     let message = super::launcher::Message {
         protocol: super::launcher::PROTOCOL,
         rules: confinement.rules.clone(),
@@ -236,7 +263,24 @@ pub(crate) async fn spawn(
         cwd: cwd.to_path_buf(),
         env: env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
     };
-    hand_over(summoned, &message).await
+    // A launcher made ahead is recorded once it became the server (until then it
+    // carries nothing a sweep looks for); one that answers nothing (killed, broken)
+    // is replaced by a new one, once.
+    if let Some(made) = launchers.take(spaces).await {
+        let pid = made.pid;
+        match hand_over(made, &message).await {
+            Ok(started) => {
+                spawned(pid);
+                return Ok(started);
+            }
+            Err(NotStarted::Failed(e)) => return Err(e),
+            Err(NotStarted::Silent(_)) => {}
+        }
+    }
+    let summoned = summon(&launchers.path, &launchers.dir, spaces, spawned).await?;
+    hand_over(summoned, &message)
+        .await
+        .map_err(|(NotStarted::Silent(e) | NotStarted::Failed(e))| e)
 }
 
 impl Confinement {
@@ -261,6 +305,7 @@ async fn summon(
     spaces: Spaces,
     spawned: impl FnOnce(u32),
 ) -> std::io::Result<Summoned> {
+    let stamp = super::base_stamp();
     let name = format!("demiurge-sandbox-{}-{}", std::process::id(), nonce()?);
     let listener = std::os::unix::net::UnixListener::bind_addr(&SocketAddr::from_abstract_name(
         name.as_bytes(),
@@ -274,6 +319,7 @@ async fn summon(
         .arg(ARGUMENT)
         .arg(&name)
         .arg(spaces.to_string())
+        .arg(super::policy_digest())
         .env_clear()
         .current_dir(if dir.is_dir() { dir } else { Path::new("/") })
         .stdin(Stdio::piped())
@@ -316,7 +362,12 @@ async fn summon(
     })
     .await;
     match connected {
-        Ok(Ok(stream)) => Ok(Summoned { child, stream, pid }),
+        Ok(Ok(stream)) => Ok(Summoned {
+            child,
+            stream,
+            pid,
+            stamp,
+        }),
         Ok(Err(e)) => Err(e),
         Err(_) => Err(unavailable(
             "the sandbox launcher did not answer in time".into(),
@@ -324,12 +375,29 @@ async fn summon(
     }
 }
 
+/// What a launcher told of a start.
+enum Told {
+    /// Its answer (`ok`, or `error ...`), and the proxy's listener it may carry.
+    Answer(String, Option<std::net::TcpListener>),
+    /// `ok`, then the server's program could not be executed (its errno).
+    Exec(i32),
+}
+
+/// Why a hand-over did not start the server.
+enum NotStarted {
+    /// The launcher answered nothing (it died, or its socket broke): a launcher made
+    /// ahead may be replaced by a new one.
+    Silent(std::io::Error),
+    /// It answered (or overran its time): the start's own error.
+    Failed(std::io::Error),
+}
+
 /// Sends `message` to the launcher `summoned` and reads its answer: the child once it
 /// is confined and became the server.
 async fn hand_over(
     summoned: Summoned,
     message: &super::launcher::Message,
-) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
+) -> Result<(tokio::process::Child, Option<std::net::TcpListener>), NotStarted> {
     let Summoned {
         child, mut stream, ..
     } = summoned;
@@ -347,7 +415,7 @@ async fn hand_over(
         if let Err(e) = sent {
             return match receive(&mut stream).await {
                 Ok((text, _)) if text.starts_with("error ") => {
-                    Ok((text.trim_end().to_string(), None))
+                    Ok(Told::Answer(text.trim_end().to_string(), None))
                 }
                 _ => Err(e),
             };
@@ -355,46 +423,41 @@ async fn hand_over(
         // Lines: the answer, then (after `ok`) why `exec` failed, or end of file (the
         // launcher's socket closes on `exec`). Both may come in one read.
         let (mut text, listener) = receive(&mut stream).await?;
-        if !text.contains('\n') {
-            return Ok((text, listener));
-        }
-        if text.trim_end_matches('\n') == "ok" {
-            match receive(&mut stream).await {
-                Ok((more, _)) => text.push_str(&more),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
-                Err(e) => return Err(e),
+        if text.trim_end_matches('\n') == "ok" && text.ends_with('\n') {
+            // Whatever follows is the `exec`'s: end of file, or its failure.
+            if let Ok((more, _)) = receive(&mut stream).await {
+                text.push_str(&more);
             }
         }
         let mut lines = text.lines();
         let answer = lines.next().unwrap_or_default().to_string();
         if let Some(failed) = lines.next().and_then(|l| l.strip_prefix("exec ")) {
-            let code = failed.parse::<i32>().unwrap_or(libc::ENOEXEC);
-            return Err(std::io::Error::from_raw_os_error(code));
+            return Ok(Told::Exec(failed.parse::<i32>().unwrap_or(libc::ENOEXEC)));
         }
-        Ok((answer, listener))
+        Ok(Told::Answer(answer, listener))
     };
-    let answer = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
-    let (text, listener) = match answer {
-        Ok(Ok(answer)) => answer,
+    let told = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
+    let failed = |reason: String| NotStarted::Failed(unavailable(reason));
+    match told {
+        Ok(Ok(Told::Answer(text, listener))) if text == "ok" => Ok((child, listener)),
+        Ok(Ok(Told::Answer(text, _))) => {
+            let reason = text
+                .strip_prefix("error ")
+                .unwrap_or("an unreadable answer")
+                .chars()
+                .filter(|c| !c.is_control())
+                .collect();
+            Err(failed(reason))
+        }
         // The server's program could not be executed: the spawn's own error.
-        Ok(Err(e)) if e.raw_os_error().is_some() => return Err(e),
-        Ok(Err(e)) => return Err(unavailable(format!("the sandbox launcher failed ({e})"))),
-        Err(_) => {
-            return Err(unavailable(
-                "the sandbox launcher did not answer in time".into(),
-            ));
+        Ok(Ok(Told::Exec(code))) => {
+            Err(NotStarted::Failed(std::io::Error::from_raw_os_error(code)))
         }
-    };
-    if text == "ok" {
-        return Ok((child, listener));
+        Ok(Err(e)) => Err(NotStarted::Silent(unavailable(format!(
+            "the sandbox launcher failed ({e})"
+        )))),
+        Err(_) => Err(failed("the sandbox launcher did not answer in time".into())),
     }
-    let reason = text
-        .strip_prefix("error ")
-        .unwrap_or("an unreadable answer")
-        .chars()
-        .filter(|c| !c.is_control())
-        .collect();
-    Err(unavailable(reason))
 }
 
 /// The exit status of `child`, once it has one.
