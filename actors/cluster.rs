@@ -18,15 +18,17 @@
 //! holding a lane another claimed later evicts its own session there.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ractor::{Actor, ActorCell, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent};
 use ractor_cluster::{NodeServer, NodeServerMessage, RactorClusterMessage};
 use serde::{Deserialize, Serialize};
 
-use super::handle::Runtime;
-use super::runtime::{Eviction, Internal, InternalMsg, RuntimeError, RuntimeMsg, eviction_worst};
-use super::session::EvictionReport;
+use crate::actors::host::{
+    Claimed, EvictReason, Eviction, EvictionReport, Internal, InternalMsg, LaneClaims, Runtime,
+    RuntimeError, RuntimeMsg, eviction_worst,
+};
 
 /// The process group every node's lane directory joins is this, then the cluster's
 /// name (several clusters may share a network, or a process).
@@ -132,7 +134,9 @@ impl ClusterNode {
                 return Err(ClusterError::Start(e.to_string()));
             }
         };
-        runtime.set_lane_directory(Some(directory.clone()));
+        runtime.set_lane_claims(Some(Arc::new(DirectoryClaims {
+            directory: directory.clone(),
+        })));
         Ok(ClusterNode {
             name: options.name,
             group,
@@ -233,7 +237,7 @@ impl ClusterNode {
             .call(
                 |reply| {
                     RuntimeMsg::Internal(Internal(InternalMsg::EvictLanes {
-                        reason: "left_cluster".into(),
+                        reason: EvictReason::LeftCluster,
                         reply,
                     }))
                 },
@@ -252,7 +256,7 @@ impl ClusterNode {
         for peer in peers(&self.group) {
             let _ = peer.cast(LaneMsg::Leaving(message.clone()));
         }
-        self.runtime.set_lane_directory(None);
+        self.runtime.set_lane_claims(None);
         let _ = self
             .directory
             .stop_and_wait(None, Some(Duration::from_secs(5)))
@@ -372,15 +376,15 @@ impl Released {
     }
 }
 
-/// What a local claim asks and answers (JSON between the root's task and the
-/// directory).
-#[derive(Debug, Serialize, Deserialize)]
+/// What a local claim asks.
+#[derive(Debug)]
 struct ClaimRequest {
     lane: String,
     proceed: bool,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+/// What a local claim answers.
+#[derive(Debug, PartialEq, Eq)]
 enum ClaimAnswer {
     /// The eviction it caused elsewhere, and the claim's epoch and node.
     Claimed(Option<EvictionReport>, u64, String),
@@ -415,8 +419,8 @@ pub enum LaneMsg {
 pub struct Local(LocalMsg);
 
 enum LocalMsg {
-    /// From this node's root: claim a lane (`ClaimRequest`), answered `ClaimAnswer`.
-    Claim(String, RpcReplyPort<String>),
+    /// From this node's root: claim a lane.
+    Claim(ClaimRequest, RpcReplyPort<ClaimAnswer>),
     /// What a peer's `Local` decodes to: nothing.
     Ignored,
     /// A peer's directory left; if its node is still connected, its runtime ended.
@@ -502,6 +506,208 @@ impl DirectoryState {
     }
 }
 
+/// One method per message.
+impl DirectoryState {
+    /// [`LocalMsg::Claim`]: asks every peer to release the lane, on a task, and answers
+    /// with the [`verdict`]. The claim is recorded at once: a concurrent claim of
+    /// another node that is older is refused from now on.
+    fn claim(
+        &mut self,
+        myself: &ActorRef<LaneMsg>,
+        request: ClaimRequest,
+        reply: RpcReplyPort<ClaimAnswer>,
+    ) {
+        let known = self.owners.get(&request.lane).cloned();
+        if known.is_none() && self.owners.len() >= MAX_LANES {
+            let _ = reply.send(ClaimAnswer::Full);
+            return;
+        }
+        let claim = ClaimOf {
+            lane: request.lane.clone(),
+            node: self.args.node.clone(),
+            epoch: known.as_ref().map_or(0, |k| k.epoch).saturating_add(1),
+        };
+        self.owners.insert(claim.lane.clone(), claim.clone());
+        let bound = self.args.claim_timeout + eviction_worst(self.args.grace);
+        let (group, myself) = (self.args.group.clone(), myself.clone());
+        tokio::spawn(async move {
+            let answers = ask_release(&group, &claim, bound).await;
+            let owner = known.as_ref().map(|k| k.node.clone());
+            let answer = verdict(owner, &claim, request.proceed, answers);
+            if !matches!(answer, ClaimAnswer::Claimed(..)) {
+                // A claim that did not take leaves the lane's owner as it was.
+                let failed = LocalMsg::Failed(claim, known);
+                let _ = myself.cast(LaneMsg::Local(Local(failed)));
+            }
+            let _ = reply.send(answer);
+        });
+    }
+
+    /// [`LaneMsg::Release`]: a peer claims a lane; this node's session there is
+    /// evicted, unless this node's own claim of it is the later one.
+    async fn release(&mut self, claim: &str, reply: RpcReplyPort<String>) {
+        let me = self.args.node.clone();
+        let Some(claim) = serde_json::from_str::<ClaimOf>(claim)
+            .ok()
+            .filter(ClaimOf::fits)
+        else {
+            // Answered, so the claimant does not wait out its bound.
+            let _ = reply.send(Released::to(me, None, false, true));
+            return;
+        };
+        if claim.node == me {
+            let _ = reply.send(Released::to(me, None, false, false));
+            return;
+        }
+        if self
+            .owners
+            .get(&claim.lane)
+            .is_some_and(|ours| ours.node == me && !claim.newer_than(ours.epoch, &ours.node))
+        {
+            // Our own claim of the lane is the later one: it stands.
+            let _ = reply.send(Released::to(me, None, true, false));
+            return;
+        }
+        let Ok(eviction) = self.evict_local(&claim).await else {
+            // The root did not answer: nothing is known to be released.
+            let _ = reply.send(Released::to(me, None, false, true));
+            return;
+        };
+        self.record(claim);
+        tokio::spawn(async move {
+            let report = match eviction {
+                Some(eviction) => eviction.wait().await.ok(),
+                None => None,
+            };
+            let _ = reply.send(Released::to(me, report, false, false));
+        });
+    }
+
+    /// [`LaneMsg::Announce`]: a peer that (re)joined holds a lane; a session of this
+    /// node there under an older claim goes.
+    async fn announced(&mut self, claim: &str) {
+        let Some(claim) = serde_json::from_str::<ClaimOf>(claim)
+            .ok()
+            .filter(ClaimOf::fits)
+        else {
+            return;
+        };
+        if claim.node != self.args.node {
+            if self.outclaimed(&claim) {
+                // Claimed elsewhere while we could not hear it: ours goes.
+                let _ = self.evict_local(&claim).await;
+            }
+            self.record(claim);
+        }
+    }
+
+    /// [`LaneMsg::Leaving`]: a peer left on purpose; its lanes are no longer held.
+    fn leaving(&mut self, node: &str) {
+        if let Ok(node) = serde_json::from_str::<String>(node)
+            && node_fits(&node)
+            && node != self.args.node
+        {
+            self.owners.retain(|_, claim| claim.node != node);
+        }
+    }
+
+    /// [`LocalMsg::Left`]: peers' directories left; a moment later, those whose node
+    /// is still connected had their runtime end ([`LocalMsg::Gone`]).
+    fn left(&self, myself: &ActorRef<LaneMsg>, cells: Vec<ActorCell>) {
+        let (server, myself) = (self.args.server.clone(), myself.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(DEATH_CHECK).await;
+            let Ok(sessions) = ractor::call_t!(server, NodeServerMessage::GetSessions, 2000) else {
+                return;
+            };
+            let gone = cells
+                .iter()
+                .filter_map(|cell| match cell.get_id() {
+                    ractor::ActorId::Remote { node_id, .. } => sessions.get(&node_id),
+                    ractor::ActorId::Local(_) => None,
+                })
+                // ractor_cluster names a peer `name@host`.
+                .filter_map(|info| info.peer_name.as_ref())
+                .filter_map(|n| n.name.split('@').next().map(str::to_string))
+                .collect::<Vec<_>>();
+            if !gone.is_empty() {
+                let _ = myself.cast(LaneMsg::Local(Local(LocalMsg::Gone(gone))));
+            }
+        });
+    }
+
+    /// [`LocalMsg::Failed`]: a claim of ours did not take; the owner before it stands,
+    /// unless another claim came since.
+    fn claim_failed(&mut self, failed: ClaimOf, before: Option<ClaimOf>) {
+        let ours = self.owners.get(&failed.lane).is_some_and(|now| {
+            (now.node.as_str(), now.epoch) == (failed.node.as_str(), failed.epoch)
+        });
+        if ours {
+            match before {
+                Some(before) => self.owners.insert(failed.lane.clone(), before),
+                None => self.owners.remove(&failed.lane),
+            };
+        }
+    }
+}
+
+/// Asks every peer of `group` to release the lane `claim` names, each within `bound`;
+/// the answers that came and fit.
+async fn ask_release(group: &str, claim: &ClaimOf, bound: Duration) -> Vec<Released> {
+    let message = serde_json::to_string(claim).unwrap_or_default();
+    let asked = peers(group).into_iter().map(|peer| {
+        let message = message.clone();
+        async move {
+            let answer = peer
+                .call(|r| LaneMsg::Release(message, r), Some(bound))
+                .await;
+            match answer {
+                Ok(ractor::rpc::CallResult::Success(answer)) => {
+                    serde_json::from_str::<Released>(&answer)
+                        .ok()
+                        .filter(Released::fits)
+                }
+                _ => None,
+            }
+        }
+    });
+    futures::future::join_all(asked)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// What a claim of this node comes to, given the lane's last known `owner` and the
+/// peers' `answers`: a peer that could not release fails it (unreachable), a peer whose
+/// own claim is later wins it (contended), an owner on another node that did not answer
+/// fails it unless the claim may `proceed`; otherwise it took, with the eviction one
+/// peer reported.
+fn verdict(
+    owner: Option<String>,
+    claim: &ClaimOf,
+    proceed: bool,
+    answers: Vec<Released>,
+) -> ClaimAnswer {
+    let owner = owner.filter(|node| node != &claim.node);
+    if let Some(failed) = answers.iter().find(|a| a.failed) {
+        return ClaimAnswer::Unreachable(failed.node.clone());
+    }
+    if let Some(refused) = answers.iter().find(|a| a.refused) {
+        return ClaimAnswer::Contended(refused.node.clone());
+    }
+    match owner {
+        Some(node) if !proceed && !answers.iter().any(|a| a.node == node) => {
+            ClaimAnswer::Unreachable(node)
+        }
+        _ => ClaimAnswer::Claimed(
+            answers.into_iter().find_map(|a| a.report),
+            claim.epoch,
+            claim.node.clone(),
+        ),
+    }
+}
+
 impl Actor for Directory {
     type Msg = LaneMsg;
     type State = DirectoryState;
@@ -527,185 +733,24 @@ impl Actor for Directory {
         state: &mut DirectoryState,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            LaneMsg::Local(Local(LocalMsg::Claim(request, reply))) => {
-                let Ok(request) = serde_json::from_str::<ClaimRequest>(&request) else {
-                    return Ok(());
-                };
-                let known = state.owners.get(&request.lane).cloned();
-                if known.is_none() && state.owners.len() >= MAX_LANES {
-                    let full = serde_json::to_string(&ClaimAnswer::Full).unwrap_or_default();
-                    let _ = reply.send(full);
-                    return Ok(());
-                }
-                let claim = ClaimOf {
-                    lane: request.lane.clone(),
-                    node: state.args.node.clone(),
-                    epoch: known.as_ref().map_or(0, |k| k.epoch).saturating_add(1),
-                };
-                // Recorded at once: a concurrent claim of another node that is older is
-                // refused from now on.
-                state.owners.insert(claim.lane.clone(), claim.clone());
-                let (timeout, me) = (state.args.claim_timeout, state.args.node.clone());
-                let group = state.args.group.clone();
-                let bound = timeout + eviction_worst(state.args.grace);
-                tokio::spawn(async move {
-                    let message = serde_json::to_string(&claim).unwrap_or_default();
-                    let asked = peers(&group).into_iter().map(|peer| {
-                        let message = message.clone();
-                        async move {
-                            let answer = peer
-                                .call(|r| LaneMsg::Release(message, r), Some(bound))
-                                .await;
-                            match answer {
-                                Ok(ractor::rpc::CallResult::Success(answer)) => {
-                                    serde_json::from_str::<Released>(&answer)
-                                        .ok()
-                                        .filter(Released::fits)
-                                }
-                                _ => None,
-                            }
-                        }
-                    });
-                    let answers: Vec<Released> = futures::future::join_all(asked)
-                        .await
-                        .into_iter()
-                        .flatten()
-                        .collect();
-                    let owner = known
-                        .as_ref()
-                        .map(|k| k.node.clone())
-                        .filter(|node| node != &me);
-                    let refused = answers.iter().find(|a| a.refused).map(|a| a.node.clone());
-                    let failed = answers.iter().find(|a| a.failed).map(|a| a.node.clone());
-                    let answer = match owner {
-                        _ if failed.is_some() => {
-                            ClaimAnswer::Unreachable(failed.unwrap_or_default())
-                        }
-                        _ if refused.is_some() => {
-                            ClaimAnswer::Contended(refused.unwrap_or_default())
-                        }
-                        Some(node)
-                            if !request.proceed && !answers.iter().any(|a| a.node == node) =>
-                        {
-                            ClaimAnswer::Unreachable(node)
-                        }
-                        _ => ClaimAnswer::Claimed(
-                            answers.into_iter().find_map(|a| a.report),
-                            claim.epoch,
-                            claim.node.clone(),
-                        ),
-                    };
-                    if !matches!(answer, ClaimAnswer::Claimed(..)) {
-                        // A claim that did not take leaves the lane's owner as it was.
-                        let failed = LocalMsg::Failed(claim, known);
-                        let _ = myself.cast(LaneMsg::Local(Local(failed)));
-                    }
-                    let _ = reply.send(serde_json::to_string(&answer).unwrap_or_default());
-                });
-            }
-            LaneMsg::Release(claim, reply) => {
-                let me = state.args.node.clone();
-                let Some(claim) = serde_json::from_str::<ClaimOf>(&claim)
-                    .ok()
-                    .filter(ClaimOf::fits)
-                else {
-                    // Answered, so the claimant does not wait out its bound.
-                    let _ = reply.send(Released::to(me, None, false, true));
-                    return Ok(());
-                };
-                if claim.node == me {
-                    let _ = reply.send(Released::to(me, None, false, false));
-                    return Ok(());
-                }
-                if state.owners.get(&claim.lane).is_some_and(|ours| {
-                    ours.node == me && !claim.newer_than(ours.epoch, &ours.node)
-                }) {
-                    // Our own claim of the lane is the later one: it stands.
-                    let _ = reply.send(Released::to(me, None, true, false));
-                    return Ok(());
-                }
-                let Ok(eviction) = state.evict_local(&claim).await else {
-                    // The root did not answer: nothing is known to be released.
-                    let _ = reply.send(Released::to(me, None, false, true));
-                    return Ok(());
-                };
-                state.record(claim);
-                tokio::spawn(async move {
-                    let report = match eviction {
-                        Some(eviction) => eviction.wait().await.ok(),
-                        None => None,
-                    };
-                    let _ = reply.send(Released::to(me, report, false, false));
-                });
-            }
-            LaneMsg::Announce(claim) => {
-                let Some(claim) = serde_json::from_str::<ClaimOf>(&claim)
-                    .ok()
-                    .filter(ClaimOf::fits)
-                else {
-                    return Ok(());
-                };
-                if claim.node != state.args.node {
-                    if state.outclaimed(&claim) {
-                        // Claimed elsewhere while we could not hear it: ours goes.
-                        let _ = state.evict_local(&claim).await;
-                    }
-                    state.record(claim);
-                }
-            }
+            LaneMsg::Release(claim, reply) => state.release(&claim, reply).await,
+            LaneMsg::Announce(claim) => state.announced(&claim).await,
             LaneMsg::Name(reply) => {
                 let _ = reply.send(state.args.node.clone());
             }
-            LaneMsg::Leaving(node) => {
-                if let Ok(node) = serde_json::from_str::<String>(&node)
-                    && node_fits(&node)
-                    && node != state.args.node
-                {
-                    state.owners.retain(|_, claim| claim.node != node);
+            LaneMsg::Leaving(node) => state.leaving(&node),
+            LaneMsg::Local(Local(local)) => match local {
+                LocalMsg::Claim(request, reply) => state.claim(&myself, request, reply),
+                LocalMsg::Left(cells) => state.left(&myself, cells),
+                LocalMsg::Gone(nodes) => {
+                    // Connected, but its directory is gone: that node's runtime ended,
+                    // and its sessions (and their servers) with it.
+                    state.owners.retain(|_, claim| !nodes.contains(&claim.node));
                 }
-            }
-            LaneMsg::Local(Local(LocalMsg::Left(cells))) => {
-                let server = state.args.server.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(DEATH_CHECK).await;
-                    let Ok(sessions) =
-                        ractor::call_t!(server, NodeServerMessage::GetSessions, 2000)
-                    else {
-                        return;
-                    };
-                    let gone = cells
-                        .iter()
-                        .filter_map(|cell| match cell.get_id() {
-                            ractor::ActorId::Remote { node_id, .. } => sessions.get(&node_id),
-                            ractor::ActorId::Local(_) => None,
-                        })
-                        // ractor_cluster names a peer `name@host`.
-                        .filter_map(|info| info.peer_name.as_ref())
-                        .filter_map(|n| n.name.split('@').next().map(str::to_string))
-                        .collect::<Vec<_>>();
-                    if !gone.is_empty() {
-                        let _ = myself.cast(LaneMsg::Local(Local(LocalMsg::Gone(gone))));
-                    }
-                });
-            }
-            LaneMsg::Local(Local(LocalMsg::Gone(nodes))) => {
-                // Connected, but its directory is gone: that node's runtime ended, and
-                // its sessions (and their servers) with it.
-                state.owners.retain(|_, claim| !nodes.contains(&claim.node));
-            }
-            LaneMsg::Local(Local(LocalMsg::Failed(failed, before))) => {
-                let ours = state.owners.get(&failed.lane).is_some_and(|now| {
-                    (now.node.as_str(), now.epoch) == (failed.node.as_str(), failed.epoch)
-                });
-                if ours {
-                    match before {
-                        Some(before) => state.owners.insert(failed.lane.clone(), before),
-                        None => state.owners.remove(&failed.lane),
-                    };
-                }
-            }
-            LaneMsg::Local(Local(LocalMsg::Server(server))) => state.args.server = server,
-            LaneMsg::Local(Local(LocalMsg::Ignored)) => {}
+                LocalMsg::Failed(failed, before) => state.claim_failed(failed, before),
+                LocalMsg::Server(server) => state.args.server = server,
+                LocalMsg::Ignored => {}
+            },
         }
         Ok(())
     }
@@ -750,58 +795,147 @@ impl Actor for Directory {
     }
 }
 
-/// A claim that took: the eviction it caused elsewhere (already done), and its
-/// `(epoch, node)`, which a later claim of the lane exceeds.
-pub(super) struct Claimed {
-    pub eviction: Option<Eviction>,
-    pub stamp: (u64, String),
+/// The lane claims of a node, made by its directory.
+struct DirectoryClaims {
+    directory: ActorRef<LaneMsg>,
 }
 
-/// Claims `lane` for a session of this node (`proceed`: even when the lane's last
-/// owner cannot be reached); the eviction it caused elsewhere, already done.
-pub(super) async fn claim(
-    directory: &ActorRef<LaneMsg>,
-    lane: &str,
-    proceed: bool,
-    bound: Duration,
-) -> Result<Claimed, RuntimeError> {
-    let request = serde_json::to_string(&ClaimRequest {
-        lane: lane.to_string(),
-        proceed,
-    })
-    .unwrap_or_default();
-    let unavailable = || RuntimeError::Unavailable("the lane directory did not answer".into());
-    if !lane_fits(lane) {
-        // Peers would ignore it, and the claim would evict nothing: refuse it here.
-        return Err(RuntimeError::Unavailable(format!(
-            "a lane name crossing the cluster has at most {MAX_NAME} bytes and no control characters"
-        )));
+#[async_trait::async_trait]
+impl LaneClaims for DirectoryClaims {
+    async fn claim(
+        &self,
+        lane: &str,
+        proceed: bool,
+        bound: Duration,
+    ) -> Result<Claimed, RuntimeError> {
+        if !lane_fits(lane) {
+            // Peers would ignore it, and the claim would evict nothing: refuse it here.
+            return Err(RuntimeError::Unavailable(format!(
+                "a lane name crossing the cluster has at most {MAX_NAME} bytes and no control characters"
+            )));
+        }
+        let request = ClaimRequest {
+            lane: lane.to_string(),
+            proceed,
+        };
+        let asked = self
+            .directory
+            .call(
+                |reply| LaneMsg::Local(Local(LocalMsg::Claim(request, reply))),
+                Some(bound),
+            )
+            .await;
+        let Ok(ractor::rpc::CallResult::Success(answer)) = asked else {
+            return Err(RuntimeError::Unavailable(
+                "the lane directory did not answer".into(),
+            ));
+        };
+        match answer {
+            ClaimAnswer::Claimed(report, epoch, node) => Ok(Claimed {
+                eviction: report.map(Eviction::done),
+                stamp: (epoch, node),
+            }),
+            ClaimAnswer::Unreachable(node) => Err(RuntimeError::LaneUnreachable {
+                lane: lane.to_string(),
+                node,
+            }),
+            ClaimAnswer::Contended(node) => Err(RuntimeError::LaneContended {
+                lane: lane.to_string(),
+                node,
+            }),
+            ClaimAnswer::Full => Err(RuntimeError::Unavailable(format!(
+                "this node's lane directory holds {MAX_LANES} lanes already"
+            ))),
+        }
     }
-    let answer = match directory
-        .call(
-            |reply| LaneMsg::Local(Local(LocalMsg::Claim(request, reply))),
-            Some(bound),
-        )
-        .await
-    {
-        Ok(ractor::rpc::CallResult::Success(answer)) => answer,
-        _ => return Err(unavailable()),
-    };
-    match serde_json::from_str::<ClaimAnswer>(&answer).map_err(|_| unavailable())? {
-        ClaimAnswer::Claimed(report, epoch, node) => Ok(Claimed {
-            eviction: report.map(Eviction::done),
-            stamp: (epoch, node),
-        }),
-        ClaimAnswer::Unreachable(node) => Err(RuntimeError::LaneUnreachable {
-            lane: lane.to_string(),
-            node,
-        }),
-        ClaimAnswer::Contended(node) => Err(RuntimeError::LaneContended {
-            lane: lane.to_string(),
-            node,
-        }),
-        ClaimAnswer::Full => Err(RuntimeError::Unavailable(format!(
-            "this node's lane directory holds {MAX_LANES} lanes already"
-        ))),
+
+    fn actor(&self) -> ractor::ActorId {
+        self.directory.get_id()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim() -> ClaimOf {
+        ClaimOf {
+            lane: "main".into(),
+            node: "a".into(),
+            epoch: 3,
+        }
+    }
+
+    fn answer(node: &str, refused: bool, failed: bool, evicted: bool) -> Released {
+        Released {
+            node: node.into(),
+            report: evicted.then(|| EvictionReport {
+                session: "s-1".into(),
+                reason: "replaced_on_node:a".into(),
+                connections_closed: 1,
+            }),
+            refused,
+            failed,
+        }
+    }
+
+    #[test]
+    fn a_claim_takes_only_when_every_peer_released_and_the_owner_answered() {
+        // Nobody else ever held it: it takes, and nothing was evicted.
+        assert_eq!(
+            verdict(None, &claim(), false, vec![]),
+            ClaimAnswer::Claimed(None, 3, "a".into())
+        );
+        // Our own last claim counts as no other owner.
+        assert_eq!(
+            verdict(Some("a".into()), &claim(), false, vec![]),
+            ClaimAnswer::Claimed(None, 3, "a".into())
+        );
+        // The owner answered and evicted its session: that eviction is reported.
+        let took = verdict(
+            Some("b".into()),
+            &claim(),
+            false,
+            vec![
+                answer("c", false, false, false),
+                answer("b", false, false, true),
+            ],
+        );
+        assert!(
+            matches!(took, ClaimAnswer::Claimed(Some(_), 3, _)),
+            "{took:?}"
+        );
+        // The owner did not answer: unreachable, unless the claim may proceed.
+        assert_eq!(
+            verdict(
+                Some("b".into()),
+                &claim(),
+                false,
+                vec![answer("c", false, false, false)]
+            ),
+            ClaimAnswer::Unreachable("b".into())
+        );
+        assert!(matches!(
+            verdict(Some("b".into()), &claim(), true, vec![]),
+            ClaimAnswer::Claimed(None, 3, _)
+        ));
+        // A peer that could not release fails it before one that refused; a refusal
+        // (its own claim is later) wins over proceeding.
+        assert_eq!(
+            verdict(
+                None,
+                &claim(),
+                true,
+                vec![
+                    answer("c", true, false, false),
+                    answer("d", false, true, false)
+                ]
+            ),
+            ClaimAnswer::Unreachable("d".into())
+        );
+        assert_eq!(
+            verdict(None, &claim(), true, vec![answer("c", true, false, false)]),
+            ClaimAnswer::Contended("c".into())
+        );
     }
 }

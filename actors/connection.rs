@@ -19,20 +19,41 @@ use tokio::sync::{Semaphore, watch};
 
 use rmcp::model::Tool;
 
-use super::connect::Connected;
-use super::listing::shape_listing;
-use super::shared::Shared;
-use crate::core::Declaration;
+use crate::actors::shared::Shared;
+use crate::core::{Declaration, Fingerprint};
 use crate::events::{EventHub, EventKind};
+use crate::offer::{Offered, SchemaPool, shape_listing};
 use crate::redact::Redactor;
 use crate::transport::{
-    CallFailure, CallTiming, CallWatch, McpClient, Notices, PROMPTS, RESOURCES, ServerSignals,
-    TOOLS, TransportEnd,
+    CallFailure, CallTiming, CallWatch, ListedTools, McpClient, Notices, PROMPTS, RESOURCES,
+    ServerSignals, TOOLS, TransportEnd,
 };
+
+/// A server that connected and listed its tools.
+pub(crate) struct Connected {
+    pub declaration: Arc<Declaration>,
+    pub client: McpClient,
+    pub listed: ListedTools,
+    /// Every secret the connection knows.
+    pub redactor: Redactor,
+    /// Flags its notifications set.
+    pub signals: Arc<ServerSignals>,
+}
+
+/// A live connection as the planner sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct LivePeer {
+    /// Its server id.
+    pub server: String,
+    /// The fingerprint of the declaration it was connected with.
+    pub fingerprint: Fingerprint,
+    /// Whether the server announced a changed tool list since the last turn.
+    pub list_changed: bool,
+}
 
 /// Why a connection ended on its own (not closed by its catalog).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ConnectionEnd {
+pub(crate) enum ConnectionEnd {
     /// The server process exited, with this status.
     Exited(String),
     /// The transport ended, for this reason.
@@ -49,10 +70,10 @@ impl std::fmt::Display for ConnectionEnd {
 }
 
 /// Where a connection leaves why it ended, read by its catalog when it stops.
-pub(super) type EndSlot = Arc<OnceLock<ConnectionEnd>>;
+pub(crate) type EndSlot = Arc<OnceLock<ConnectionEnd>>;
 
 /// Messages of a connection actor (from its own watcher task).
-pub(super) enum ConnectionMsg {
+pub(crate) enum ConnectionMsg {
     /// The connection ended on its own.
     Ended(ConnectionEnd),
     /// A server's list (tools, resources, prompts) changed (once per change window: the
@@ -67,7 +88,7 @@ impl ractor::Message for ConnectionMsg {}
 /// holds (no message to the connection actor): the request handle, the serial permit,
 /// the call timeout, and a watch that turns `true` once the connection closed.
 #[derive(Clone)]
-pub(super) struct Dispatch {
+pub(crate) struct Dispatch {
     peer: rmcp::Peer<rmcp::RoleClient>,
     /// One permit when calls to this server must not overlap.
     serial: Option<Arc<Semaphore>>,
@@ -81,7 +102,7 @@ pub(super) struct Dispatch {
 
 impl Dispatch {
     /// The dispatch rights on `client`'s connection, and the switch that closes them.
-    pub(super) fn new(
+    pub(crate) fn new(
         client: &McpClient,
         declaration: &Declaration,
         notices: Arc<Notices>,
@@ -104,12 +125,12 @@ impl Dispatch {
     }
 
     /// Whether the connection has closed (the entry is stale).
-    pub(super) fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         *self.closed.borrow()
     }
 
     /// A request handle, for relisting.
-    pub(super) fn peer(&self) -> &rmcp::Peer<rmcp::RoleClient> {
+    pub(crate) fn peer(&self) -> &rmcp::Peer<rmcp::RoleClient> {
         &self.peer
     }
 
@@ -118,7 +139,7 @@ impl Dispatch {
     ///
     /// # Errors
     /// [`CallFailure`], unredacted.
-    pub(super) async fn call(
+    pub(crate) async fn call(
         &self,
         tool: &str,
         arguments: Option<JsonObject>,
@@ -135,18 +156,18 @@ impl Dispatch {
     }
 
     /// `resources/read`, under the same serial permit and timeout as a call.
-    pub(super) async fn read_resource(&self, uri: &str) -> Result<serde_json::Value, CallFailure> {
+    pub(crate) async fn read_resource(&self, uri: &str) -> Result<serde_json::Value, CallFailure> {
         let _turn = self.serial_turn().await?;
         crate::transport::read_resource(&self.peer, uri, self.timing.timeout).await
     }
 
     /// `resources/subscribe`, within the call timeout.
-    pub(super) async fn subscribe(&self, uri: &str) -> Result<(), CallFailure> {
+    pub(crate) async fn subscribe(&self, uri: &str) -> Result<(), CallFailure> {
         crate::transport::subscribe(&self.peer, uri, self.timing.timeout).await
     }
 
     /// `prompts/get`, under the same serial permit and timeout as a call.
-    pub(super) async fn get_prompt(
+    pub(crate) async fn get_prompt(
         &self,
         name: &str,
         arguments: Option<JsonObject>,
@@ -169,12 +190,12 @@ impl Dispatch {
 
 /// A live connection as its catalog holds it: the actor, what it listed, and the
 /// right to send on it.
-pub(super) struct Live {
+pub(crate) struct Live {
     pub actor: ActorRef<ConnectionMsg>,
     pub declaration: Arc<Declaration>,
     pub tools: Arc<Vec<Tool>>,
     /// What the server offers beside tools, shaped (redacted, filtered, capped).
-    pub offer: Arc<super::resources::Offered>,
+    pub offer: Arc<Offered>,
     /// Tools the server listed, before bounds and filters.
     pub listed: usize,
     /// What listing found wrong (cut lists, hidden or duplicate names): a diagnostic
@@ -199,7 +220,7 @@ impl Live {
     /// # Errors
     /// When the actor cannot start; the client is dropped, and its guard kills the
     /// process group.
-    pub(super) async fn start(
+    pub(crate) async fn start(
         connected: Connected,
         shared: &Shared,
         session: &str,
@@ -254,10 +275,10 @@ impl Live {
     ///
     /// # Errors
     /// When the listing failed.
-    pub(super) fn relisted(
+    pub(crate) fn relisted(
         &mut self,
         listed: Result<crate::transport::ListedTools, String>,
-        schemas: &super::listing::SchemaPool,
+        schemas: &SchemaPool,
         generation: u64,
     ) -> Result<(), String> {
         let listed = listed.map_err(|e| {
@@ -273,8 +294,8 @@ impl Live {
     /// What the planner needs of this connection; reads and clears its tools flag (a
     /// flag the connection's notifications set: reading it costs no message, so a warm
     /// turn touches no other actor).
-    pub(super) fn take_peer(&self) -> super::plan::LivePeer {
-        super::plan::LivePeer {
+    pub(crate) fn take_peer(&self) -> LivePeer {
+        LivePeer {
             server: self.declaration.server_id.clone(),
             fingerprint: self.declaration.fingerprint,
             list_changed: self.signals.take_lists_changed() != 0,
@@ -284,7 +305,7 @@ impl Live {
 
 /// Stops every connection in `live` and waits (bounded by the grace) until each has
 /// closed its transport and ended its process tree. Returns how many there were.
-pub(super) async fn close_all(live: Vec<Live>, reason: &str, grace: Duration) -> usize {
+pub(crate) async fn close_all(live: Vec<Live>, reason: &str, grace: Duration) -> usize {
     let count = live.len();
     let waits = live.into_iter().map(|l| async move {
         let _ = l
@@ -296,7 +317,7 @@ pub(super) async fn close_all(live: Vec<Live>, reason: &str, grace: Duration) ->
     count
 }
 
-pub(super) struct ConnectionArgs {
+pub(crate) struct ConnectionArgs {
     pub client: McpClient,
     pub declaration: Arc<Declaration>,
     pub session: String,
@@ -309,9 +330,9 @@ pub(super) struct ConnectionArgs {
     pub closer: watch::Sender<bool>,
 }
 
-pub(super) struct Connection;
+pub(crate) struct Connection;
 
-pub(super) struct ConnectionState {
+pub(crate) struct ConnectionState {
     client: Option<McpClient>,
     signals: Arc<ServerSignals>,
     declaration: Arc<Declaration>,

@@ -6,6 +6,7 @@
 
 use std::collections::VecDeque;
 
+use super::swappable::Swappable;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
 /// Messages of the limiter.
@@ -129,13 +130,13 @@ impl Drop for Permit {
 /// restarts one that died.
 #[derive(Clone)]
 pub struct LimiterHandle {
-    actor: super::swappable::Swappable<LimiterMsg>,
+    actor: Swappable<LimiterMsg>,
 }
 
 impl LimiterHandle {
     pub(crate) fn new(actor: ActorRef<LimiterMsg>) -> Self {
         LimiterHandle {
-            actor: super::swappable::Swappable::new(actor),
+            actor: Swappable::new(actor),
         }
     }
 

@@ -1,20 +1,21 @@
-//! The actor system. The host holds handles (`handle.rs`); every handle method is one
-//! typed message to the actor that owns the state. The root's messages (`RuntimeMsg`)
-//! are public: a ractor host links the root under its own supervisor
+//! The actor system. The host holds handles (`host/`); every handle method is one
+//! typed message to the actor that owns the state. The root's messages
+//! ([`RuntimeMsg`]) are public: a ractor host links the root under its own supervisor
 //! (`Runtime::start_linked`) and sends them itself.
 //!
 //! ```text
 //!  host ─ Runtime / RuntimeMsg ──start/resume/evict/turn/shutdown──▶ RuntimeActor (root)
 //!                                          ├─ linked ─▶ Limiter  (runtime-wide, restarted if it dies)
 //!                                          ├─ linked ─▶ Broker   (runtime-wide, restarted if it dies)
+//!                                          ├─ linked ─▶ lane directory (feature `cluster`, as LaneClaims)
 //!                                          └─ linked ─▶ SessionActor (one per session)
-//!  host ─ Session ──PrepareTurn──▶ SessionActor ─ linked ─▶ CatalogActor (per catalog identity)
+//!  host ─ Session ──PrepareTurn──▶ SessionActor ─ linked ─▶ Catalog (per catalog identity)
 //!                                                              │ plan.rs: close / connect / relist
 //!                                                              │ task: connect.rs pipeline
 //!                                                              │   capability → cwd → approval (Broker)
 //!                                                              │   → interpolation → permit (Limiter)
 //!                                                              │   → transport::connect → tools/list
-//!                                                              └─ linked ─▶ ConnectionActor (per server)
+//!                                                              └─ linked ─▶ Connection (per server)
 //!  host ─ TurnCatalog::call ──(no actor hop)──▶ Dispatch ─▶ rmcp peer ─▶ server
 //! ```
 //!
@@ -25,64 +26,58 @@
 //! its catalog, a catalog's end is replaced at the session's next turn, a session's end
 //! leaves a resumable record at the root.
 //!
-//! | file | what it holds |
-//! |---|---|
-//! | `handle.rs` | `Runtime`, `Session`, `ChildSession`: the host's handles |
-//! | `runtime.rs` | the root and its public protocol (`RuntimeMsg`): sessions, lanes, tracked evictions, helper restarts |
-//! | `session.rs` | one session: its spec, its current catalog, eviction |
-//! | `catalog.rs` | one catalog identity: live connections, failure cache, turns |
-//! | `plan.rs` | pure: what a turn closes, connects and relists; its entries and names |
-//! | `connect.rs` | the connect pipeline, step by step, and its typed denials |
-//! | `inbound.rs` | what a server sends outside our requests (elicitation, logs, progress, updates) and the roots it is shown |
-//! | `preparation.rs` | a turn's connects on a task, ended at once when its caller or catalog goes |
-//! | `connection.rs` | one server connection's lifetime, and its `Dispatch` |
-//! | `listing.rs` | a `tools/list` answer made catalog tools (bounds, schema pool) |
-//! | `turn.rs` | `TurnCatalog`: a turn's entries, and the call path's checks |
-//! | `resources.rs` | what a server offers beside tools (identity, resources, prompts), shaped, and reading and getting them |
-//! | `status.rs` | what `/servers` reports |
-//! | `approval.rs` | the approval broker: policy, session cache, one question at a time |
-//! | `limiter.rs` | the discovery limiter: N connects at once, first come first served |
-//! | `shared.rs` | what every actor of one runtime shares |
-//! | `swappable.rs` | an actor reference a supervisor replaces on restart |
-//! | `config.rs` | `RuntimeConfig` |
-//! | `cluster.rs` | feature `cluster`: a runtime as a cluster node, and its lane directory |
+//! # Floors
+//!
+//! Each room below uses only rooms on lower floors (and anything of `src/`; `src/`
+//! never uses `actors/`); files inside one folder may use each other. Every tie between
+//! rooms is a `use` at the top of the file, never an inline path
+//! (`tests/floors.rs` reads them and fails on one that goes up or hides inline).
+//!
+//! | floor | room | what it holds | actor |
+//! |---|---|---|---|
+//! | 9 | `cluster.rs` | feature `cluster`: a runtime as a node, its lane directory (implements `LaneClaims`) | the directory |
+//! | 8 | `host/` | `RuntimeMsg` and its replies, the root (one method per message), the handles, `LaneClaims` | the root |
+//! | 7 | `session.rs` | one session: its catalog of the turn's identity, eviction | yes |
+//! | 6 | `catalog/` | one catalog identity: plan, preparation, connect pipeline, inbound routes, status | yes |
+//! | 5 | `turn/` | `TurnCatalog`: a turn's entries and every effect through it (call, read, subscribe, prompt) | |
+//! | 4 | `connection.rs` | one server connection's lifetime, and its `Dispatch` | yes |
+//! | 3 | `shared.rs` | what every actor of one runtime shares: configuration, caches, helper handles | |
+//! | 2 | `broker.rs`, `limiter.rs` | the approval broker; the discovery limiter (N connects at once) | yes, both |
+//! | 1 | `config.rs`, `swappable.rs` | `RuntimeConfig`; an actor reference a supervisor replaces | |
+//!
+//! A new MCP capability takes a fixed route: its request in `src/transport/requests.rs`,
+//! its shaping in `src/offer/`, its effect in `turn/`, its event in `src/events`.
 
-mod approval;
+mod broker;
 mod catalog;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 mod config;
-mod connect;
 mod connection;
-mod handle;
-mod inbound;
+mod host;
 mod limiter;
-mod listing;
-mod plan;
-mod preparation;
-mod resources;
-mod runtime;
 mod session;
 mod shared;
-mod status;
 mod swappable;
 mod turn;
 
-pub use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, Approver, FixedApprover};
+pub use crate::authority::{
+    Action, ApprovalAnswer, ApprovalRequest, Approver, DenyReason, FixedApprover,
+};
 pub use crate::clock::{Clock, ManualClock, SystemClock};
-pub use approval::Approval;
-pub use config::{HostTool, RuntimeConfig};
-pub use connect::DenyReason;
-pub use handle::{CONTROL_BOUND, ChildSession, Runtime, Session};
-pub use limiter::{LimiterStats, Permit};
-pub use resources::{
+pub use crate::offer::{
     Offered, PromptArgumentInfo, PromptInfo, PromptMessageView, PromptResult, ResourceInfo,
     ServerIdentity, TemplateInfo,
 };
-pub use runtime::{Eviction, RESUMABLE, RuntimeError};
-pub use runtime::{OpenReply, Opened, RuntimeMsg};
+pub use broker::Approval;
+pub use catalog::{ServerState, ServerStatus};
+pub use config::{HostTool, RuntimeConfig};
+pub use host::{
+    CONTROL_BOUND, ChildSession, Eviction, OpenReply, Opened, RESUMABLE, Runtime, RuntimeError,
+    RuntimeMsg, Session,
+};
+pub use limiter::{LimiterStats, Permit};
 pub use session::{EvictionReport, InlineServers, LIVE_REVISION, SessionSpec};
-pub use status::{ServerState, ServerStatus};
 pub use turn::{
     CallError, Denial, Diagnostic, PrepareError, StaleReason, ToolEntry, ToolHints, TurnCatalog,
 };

@@ -11,10 +11,11 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::catalog::{Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, TurnRequest};
-use super::shared::Shared;
-use super::status::ServerStatus;
-use super::turn::{PrepareError, TurnCatalog};
+use crate::actors::catalog::{
+    Catalog, CatalogArgs, CatalogIdentity, CatalogMsg, ServerStatus, TurnRequest,
+};
+use crate::actors::shared::Shared;
+use crate::actors::turn::{PrepareError, TurnCatalog};
 use crate::authority::{CapabilitySet, HostPolicy};
 use crate::core::AgentCore;
 use crate::events::EventKind;
@@ -152,9 +153,42 @@ impl SessionSpec {
     }
 }
 
-/// The spec of a session and its canonical workspace, shared by the runtime's record,
-/// the session actor and every handle: `Session::update` writes it, each turn reads it.
-pub(crate) type SharedSpec = std::sync::Arc<std::sync::RwLock<(SessionSpec, PathBuf)>>;
+/// Why a session was evicted: its `Display` is the reason events and reports carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+pub(crate) enum EvictReason {
+    /// The host evicted it (`Runtime::evict_session`).
+    Explicit,
+    /// Another session started or resumed in its lane.
+    Replaced,
+    /// Another node of the cluster claimed its lane.
+    ReplacedOnNode(String),
+    /// The runtime shut down.
+    Shutdown,
+    /// A delegated child finished (`ChildSession::finish`).
+    ChildFinished,
+    /// A delegated child's handle was dropped.
+    ChildDropped,
+    /// The node left the cluster.
+    LeftCluster,
+    /// The node's lane directory ended.
+    ClusterDirectoryEnded,
+}
+
+impl std::fmt::Display for EvictReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvictReason::Explicit => f.write_str("explicit"),
+            EvictReason::Replaced => f.write_str("replaced"),
+            EvictReason::ReplacedOnNode(node) => write!(f, "replaced_on_node:{node}"),
+            EvictReason::Shutdown => f.write_str("shutdown"),
+            EvictReason::ChildFinished => f.write_str("child_finished"),
+            EvictReason::ChildDropped => f.write_str("child_dropped"),
+            EvictReason::LeftCluster => f.write_str("left_cluster"),
+            EvictReason::ClusterDirectoryEnded => f.write_str("cluster_directory_ended"),
+        }
+    }
+}
 
 /// What an eviction closed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -172,6 +206,8 @@ pub struct EvictionReport {
 pub enum SessionMsg {
     /// Resolve the next turn against this core snapshot.
     PrepareTurn {
+        /// The session's spec and canonical workspace, as read once for this turn.
+        spec: Box<(SessionSpec, PathBuf)>,
         /// The core as loaded for this turn.
         core: Arc<AgentCore>,
         /// The core revision read for this turn (when the spec follows the live ref).
@@ -186,7 +222,7 @@ pub enum SessionMsg {
     /// Close everything and stop.
     Evict {
         /// Recorded in the eviction event and report.
-        reason: String,
+        reason: EvictReason,
         /// Answered once every connection closed.
         reply: RpcReplyPort<EvictionReport>,
     },
@@ -200,7 +236,6 @@ impl ractor::Message for SessionMsg {}
 pub(crate) struct SessionArgs {
     pub shared: Arc<Shared>,
     pub id: String,
-    pub spec: SharedSpec,
     /// A delegated child's host-issued scope: it can only narrow.
     pub scope: Option<CapabilitySet>,
 }
@@ -240,6 +275,7 @@ impl Actor for SessionActor {
     ) -> Result<(), ActorProcessingErr> {
         match message {
             SessionMsg::PrepareTurn {
+                spec,
                 core,
                 revision,
                 reply,
@@ -253,7 +289,7 @@ impl Actor for SessionActor {
                     cancel,
                     scope,
                 };
-                state.prepare_turn(&myself, request, revision).await;
+                state.prepare_turn(&myself, request, &spec, revision).await;
             }
             SessionMsg::Evict { reason, reply } => state.evict(&myself, reason, reply),
             SessionMsg::Status(reply) => state.status(reply),
@@ -300,6 +336,7 @@ impl SessionState {
         &mut self,
         myself: &ActorRef<SessionMsg>,
         mut request: TurnRequest,
+        spec: &(SessionSpec, PathBuf),
         revision: Option<String>,
     ) {
         if self.evicted {
@@ -308,7 +345,10 @@ impl SessionState {
         }
         self.turn += 1;
         request.turn = self.turn;
-        let catalog = match self.catalog_for(myself, &request.core, revision).await {
+        let catalog = match self
+            .catalog_for(myself, &request.core, spec, revision)
+            .await
+        {
             Ok(catalog) => catalog,
             Err(e) => {
                 let _ = request.reply.send(Err(e));
@@ -327,9 +367,10 @@ impl SessionState {
     fn evict(
         &mut self,
         myself: &ActorRef<SessionMsg>,
-        reason: String,
+        reason: EvictReason,
         reply: RpcReplyPort<EvictionReport>,
     ) {
+        let reason = reason.to_string();
         self.evicted = true;
         let catalog = self.current.take().map(|(_, c)| c);
         let shared = Arc::clone(&self.args.shared);
@@ -386,16 +427,9 @@ impl SessionState {
         &mut self,
         myself: &ActorRef<SessionMsg>,
         core: &AgentCore,
+        (spec, workspace): &(SessionSpec, PathBuf),
         revision: Option<String>,
     ) -> Result<ActorRef<CatalogMsg>, PrepareError> {
-        let (spec, workspace) = match self.args.spec.read() {
-            Ok(guard) => guard.clone(),
-            Err(_) => {
-                return Err(PrepareError::Unavailable(
-                    "the session spec is poisoned".into(),
-                ));
-            }
-        };
         let base = spec
             .capabilities
             .clone()

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::approval::BrokerHandle;
+use super::broker::BrokerHandle;
 use super::config::RuntimeConfig;
 use super::limiter::LimiterHandle;
 use crate::events::EventHub;
+use crate::offer::SchemaPool;
 
 /// The context shared by every actor of one runtime.
 pub(crate) struct Shared {
@@ -23,7 +24,7 @@ pub(crate) struct Shared {
     /// Cores as committed in their live revision (what such sessions run).
     pub live_cores: Arc<crate::evolution::LiveCores>,
     /// Tool input schemas shared by every connection that lists the same one.
-    pub schemas: super::listing::SchemaPool,
+    pub schemas: SchemaPool,
     pub limiter: LimiterHandle,
     pub broker: BrokerHandle,
     /// Every process the stdio servers started, and the reaper that outlives the host.
@@ -31,10 +32,6 @@ pub(crate) struct Shared {
     /// The sandbox's launchers, some made ahead of the starts that need them (none
     /// when no launcher is set: a confined server then fails closed).
     pub launchers: Option<Arc<crate::sandbox::Launchers>>,
-    /// The lane directory when the runtime is a cluster node: lanes are claimed
-    /// cluster-wide through it.
-    #[cfg(feature = "cluster")]
-    pub lanes: std::sync::RwLock<Option<ractor::ActorRef<super::cluster::LaneMsg>>>,
     ids: AtomicU64,
 }
 
@@ -64,8 +61,6 @@ impl Shared {
             schemas: Default::default(),
             limiter,
             broker,
-            #[cfg(feature = "cluster")]
-            lanes: std::sync::RwLock::new(None),
             ids: AtomicU64::new(1),
         }
     }

@@ -53,6 +53,7 @@ pub mod events;
 pub mod evolution;
 pub mod naming;
 pub mod net;
+pub mod offer;
 pub(crate) mod process;
 pub mod redact;
 pub mod result;

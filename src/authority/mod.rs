@@ -1,4 +1,5 @@
-//! Authority: capability grants, approval policy and the connect preview.
+//! Authority: capability grants, approval policy, the connect preview, why a server
+//! was denied, and the secrets a connection knows.
 //!
 //! Pure and synchronous; the approval broker actor and the catalog actor call into it.
 
@@ -6,11 +7,13 @@ mod approval;
 mod authorize;
 mod capability;
 mod cwd;
+mod deny;
 mod elicit;
 mod fetched;
 mod policy;
 pub mod preview;
 mod remembered;
+mod secrets;
 
 pub use approval::{
     Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, CallSubject, FixedApprover,
@@ -19,6 +22,7 @@ pub use approval::{
 pub use authorize::{AuthorizationOutcome, AuthorizationPrompt, Authorizer, NoAuthorizer};
 pub use capability::CapabilitySet;
 pub use cwd::{resolve_cwd, resolve_root};
+pub use deny::DenyReason;
 pub use elicit::{
     DeclineElicitor, ElicitationAnswer, ElicitationRequest, Elicitor, defaults_of, validate,
     with_defaults,
@@ -26,3 +30,4 @@ pub use elicit::{
 pub use policy::HostPolicy;
 pub use preview::ConnectPreview;
 pub use remembered::{MAX_REMEMBERED, Remembered, RememberedApprovals};
+pub use secrets::{connection_secrets, uri_secrets};

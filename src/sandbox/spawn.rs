@@ -97,8 +97,7 @@ impl Launchers {
     /// that is not is killed.
     async fn take(&self, spaces: Spaces) -> Option<Summoned> {
         let mut made = self.state().ready.remove(&spaces)?;
-        let running = matches!(made.child.try_wait(), Ok(None))
-            && crate::process::tree::stat(made.pid).is_some_and(|s| !matches!(s.state, 'T' | 't'));
+        let running = matches!(made.child.try_wait(), Ok(None)) && !stopped(made.pid);
         if running && made.stamp == super::base_stamp() {
             return Some(made);
         }
@@ -512,6 +511,18 @@ async fn receive(
         let text = String::from_utf8_lossy(&body[..received.bytes]).into_owned();
         return Ok((text, listener));
     }
+}
+
+/// Whether process `pid` is stopped (by a signal, or traced).
+fn stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state follows the command name, which may hold anything but ends at the last
+    // `)`.
+    let state = stat
+        .rsplit(')')
+        .next()
+        .and_then(|rest| rest.split_whitespace().next());
+    matches!(state, Some("T" | "t"))
 }
 
 /// Sixteen hex digits from the kernel's random source.

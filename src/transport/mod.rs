@@ -28,7 +28,7 @@ pub use guard::{
     MAX_REQUEST_ID_BYTES, TransportEnd,
 };
 pub(crate) use http::HttpLaunch;
-pub use lists::{Offer, get_prompt, read_resource, set_level, subscribe};
+pub use lists::{Identity, Offer, get_prompt, read_resource, set_level, subscribe};
 pub use notices::{
     CallWatch, NOTICE_BURST, NOTICES_PER_SECOND, Notice, NoticeRoute, Notices, Progress,
     ProgressSink,

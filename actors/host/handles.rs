@@ -13,19 +13,27 @@ use std::time::Duration;
 use ractor::{Actor, ActorRef, RpcReplyPort};
 use tokio_util::sync::CancellationToken;
 
-use super::approval::{Broker, BrokerArgs, BrokerHandle};
-use super::config::RuntimeConfig;
-use super::limiter::{Limiter, LimiterHandle, LimiterStats};
-use super::runtime::{
-    Eviction, Internal, InternalMsg, OpenReply, Opened, RuntimeActor, RuntimeError, RuntimeMsg,
-    eviction_worst, home_outside,
+use super::root::{RootArgs, RuntimeActor, finish_shutdown, shutdown_bound};
+use super::{
+    Eviction, Internal, InternalMsg, LaneClaims, OpenReply, Opened, RuntimeError, RuntimeMsg,
+    SharedSpec, eviction_worst,
 };
-use super::session::{EvictionReport, LIVE_REVISION, SessionMsg, SessionSpec, SharedSpec};
-use super::shared::Shared;
-use super::status::ServerStatus;
-use super::turn::{PrepareError, TurnCatalog};
+use crate::actors::broker::{Broker, BrokerArgs, BrokerHandle};
+use crate::actors::catalog::ServerStatus;
+use crate::actors::config::RuntimeConfig;
+use crate::actors::limiter::{Limiter, LimiterHandle, LimiterStats};
+use crate::actors::session::{
+    EvictReason, EvictionReport, InlineServers, LIVE_REVISION, SessionMsg, SessionSpec,
+};
+use crate::actors::shared::Shared;
+use crate::actors::turn::{PrepareError, TurnCatalog};
 use crate::authority::CapabilitySet;
+use crate::core::AgentCore;
 use crate::events::EventHub;
+
+/// Where the root finds the lane claims of a cluster node (none otherwise), shared by
+/// the root and every handle.
+pub(super) type Lanes = Arc<std::sync::RwLock<Option<Arc<dyn LaneClaims>>>>;
 
 /// The longest a start, resume or evict request waits for the root actor to take it.
 /// The root answers from memory (it never waits on a server), so only a wedged or dead
@@ -41,6 +49,7 @@ fn gone() -> RuntimeError {
 pub struct Runtime {
     actor: ActorRef<RuntimeMsg>,
     shared: Arc<Shared>,
+    lanes: Lanes,
 }
 
 impl Runtime {
@@ -76,21 +85,29 @@ impl Runtime {
     }
 
     /// The close grace of every server of this runtime.
-    #[cfg(feature = "cluster")]
-    pub(super) fn close_grace(&self) -> Duration {
+    pub fn close_grace(&self) -> Duration {
         self.shared.config.close_grace
     }
 
-    /// Makes lanes cluster-wide through `directory` (or local again with `None`).
-    #[cfg(feature = "cluster")]
-    pub(super) fn set_lane_directory(&self, directory: Option<ActorRef<super::cluster::LaneMsg>>) {
-        if let Ok(mut lanes) = self.shared.lanes.write() {
-            *lanes = directory;
+    /// Makes lanes cluster-wide through `claims` (or local again with `None`): what a
+    /// cluster node does when it joins and leaves.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    pub(crate) fn set_lane_claims(&self, claims: Option<Arc<dyn LaneClaims>>) {
+        if let Ok(mut lanes) = self.lanes.write() {
+            *lanes = claims;
         }
     }
 
-    pub(super) fn from_parts(actor: ActorRef<RuntimeMsg>, shared: Arc<Shared>) -> Runtime {
-        Runtime { actor, shared }
+    pub(super) fn from_parts(
+        actor: ActorRef<RuntimeMsg>,
+        shared: Arc<Shared>,
+        lanes: Lanes,
+    ) -> Runtime {
+        Runtime {
+            actor,
+            shared,
+            lanes,
+        }
     }
 
     async fn spawn(
@@ -134,18 +151,25 @@ impl Runtime {
             LimiterHandle::new(limiter),
             BrokerHandle::new(broker),
         ));
+        let lanes = Lanes::default();
+        let args = RootArgs {
+            shared: Arc::clone(&shared),
+            lanes: Arc::clone(&lanes),
+        };
         let (actor, _) = match supervisor {
-            Some(supervisor) => {
-                Actor::spawn_linked(None, RuntimeActor, Arc::clone(&shared), supervisor).await
-            }
-            None => Actor::spawn(None, RuntimeActor, Arc::clone(&shared)).await,
+            Some(supervisor) => Actor::spawn_linked(None, RuntimeActor, args, supervisor).await,
+            None => Actor::spawn(None, RuntimeActor, args).await,
         }
         .map_err(unavailable)?;
         // The root supervises the helpers: one that dies is restarted, and until then
         // its handle answers with a typed "unavailable".
         limiter_cell.link(actor.get_cell());
         broker_cell.link(actor.get_cell());
-        Ok(Runtime { actor, shared })
+        Ok(Runtime {
+            actor,
+            shared,
+            lanes,
+        })
     }
 
     /// Starts a session; the previous session of its lane is evicted (tracked).
@@ -205,8 +229,12 @@ impl Runtime {
         }
     }
 
-    async fn evict_with(&self, id: &str, reason: &str) -> Result<EvictionReport, RuntimeError> {
-        let (id, reason) = (id.to_string(), reason.to_string());
+    async fn evict_with(
+        &self,
+        id: &str,
+        reason: EvictReason,
+    ) -> Result<EvictionReport, RuntimeError> {
+        let id = id.to_string();
         let asked = self
             .actor
             .call(
@@ -259,7 +287,7 @@ impl Runtime {
     /// the actors. Bounded: a session that does not close in time is stopped, and its
     /// process groups are killed as their guards drop.
     pub async fn shutdown(&self) {
-        let bound = self.shutdown_bound();
+        let bound = shutdown_bound(&self.shared);
         // The root's part: the evictions' wait and the stop of overrunning sessions
         // (each within `bound`), the log's flushes, the last sweep.
         let answer_bound = bound * 2 + crate::events::FLUSH_WAIT * 3 + Duration::from_secs(30);
@@ -273,49 +301,13 @@ impl Runtime {
         ) {
             // A root that is gone (killed, failed, its supervisor ended) did not finish:
             // whatever it left (the log's tail, helpers, server processes) ends here.
-            self.finish_shutdown(Vec::new()).await;
+            finish_shutdown(&self.shared, &self.actor, Vec::new()).await;
         }
         // The root stops itself after answering; a root that did not answer is stopped.
         let _ = self
             .actor
             .stop_and_wait(Some("shutdown".into()), Some(bound))
             .await;
-    }
-
-    fn shutdown_bound(&self) -> Duration {
-        self.shared.config.close_grace * 10 + Duration::from_secs(10)
-    }
-
-    /// What [`RuntimeMsg::Shutdown`] does once every session's eviction is scheduled:
-    /// waits for them (bounded), stops whatever session is still there, flushes the
-    /// event log, stops the helpers and ends every server process left.
-    pub(super) async fn finish_shutdown(&self, evictions: Vec<Eviction>) -> Vec<EvictionReport> {
-        let waited = tokio::time::timeout(
-            self.shutdown_bound(),
-            futures::future::join_all(evictions.into_iter().map(Eviction::wait)),
-        )
-        .await;
-        let reports = waited
-            .map(|all| all.into_iter().filter_map(Result::ok).collect())
-            .unwrap_or_default();
-        // A session whose eviction overran is stopped now, before the last flush and
-        // the last sweep, so that what it closes is logged and nothing it left escapes.
-        // (The helpers stop too; a closing root does not restart them.)
-        self.actor
-            .stop_children_and_wait(Some("shutdown".into()), Some(self.shutdown_bound()))
-            .await;
-        self.flush_events().await;
-        self.shared.limiter.stop();
-        self.shared.broker.stop();
-        // Launchers made ahead for starts that will not come; whatever a server left
-        // behind (orphans, a tree a stopped session did not end) ends here; then the
-        // reaper goes.
-        if let Some(launchers) = &self.shared.launchers {
-            launchers.close().await;
-        }
-        let processes = Arc::clone(&self.shared.processes);
-        let _ = tokio::task::spawn_blocking(move || processes.shutdown()).await;
-        reports
     }
 }
 
@@ -380,50 +372,7 @@ impl Session {
     }
 
     async fn prepare(&self, scope: Option<Arc<Vec<String>>>) -> Result<TurnCatalog, PrepareError> {
-        let spec = self.spec().map_err(|_| PrepareError::Evicted)?;
-        let track_live = spec.core_revision == LIVE_REVISION;
-        let root = spec.core_root;
-        let cache = Arc::clone(&self.runtime.shared.load_cache);
-        // Inline, not on a blocking thread: a warm load reads one inotify descriptor
-        // (or at worst lists one directory and stats its files), less than a hop.
-        let live = track_live.then(|| self.runtime.shared.live_revisions.get(&root));
-        // A core that follows its live revision runs exactly that commit, read as the
-        // review read it: nothing in the working tree (untracked, ignored or edited
-        // files) runs without a review. Without a live revision yet, the working tree.
-        let core = match (&spec.inline, &live) {
-            (Some(inline), _) if inline.only => Arc::new(inline.merged(None, &root)),
-            (inline, Some(Some(commit))) => {
-                let root = cache.canonical(&root);
-                let core = self.runtime.shared.live_cores.load(&root, commit)?;
-                with_inline(core, inline.as_deref(), &root)
-            }
-            (inline, _) => {
-                let core = crate::core::load_cached(&root, &cache)?;
-                with_inline(core, inline.as_deref(), &root)
-            }
-        };
-        let revision = live.map(|live| format!("live:{}", live.as_deref().unwrap_or("none")));
-        // Dropping this future cancels the token: the catalog ends the turn's connects
-        // at once (processes killed, permits returned, approvals withdrawn).
-        let cancel = CancellationToken::new();
-        let _dropped = cancel.clone().drop_guard();
-        match self
-            .actor
-            .call(
-                |reply| SessionMsg::PrepareTurn {
-                    core,
-                    revision,
-                    reply,
-                    cancel,
-                    scope,
-                },
-                None,
-            )
-            .await
-        {
-            Ok(ractor::rpc::CallResult::Success(result)) => result,
-            _ => Err(PrepareError::Evicted),
-        }
+        prepare_turn(&self.runtime.shared, &self.actor, &self.spec, scope).await
     }
 
     /// Changes what the session acts with: principal, capabilities, core root and
@@ -536,7 +485,7 @@ impl ChildSession {
         self.finished = true;
         self.session
             .runtime
-            .evict_with(&self.session.id, "child_finished")
+            .evict_with(&self.session.id, EvictReason::ChildFinished)
             .await
     }
 }
@@ -550,7 +499,7 @@ impl Drop for ChildSession {
                 .actor
                 .cast(RuntimeMsg::Internal(Internal(InternalMsg::Evict {
                     id: self.session.id.clone(),
-                    reason: "child_dropped".into(),
+                    reason: EvictReason::ChildDropped,
                     reply: dummy_port(),
                 })));
         }
@@ -562,16 +511,93 @@ fn dummy_port<T>() -> RpcReplyPort<T> {
     tx.into()
 }
 
+/// A turn of the session `actor` whose spec is `spec` (read once here, and sent with
+/// the message): the core loaded for it (inline, not on a blocking thread: a warm load
+/// reads one inotify descriptor, or at worst lists one directory and stats its files,
+/// less than a hop), then the session's catalog of it. Dropping the future cancels the
+/// turn: the catalog ends its connects at once (processes killed, permits returned,
+/// approvals withdrawn).
+pub(super) async fn prepare_turn(
+    shared: &Shared,
+    actor: &ActorRef<SessionMsg>,
+    spec: &SharedSpec,
+    scope: Option<Arc<Vec<String>>>,
+) -> Result<TurnCatalog, PrepareError> {
+    let spec = spec.read().map_err(|_| PrepareError::Evicted)?.clone();
+    let (core, revision) = load_turn_core(shared, &spec.0)?;
+    let cancel = CancellationToken::new();
+    let _dropped = cancel.clone().drop_guard();
+    let asked = actor
+        .call(
+            |reply| SessionMsg::PrepareTurn {
+                spec: Box::new(spec),
+                core,
+                revision,
+                reply,
+                cancel,
+                scope,
+            },
+            None,
+        )
+        .await;
+    match asked {
+        Ok(ractor::rpc::CallResult::Success(result)) => result,
+        _ => Err(PrepareError::Evicted),
+    }
+}
+
+/// The core a turn of `spec` runs, and the revision it read. A core that follows its
+/// live revision runs exactly that commit, read as the review read it: nothing in the
+/// working tree (untracked, ignored or edited files) runs without a review. Without a
+/// live revision yet, the working tree.
+fn load_turn_core(
+    shared: &Shared,
+    spec: &SessionSpec,
+) -> Result<(Arc<AgentCore>, Option<String>), PrepareError> {
+    let root = &spec.core_root;
+    let cache = &shared.load_cache;
+    let live = (spec.core_revision == LIVE_REVISION).then(|| shared.live_revisions.get(root));
+    let inline = spec.inline.as_deref();
+    let core = match (inline, &live) {
+        (Some(inline), _) if inline.only => Arc::new(inline.merged(None, root)),
+        (inline, Some(Some(commit))) => {
+            let root = cache.canonical(root);
+            let core = shared.live_cores.load(&root, commit)?;
+            with_inline(core, inline, &root)
+        }
+        (inline, _) => with_inline(crate::core::load_cached(root, cache)?, inline, root),
+    };
+    let revision = live.map(|live| format!("live:{}", live.as_deref().unwrap_or("none")));
+    Ok((core, revision))
+}
+
 /// `core` with the host's in-memory servers added, when the spec has any.
 fn with_inline(
-    core: Arc<crate::core::AgentCore>,
-    inline: Option<&super::session::InlineServers>,
+    core: Arc<AgentCore>,
+    inline: Option<&InlineServers>,
     root: &std::path::Path,
-) -> Arc<crate::core::AgentCore> {
+) -> Arc<AgentCore> {
     match inline {
         Some(inline) => Arc::new(inline.merged(Some(&core), root)),
         None => core,
     }
+}
+
+/// Refuses a home inside the workspace or the core: the servers' HOME lives under it,
+/// and a core author must not be able to plant its dotfiles (`.npmrc`, `.gitconfig`).
+pub(super) fn home_outside(
+    home: &std::path::Path,
+    workspace: &std::path::Path,
+    core: &std::path::Path,
+) -> Result<(), RuntimeError> {
+    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
+    let core = core.canonicalize().unwrap_or_else(|_| core.to_path_buf());
+    if home.starts_with(workspace) || home.starts_with(&core) {
+        return Err(RuntimeError::HomeInsideWorkspace(
+            home.display().to_string(),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

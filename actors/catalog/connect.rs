@@ -17,99 +17,25 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::limiter::Permit;
-use super::shared::Shared;
+use crate::actors::connection::Connected;
+use crate::actors::limiter::Permit;
+use crate::actors::shared::Shared;
 use crate::authority::{
-    Action, ApprovalRequest, ApprovalSource, CapabilitySet, ConnectPreview, HostPolicy, resolve_cwd,
+    Action, ApprovalRequest, ApprovalSource, CapabilitySet, ConnectPreview, DenyReason, HostPolicy,
+    connection_secrets, resolve_cwd,
 };
-use crate::core::{Declaration, DeclaredUrl, Endpoint};
+use crate::core::{Declaration, Endpoint};
 use crate::events::{EventKind, UrlPhase};
-use crate::net::{Block, Verdict};
-use crate::process::{
-    HostEnv, StderrLog, child_environment, interpolate_all, private_dir, referenced_values,
-};
+use crate::net::Verdict;
+use crate::process::{StderrLog, child_environment, interpolate_all, private_dir};
 use crate::redact::{Redactor, View};
 use crate::transport::{
-    self, ConnectErrorKind, HttpLaunch, Launch, ListedTools, McpClient, OAuthLaunch, ServerSignals,
+    self, ConnectErrorKind, HttpLaunch, Launch, ListedTools, OAuthLaunch, ServerSignals,
     StdioLaunch,
 };
 
-/// Why a server was denied this turn (asked again next turn).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum DenyReason {
-    /// The session does not hold `mcp.connect:<id>`.
-    MissingCapability(String),
-    /// The declared `cwd` does not resolve inside the workspace.
-    Cwd(String),
-    /// The URL policy blocks the declared URL.
-    UrlBlocked {
-        /// Which rule of the URL policy refused it.
-        block: Block,
-        /// The origin, when it parsed.
-        target: String,
-    },
-    /// The approver (or the `deny` policy) refused.
-    ApprovalDenied,
-    /// Nobody answered the connect approval within the runtime's approval deadline.
-    ApprovalTimedOut,
-    /// The approval broker is not running (it is being restarted).
-    BrokerUnavailable,
-    /// The host requires confined stdio servers and this one would run unconfined.
-    Unconfined,
-}
-
-impl std::fmt::Display for DenyReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DenyReason::MissingCapability(cap) => write!(
-                f,
-                "missing capability {cap}; grant it under capabilities.defaults in agent.yaml"
-            ),
-            DenyReason::Cwd(reason) => f.write_str(reason),
-            DenyReason::UrlBlocked { block, target } => {
-                let target = if target.is_empty() {
-                    "the declared url"
-                } else {
-                    target
-                };
-                write!(f, "the URL policy blocks {target} ({})", block.as_str())?;
-                if matches!(
-                    block,
-                    Block::Private | Block::Loopback | Block::Cgnat | Block::LocalhostName
-                ) {
-                    // A network the host runs its own servers on may be trusted.
-                    f.write_str("; to allow it, trust its network: `--trust-network CIDR` on the command line, `UrlPolicy::with_trusted` in `RuntimeConfig::url_policy` when embedding")?;
-                }
-                Ok(())
-            }
-            DenyReason::ApprovalDenied => f.write_str("connect approval denied"),
-            DenyReason::ApprovalTimedOut => f.write_str(
-                "connect approval not answered within the approval deadline; asked again next turn",
-            ),
-            DenyReason::BrokerUnavailable => f.write_str(
-                "the approval broker is restarting; the server is asked for again next turn",
-            ),
-            DenyReason::Unconfined => f.write_str(
-                "this host starts stdio servers only confined (`RuntimeConfig::require_sandbox`); declare `sandbox:` for it",
-            ),
-        }
-    }
-}
-
-/// A server that connected and listed its tools.
-pub(super) struct Connected {
-    pub declaration: Arc<Declaration>,
-    pub client: McpClient,
-    pub listed: ListedTools,
-    /// Every secret the connection knows.
-    pub redactor: Redactor,
-    /// Flags its notifications set.
-    pub signals: Arc<ServerSignals>,
-}
-
 /// What the pipeline made of one server.
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     /// Connected and listed.
     Connected(Box<Connected>),
     /// Denied by authority (asked again next turn).
@@ -688,85 +614,6 @@ fn denied(declaration: &Arc<Declaration>, reason: DenyReason) -> Outcome {
         declaration: Arc::clone(declaration),
         reason,
     }
-}
-
-/// The secrets a connection knows: its interpolated env or header values (and each
-/// header's last word: `Bearer <token>`), the host values its `${NAME}` references
-/// name, the values of secret-bearing options in its args, and its URL's userinfo and
-/// query values.
-pub(super) fn connection_secrets(
-    declaration: &Declaration,
-    values: &BTreeMap<String, String>,
-    interpolated_args: &[String],
-    host: &HostEnv,
-) -> Redactor {
-    let referenced = |map: &BTreeMap<String, String>| -> Vec<(String, String)> {
-        map.values()
-            .flat_map(|v| referenced_values(v, host))
-            .collect()
-    };
-    let redactor = Redactor::new().with_secrets(values.iter().map(|(k, v)| (k.clone(), v.clone())));
-    match &declaration.endpoint {
-        Endpoint::Stdio { args, env, .. } => redactor
-            .with_secrets(referenced(env))
-            .with_secrets(args.iter().flat_map(|arg| referenced_values(arg, host)))
-            .with_secrets(crate::authority::preview::secret_arg_values(
-                interpolated_args,
-            )),
-        Endpoint::StreamableHttp {
-            url,
-            headers,
-            oauth,
-        } => {
-            let credentials = oauth
-                .iter()
-                .flat_map(|o| o.references())
-                .flat_map(|(_, reference)| referenced_values(reference, host))
-                .flat_map(|(name, value)| {
-                    // Each line of a PEM key is a secret of its own: a leaked line of a
-                    // key is a leaked key.
-                    let lines = value
-                        .lines()
-                        .map(str::trim)
-                        .filter(|l| l.len() >= 16 && !l.starts_with("-----"))
-                        .map(|l| (name.clone(), l.to_string()))
-                        .collect::<Vec<_>>();
-                    std::iter::once((name, value)).chain(lines)
-                });
-            let last_words = values.iter().filter_map(|(name, value)| {
-                let last = value.split_whitespace().last()?;
-                (last != value).then(|| (name.clone(), last.to_string()))
-            });
-            redactor
-                .with_secrets(last_words)
-                .with_secrets(referenced(headers))
-                .with_secrets(credentials)
-                .with_secrets(url_secrets(url))
-        }
-    }
-}
-
-/// Secrets a URL carries: userinfo and query values.
-fn url_secrets(url: &DeclaredUrl) -> Vec<(String, String)> {
-    uri_secrets(url.url())
-}
-
-/// Secrets a URL or URI carries: userinfo and query values (a resource URI the model
-/// chose is redacted with these, as a call's sensitive arguments are).
-pub(super) fn uri_secrets(u: &url::Url) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    if !u.username().is_empty() {
-        out.push(("url_username".to_string(), u.username().to_string()));
-    }
-    if let Some(p) = u.password() {
-        out.push(("url_password".to_string(), p.to_string()));
-    }
-    // Named by a fixed word: a query key is the URL's own text.
-    out.extend(
-        u.query_pairs()
-            .map(|(_, v)| ("url_query".to_string(), v.into_owned())),
-    );
-    out
 }
 
 impl Pipeline {

@@ -11,7 +11,7 @@ use ractor::{ActorId, RpcReplyPort};
 use tokio_util::sync::CancellationToken;
 
 use super::connect::{Outcome, Pipeline};
-use super::turn::{PrepareError, TurnCatalog};
+use crate::actors::turn::{PrepareError, TurnCatalog};
 use crate::core::{AgentCore, Declaration};
 use crate::transport::ListedTools;
 

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::connect::DenyReason;
 use super::plan::Failure;
+use crate::authority::DenyReason;
 
 /// The state of one server, for `/servers`.
 #[derive(Debug, Clone, PartialEq, Eq)]

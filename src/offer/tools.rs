@@ -1,20 +1,18 @@
 //! A server's tool list as a turn may use it: secret-bearing names hidden, duplicates
 //! dropped, descriptions capped and redacted, schemas redacted and shared across
-//! connections (its other lists: `resources.rs`). Done once per listing, never per turn.
+//! connections. Done once per listing, never per turn.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::model::Tool;
 
+use super::{MAX_DESCRIPTION, MAX_TITLE, Offered, shape_offer};
+use crate::core::Declaration;
 use crate::naming;
 use crate::redact::{Redactor, View};
-use crate::transport::ListedTools;
-
-/// Longest tool description kept (a hostile server could send megabytes).
-pub const MAX_DESCRIPTION: usize = 4_096;
-/// Longest tool title kept.
-pub const MAX_TITLE: usize = 200;
+use crate::result::cap_chars;
+use crate::transport::{ListedTools, MAX_TOOLS};
 
 /// Tools as the model may see them, and what the listing got wrong as diagnostics.
 ///
@@ -23,18 +21,15 @@ pub const MAX_TITLE: usize = 200;
 /// diagnostics), so it cannot be redacted into something callable. The note says how
 /// many, never which. Of tools listed twice the first is kept. Descriptions are capped
 /// and redacted, schemas redacted, once per listing (not per turn).
-pub(super) fn shape_listing(
+pub(crate) fn shape_listing(
     listed: ListedTools,
-    declaration: &crate::core::Declaration,
+    declaration: &Declaration,
     redactor: &Redactor,
     schemas: &SchemaPool,
-) -> (Arc<Vec<Tool>>, Arc<super::resources::Offered>, Vec<String>) {
-    let (offered, mut notes) = super::resources::shape_offer(listed.offer, declaration, redactor);
+) -> (Arc<Vec<Tool>>, Arc<Offered>, Vec<String>) {
+    let (offered, mut notes) = shape_offer(listed.offer, declaration, redactor);
     if listed.truncated {
-        notes.push(format!(
-            "the tool list was cut at {} tools",
-            crate::transport::MAX_TOOLS
-        ));
+        notes.push(format!("the tool list was cut at {} tools", MAX_TOOLS));
     }
     let total = listed.tools.len();
     // The raw name, the name it becomes (`sk.live.x` is exposed as `sk-live-x`), and
@@ -69,13 +64,10 @@ pub(super) fn shape_listing(
         })
         .map(|mut tool| {
             if let Some(d) = &tool.description {
-                tool.description = Some(
-                    crate::result::cap_chars(&redactor.text(d, View::Model), MAX_DESCRIPTION)
-                        .into(),
-                );
+                tool.description =
+                    Some(cap_chars(&redactor.text(d, View::Model), MAX_DESCRIPTION).into());
             }
-            let title =
-                |t: &str| crate::result::cap_chars(&redactor.text(t, View::Model), MAX_TITLE);
+            let title = |t: &str| cap_chars(&redactor.text(t, View::Model), MAX_TITLE);
             tool.title = tool.title.as_deref().map(title);
             if let Some(annotations) = &mut tool.annotations {
                 annotations.title = annotations.title.as_deref().map(title);
@@ -115,7 +107,8 @@ pub(crate) struct SchemaPool {
 }
 
 impl SchemaPool {
-    pub(super) fn intern(&self, schema: rmcp::model::JsonObject) -> Arc<rmcp::model::JsonObject> {
+    /// The shared copy of `schema`.
+    pub(crate) fn intern(&self, schema: rmcp::model::JsonObject) -> Arc<rmcp::model::JsonObject> {
         // serde_json maps are sorted, so equal schemas serialize equally.
         let key = serde_json::to_string(&schema).unwrap_or_default();
         let Ok(mut entries) = self.entries.lock() else {

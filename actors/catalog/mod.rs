@@ -8,7 +8,8 @@
 //! through the connect pipeline (`connect.rs`), so approvals and slow servers never
 //! block the mailbox; the outcomes come back as a message, are applied, and the turn's
 //! entries are built (`plan::entries`). Turns of one catalog are queued, never
-//! interleaved.
+//! interleaved. What a server sends outside our requests is routed by `inbound.rs`;
+//! what `/servers` reports is `status.rs`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -18,21 +19,31 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 
-use super::connect::{Connected, DenyReason, Outcome, Pipeline};
-use super::connection::Live;
-use super::plan::{self, Failure, LivePeer};
-use super::preparation::{self, Ending};
-pub(crate) use super::preparation::{Resolution, TurnRequest};
-use super::resources::ServerEntry;
-use super::shared::Shared;
-use super::status::ServerStatus;
-use super::turn::{Binding, Denial, Diagnostic, Entries, PrepareError, TurnCatalog, Warm};
-use crate::authority::{CapabilitySet, HostPolicy};
+use connect::{Outcome, Pipeline};
+use plan::Failure;
+use preparation::Ending;
+
+use crate::actors::connection::{Connected, Live, LivePeer, close_all};
+use crate::actors::shared::Shared;
+use crate::actors::turn::{
+    Binding, Denial, Diagnostic, Entries, PrepareError, ServerEntry, TurnCatalog, Warm, bind,
+    required,
+};
+use crate::authority::{CapabilitySet, DenyReason, HostPolicy};
 use crate::core::{AgentCore, Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::naming::Names;
 use crate::redact::View;
 use crate::transport::{ConnectErrorKind, ListedTools};
+
+mod connect;
+mod inbound;
+mod plan;
+mod preparation;
+mod status;
+
+pub(crate) use preparation::{Resolution, TurnRequest};
+pub use status::{ServerState, ServerStatus};
 
 /// What a catalog is bound to; any change means a new catalog.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -500,7 +511,7 @@ impl CatalogState {
             .filter(covered)
             .find(|d| d.required && !self.by_server.contains_key(&d.server_id))
         {
-            return Err(super::turn::required(missing, &diagnostics, &denied));
+            return Err(required(missing, &diagnostics, &denied));
         }
         let connected: Vec<&Live> = core
             .enabled()
@@ -577,7 +588,7 @@ impl CatalogState {
             .collect();
         let (entries, names) = plan::entries(&servers, &self.names, &self.shared.config.host_tools)
             .map_err(PrepareError::Collision)?;
-        Ok((super::turn::bind(entries, offers), names))
+        Ok((bind(entries, offers), names))
     }
 
     /// A connection actor stopped: a failure when it ended on its own or crashed,
@@ -620,7 +631,7 @@ impl CatalogState {
                 reason: reason.to_string(),
             });
         }
-        super::connection::close_all(live, reason, self.shared.config.close_grace).await
+        close_all(live, reason, self.shared.config.close_grace).await
     }
 
     fn status(&self) -> Vec<ServerStatus> {
@@ -628,7 +639,7 @@ impl CatalogState {
             .live
             .values()
             .map(|l| (l.declaration.server_id.as_str(), l.pid, l.tools.len()));
-        super::status::collect(live, &self.failures, &self.denied, self.shared.now())
+        status::collect(live, &self.failures, &self.denied, self.shared.now())
     }
 
     fn emit(&self, kind: EventKind) {

@@ -9,20 +9,11 @@ use std::time::Instant;
 
 use rmcp::model::Tool;
 
-use super::config::HostTool;
+use crate::actors::config::HostTool;
+use crate::actors::connection::LivePeer;
+use crate::actors::turn::{Entry, ToolEntry};
 use crate::core::{AgentCore, Declaration, Fingerprint};
 use crate::naming::{self, Names, ServerTools};
-
-/// A live connection as the planner sees it.
-#[derive(Debug, Clone)]
-pub(super) struct LivePeer {
-    /// Its server id.
-    pub server: String,
-    /// The fingerprint of the declaration it was connected with.
-    pub fingerprint: Fingerprint,
-    /// Whether the server announced a changed tool list since the last turn.
-    pub list_changed: bool,
-}
 
 /// A failure cached for one server.
 #[derive(Debug, Clone)]
@@ -123,18 +114,6 @@ pub(super) struct Connected<'a, B> {
     pub binding: B,
 }
 
-/// One entry of a turn before it is made a `ToolEntry`.
-pub(super) struct Entry<'a, B> {
-    /// The exposed name.
-    pub name: String,
-    /// The server's tool.
-    pub tool: &'a Tool,
-    /// Server id.
-    pub server: &'a str,
-    /// What the entry is bound to.
-    pub binding: B,
-}
-
 /// The entries of a turn, servers in the order given (file order), tools in listing
 /// order, through each declaration's filter; names stable for kept peers
 /// (docs/design.md#3-names).
@@ -195,8 +174,8 @@ pub(super) fn entries<'a, B: Clone>(
 /// One note per tool whose exposed name was numbered because another took its first
 /// choice: the exposed name and both provenances (server and the server's own tool
 /// name), so a person can tell `docs__search-2` from `docs__search`.
-pub(super) fn collision_notes(entries: &[super::turn::ToolEntry]) -> Vec<(String, String)> {
-    let by_name: std::collections::HashMap<String, &super::turn::ToolEntry> =
+pub(super) fn collision_notes(entries: &[ToolEntry]) -> Vec<(String, String)> {
+    let by_name: std::collections::HashMap<String, &ToolEntry> =
         entries.iter().map(|e| (e.name.to_lowercase(), e)).collect();
     // A raw name is the server's text: quoted as JSON (a backtick in it cannot close
     // the quote) and cut; at most a few notes a server, then a count.

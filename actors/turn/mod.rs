@@ -1,26 +1,24 @@
 //! The resolved catalog of one turn: visible tools bound to their connections, plus
-//! diagnostics and denials. Calls go through the entry's own connection; there is no
-//! global name index.
+//! diagnostics and denials, and every effect through it: a tool call (`call.rs`), a
+//! resource read or subscription (`resources.rs`), a prompt (`prompts.rs`). Each goes
+//! through the entry's own connection; there is no global name index.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
-use rmcp::model::JsonObject;
+use rmcp::model::{JsonObject, Tool};
 use serde::Serialize;
-use serde_json::Value;
 
-use super::connection::Dispatch;
-use super::resources::ServerEntry;
-use super::shared::Shared;
-use crate::authority::{
-    Action, ApprovalRequest, ApprovalSource, CallSubject, ConnectPreview, HostPolicy,
-};
-use crate::core::{ApprovalPolicy, CoreErrors, Declaration, Fingerprint};
-use crate::events::EventKind;
-use crate::redact::{Redactor, View};
-use crate::result::{Provenance, ToolResult};
-use crate::transport::{CallFailure, CallWatch, Progress, ProgressSink};
+use crate::actors::connection::Dispatch;
+use crate::actors::shared::Shared;
+use crate::authority::{DenyReason, HostPolicy};
+use crate::core::{CoreErrors, Declaration, Fingerprint};
+use crate::offer::Offered;
+use crate::redact::Redactor;
+
+mod call;
+mod prompts;
+mod resources;
 
 /// Why a turn could not be prepared.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -172,7 +170,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// A diagnostic about `declaration`.
-    pub(super) fn of(declaration: &Declaration, message: String) -> Self {
+    pub(crate) fn of(declaration: &Declaration, message: String) -> Self {
         Diagnostic {
             server: declaration.server_id.clone(),
             path: declaration.path.clone(),
@@ -181,7 +179,7 @@ impl Diagnostic {
     }
 
     /// A declaration that did not load: every one of its (value-free) errors.
-    pub(super) fn broken(broken: &crate::core::Broken) -> Self {
+    pub(crate) fn broken(broken: &crate::core::Broken) -> Self {
         let message = broken
             .errors
             .iter()
@@ -197,7 +195,7 @@ impl Diagnostic {
 
 /// The error of a turn whose required server `missing` did not connect, with its
 /// diagnostic or denial.
-pub(super) fn required(
+pub(crate) fn required(
     missing: &Declaration,
     diagnostics: &[Diagnostic],
     denied: &[Denial],
@@ -232,12 +230,31 @@ pub struct Denial {
     pub reason: String,
     /// The reason, typed: what a host matches on.
     #[serde(skip)]
-    pub cause: super::connect::DenyReason,
+    pub cause: DenyReason,
+}
+
+/// One entry of a turn before it is made a `ToolEntry`.
+pub(crate) struct Entry<'a, B> {
+    /// The exposed name.
+    pub name: String,
+    /// The server's tool.
+    pub tool: &'a Tool,
+    /// Server id.
+    pub server: &'a str,
+    /// What the entry is bound to.
+    pub binding: B,
+}
+
+/// A connection's offer as a turn holds it: shaped, and bound to its connection.
+#[derive(Clone)]
+pub(crate) struct ServerEntry {
+    pub offered: Arc<Offered>,
+    pub binding: Binding,
 }
 
 /// Where a tool entry's calls go.
 #[derive(Clone)]
-pub(super) struct Binding {
+pub(crate) struct Binding {
     /// The session the entry was resolved for.
     pub session: String,
     /// The catalog (identity) it was resolved by.
@@ -258,7 +275,7 @@ pub(super) struct Binding {
 
 /// A turn's tool entries, their name index, and each connection's other offers; turns
 /// built from the same connections and lists share them.
-pub(super) type Entries = (
+pub(crate) type Entries = (
     Arc<Vec<ToolEntry>>,
     Arc<HashMap<String, usize>>,
     Arc<Vec<ServerEntry>>,
@@ -267,13 +284,13 @@ pub(super) type Entries = (
 /// The last turn's entries and what they were built from: each connection's actor,
 /// its tool-list generation and its declaration's fingerprint. Equal keys mean the
 /// entries are still exact, and the warm turn reuses them as they are.
-pub(super) struct Warm {
+pub(crate) struct Warm {
     key: Vec<(ractor::ActorId, u64, Fingerprint)>,
     entries: Entries,
 }
 
 impl Warm {
-    pub(super) fn new(key: Vec<(ractor::ActorId, u64, Fingerprint)>, entries: &Entries) -> Self {
+    pub(crate) fn new(key: Vec<(ractor::ActorId, u64, Fingerprint)>, entries: &Entries) -> Self {
         Warm {
             key,
             entries: entries.clone(),
@@ -281,16 +298,13 @@ impl Warm {
     }
 
     /// The entries, when they were built from exactly `key`.
-    pub(super) fn reuse(&self, key: &[(ractor::ActorId, u64, Fingerprint)]) -> Option<Entries> {
+    pub(crate) fn reuse(&self, key: &[(ractor::ActorId, u64, Fingerprint)]) -> Option<Entries> {
         (self.key == key).then(|| self.entries.clone())
     }
 }
 
 /// The planner's entries made tool entries, with their name index, beside `offers`.
-pub(super) fn bind(
-    planned: Vec<super::plan::Entry<'_, Binding>>,
-    offers: Vec<ServerEntry>,
-) -> Entries {
+pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -> Entries {
     let entries: Vec<ToolEntry> = planned
         .into_iter()
         .map(|e| ToolEntry {
@@ -348,7 +362,7 @@ pub struct ToolEntry {
     pub annotations: Option<ToolHints>,
     /// JSON schema of the tool's `structuredContent`, when it declares one.
     pub output_schema: Option<Arc<JsonObject>>,
-    pub(super) binding: Binding,
+    pub(crate) binding: Binding,
 }
 
 /// A tool's annotations as MCP defines them (`ToolAnnotations`), every hint optional:
@@ -423,7 +437,7 @@ impl std::fmt::Debug for TurnCatalog {
 
 impl TurnCatalog {
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn from_parts(
+    pub(crate) fn from_parts(
         shared: Arc<Shared>,
         session: String,
         catalog_id: u64,
@@ -447,11 +461,11 @@ impl TurnCatalog {
         }
     }
 
-    pub(super) fn offers(&self) -> &[ServerEntry] {
+    pub(crate) fn offers(&self) -> &[ServerEntry] {
         &self.offers
     }
 
-    pub(super) fn shared(&self) -> &Shared {
+    pub(crate) fn shared(&self) -> &Shared {
         &self.shared
     }
 
@@ -510,230 +524,5 @@ impl TurnCatalog {
             .filter(|(server, _)| owners.contains(server))
             .map(|(server, reason)| (server.clone(), reason.clone()))
             .next()
-    }
-
-    /// Calls the tool `name` of this turn with `arguments` (a JSON object or null).
-    ///
-    /// # Errors
-    /// [`CallError`] when the call is refused before reaching a server. Server errors,
-    /// timeouts and broken connections are error [`ToolResult`]s.
-    pub async fn call(&self, name: &str, arguments: Value) -> Result<ToolResult, CallError> {
-        self.call_with_progress(name, arguments, None).await
-    }
-
-    /// [`TurnCatalog::call`], with the server's progress for this call (its message
-    /// redacted) going to `on_progress` as it arrives.
-    ///
-    /// # Errors
-    /// See [`TurnCatalog::call`].
-    pub async fn call_with_progress(
-        &self,
-        name: &str,
-        arguments: Value,
-        on_progress: Option<ProgressSink>,
-    ) -> Result<ToolResult, CallError> {
-        let Some(entry) = self.get(name) else {
-            return Err(match self.unavailable(name) {
-                Some((server, reason)) => CallError::ServerUnavailable {
-                    tool: name.to_string(),
-                    server,
-                    reason,
-                },
-                None => CallError::UnknownTool(name.to_string()),
-            });
-        };
-        self.call_entry_with(entry, arguments, on_progress).await
-    }
-
-    /// Calls a specific entry. An entry from another session, catalog (revision,
-    /// authority) is refused as invalid and never reaches a server.
-    ///
-    /// # Errors
-    /// See [`TurnCatalog::call`].
-    pub async fn call_entry(
-        &self,
-        entry: &ToolEntry,
-        arguments: Value,
-    ) -> Result<ToolResult, CallError> {
-        self.call_entry_with(entry, arguments, None).await
-    }
-
-    async fn call_entry_with(
-        &self,
-        entry: &ToolEntry,
-        arguments: Value,
-        on_progress: Option<ProgressSink>,
-    ) -> Result<ToolResult, CallError> {
-        let outcome = self.dispatch(entry, arguments, on_progress).await;
-        if let Err(refused) = &outcome {
-            self.shared.hub.emit(
-                &self.session,
-                EventKind::CallDenied {
-                    server: entry.server.clone(),
-                    tool: entry.name.clone(),
-                    reason: refused.to_string(),
-                },
-            );
-        }
-        outcome
-    }
-
-    async fn dispatch(
-        &self,
-        entry: &ToolEntry,
-        arguments: Value,
-        on_progress: Option<ProgressSink>,
-    ) -> Result<ToolResult, CallError> {
-        let binding = &entry.binding;
-        let stale = |reason| CallError::Stale {
-            tool: entry.name.clone(),
-            reason,
-        };
-        if binding.session != self.session || binding.catalog_id != self.catalog_id {
-            return Err(stale(StaleReason::OtherCatalog));
-        }
-        let arguments = match arguments {
-            Value::Null => None,
-            Value::Object(map) => Some(map),
-            _ => return Err(CallError::BadArguments),
-        };
-        let redactor = binding.redactor.with_call_object(arguments.as_ref());
-        let subject = CallSubject {
-            name: entry.tool.clone(),
-            title: entry
-                .title
-                .clone()
-                .or_else(|| entry.annotations.as_ref().and_then(|a| a.title.clone())),
-            read_only: entry.annotations.as_ref().and_then(|a| a.read_only),
-            destructive: entry.annotations.as_ref().and_then(|a| a.destructive),
-            idempotent: entry.annotations.as_ref().and_then(|a| a.idempotent),
-            open_world: entry.annotations.as_ref().and_then(|a| a.open_world),
-            definition: entry.definition.clone(),
-        };
-        self.authorize(
-            binding,
-            Action::Call,
-            &entry.name,
-            arguments.as_ref(),
-            &redactor,
-            Some(subject),
-        )
-        .await?;
-        if binding.dispatch.is_closed() {
-            return Err(stale(StaleReason::Closed));
-        }
-        let started = Instant::now();
-        // The caller hears progress redacted, as every other view of the server, and the
-        // call's progress events use the call's redactor too.
-        let sink = on_progress.map(|sink| -> ProgressSink {
-            let redactor = redactor.clone();
-            Arc::new(move |mut progress: Progress| {
-                progress.message = progress
-                    .message
-                    .map(|m| crate::result::cap(&redactor.text(&m, View::Model)));
-                sink(progress);
-            })
-        });
-        let watch = CallWatch {
-            sink,
-            redactor: redactor.clone(),
-        };
-        let called = binding.dispatch.call(&entry.tool, arguments, watch).await;
-        let provenance = |reached| Provenance {
-            server: entry.server.clone(),
-            tool: entry.tool.clone(),
-            exposed: entry.name.clone(),
-            started: reached,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        };
-        let shape = &self.shared.config.result_shape;
-        let mut result = match called {
-            Ok(raw) => ToolResult::from_mcp(provenance(true), raw, &redactor, shape),
-            // A connection closed before the call left is a stale entry; one that dies
-            // during the call is that call's error.
-            Err(CallFailure::NotSent(_) | CallFailure::Closed(_))
-                if binding.dispatch.is_closed() =>
-            {
-                return Err(stale(StaleReason::Closed));
-            }
-            Err(failure) => {
-                let reached = !matches!(failure, CallFailure::NotSent(_));
-                ToolResult::error(provenance(reached), &failure.to_string(), &redactor)
-            }
-        };
-        result.output_schema = entry.output_schema.clone();
-        self.shared.hub.emit(
-            &self.session,
-            EventKind::ToolCalled {
-                server: entry.server.clone(),
-                tool: entry.name.clone(),
-                is_error: result.is_error,
-                duration_ms: result.provenance.duration_ms,
-                content: result.view(View::Event).content.clone(),
-            },
-        );
-        Ok(result)
-    }
-
-    /// The call capability, then the call approval under the effective policy (`auto`
-    /// needs no prompt; the host may tighten it), for a tool call, a resource read or a
-    /// prompt (`subject` names which).
-    pub(super) async fn authorize(
-        &self,
-        binding: &Binding,
-        action: Action,
-        subject: &str,
-        arguments: Option<&JsonObject>,
-        redactor: &Redactor,
-        call: Option<CallSubject>,
-    ) -> Result<(), CallError> {
-        let declaration = &binding.declaration;
-        let tool = || subject.to_string();
-        if !binding.call_allowed {
-            return Err(CallError::MissingCapability {
-                tool: tool(),
-                capability: declaration.call_capability.clone(),
-            });
-        }
-        let policy = self.policy.call_policy(declaration);
-        if policy == ApprovalPolicy::Auto {
-            return Ok(());
-        }
-        let preview = ConnectPreview::new(
-            declaration,
-            self.policy.connect_policy(declaration),
-            None,
-            &[],
-        );
-        let request = ApprovalRequest {
-            session: self.session.clone(),
-            action,
-            server: declaration.server_id.clone(),
-            tool: Some(tool()),
-            // What will run, as the event log may show it.
-            arguments: Some(match arguments {
-                Some(map) => redactor.json(&Value::Object(map.clone()), View::Event),
-                None => Value::Object(serde_json::Map::new()),
-            }),
-            preview,
-            call,
-        };
-        match self
-            .shared
-            .broker
-            .decide(request, binding.approval_identity, policy)
-            .await
-        {
-            Ok(approval) if approval.allowed => Ok(()),
-            // `deny` is decided (and recorded) by the broker without asking anyone.
-            Ok(approval) if approval.source == ApprovalSource::Policy => {
-                Err(CallError::PolicyDenied { tool: tool() })
-            }
-            Ok(approval) if approval.source == ApprovalSource::Deadline => {
-                Err(CallError::ApprovalTimedOut { tool: tool() })
-            }
-            Ok(_) => Err(CallError::ApprovalDenied { tool: tool() }),
-            Err(_) => Err(CallError::ApprovalUnavailable { tool: tool() }),
-        }
     }
 }

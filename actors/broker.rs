@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 
+use super::swappable::Swappable;
 use crate::authority::{Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver};
 use crate::clock::Clock;
 use crate::core::{ApprovalPolicy, Fingerprint};
@@ -490,7 +491,7 @@ pub struct BrokerUnavailable;
 /// restarts one that died.
 #[derive(Clone)]
 pub struct BrokerHandle {
-    actor: super::swappable::Swappable<BrokerMsg>,
+    actor: Swappable<BrokerMsg>,
     /// Names each question, so a requester that goes away can withdraw it.
     ids: Arc<AtomicU64>,
 }
@@ -517,7 +518,7 @@ impl Drop for Withdrawal<'_> {
 impl BrokerHandle {
     pub(crate) fn new(actor: ActorRef<BrokerMsg>) -> Self {
         BrokerHandle {
-            actor: super::swappable::Swappable::new(actor),
+            actor: Swappable::new(actor),
             ids: Arc::default(),
         }
     }

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, Root};
 
-use super::connect::{DenyReason, Pipeline};
+use super::connect::Pipeline;
+use crate::authority::DenyReason;
 use crate::authority::{ElicitationAnswer, ElicitationRequest};
 use crate::core::Declaration;
 use crate::events::{EventHub, EventKind};

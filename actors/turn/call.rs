@@ -1,0 +1,243 @@
+//! A tool call through a turn: the entry's own connection, after the call capability
+//! and the call approval; its result converted with its five views, its event.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rmcp::model::JsonObject;
+use serde_json::Value;
+
+use super::{Binding, CallError, StaleReason, ToolEntry, TurnCatalog};
+use crate::authority::{Action, ApprovalRequest, ApprovalSource, CallSubject, ConnectPreview};
+use crate::core::ApprovalPolicy;
+use crate::events::EventKind;
+use crate::redact::{Redactor, View};
+use crate::result::{Provenance, ToolResult};
+use crate::transport::{CallFailure, CallWatch, Progress, ProgressSink};
+
+impl TurnCatalog {
+    /// Calls the tool `name` of this turn with `arguments` (a JSON object or null).
+    ///
+    /// # Errors
+    /// [`CallError`] when the call is refused before reaching a server. Server errors,
+    /// timeouts and broken connections are error [`ToolResult`]s.
+    pub async fn call(&self, name: &str, arguments: Value) -> Result<ToolResult, CallError> {
+        self.call_with_progress(name, arguments, None).await
+    }
+
+    /// [`TurnCatalog::call`], with the server's progress for this call (its message
+    /// redacted) going to `on_progress` as it arrives.
+    ///
+    /// # Errors
+    /// See [`TurnCatalog::call`].
+    pub async fn call_with_progress(
+        &self,
+        name: &str,
+        arguments: Value,
+        on_progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, CallError> {
+        let Some(entry) = self.get(name) else {
+            return Err(match self.unavailable(name) {
+                Some((server, reason)) => CallError::ServerUnavailable {
+                    tool: name.to_string(),
+                    server,
+                    reason,
+                },
+                None => CallError::UnknownTool(name.to_string()),
+            });
+        };
+        self.call_entry_with(entry, arguments, on_progress).await
+    }
+
+    /// Calls a specific entry. An entry from another session, catalog (revision,
+    /// authority) is refused as invalid and never reaches a server.
+    ///
+    /// # Errors
+    /// See [`TurnCatalog::call`].
+    pub async fn call_entry(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+    ) -> Result<ToolResult, CallError> {
+        self.call_entry_with(entry, arguments, None).await
+    }
+
+    async fn call_entry_with(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        on_progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, CallError> {
+        let outcome = self.dispatch(entry, arguments, on_progress).await;
+        if let Err(refused) = &outcome {
+            self.shared.hub.emit(
+                &self.session,
+                EventKind::CallDenied {
+                    server: entry.server.clone(),
+                    tool: entry.name.clone(),
+                    reason: refused.to_string(),
+                },
+            );
+        }
+        outcome
+    }
+
+    async fn dispatch(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        on_progress: Option<ProgressSink>,
+    ) -> Result<ToolResult, CallError> {
+        let binding = &entry.binding;
+        let stale = |reason| CallError::Stale {
+            tool: entry.name.clone(),
+            reason,
+        };
+        if binding.session != self.session || binding.catalog_id != self.catalog_id {
+            return Err(stale(StaleReason::OtherCatalog));
+        }
+        let arguments = match arguments {
+            Value::Null => None,
+            Value::Object(map) => Some(map),
+            _ => return Err(CallError::BadArguments),
+        };
+        let redactor = binding.redactor.with_call_object(arguments.as_ref());
+        let subject = CallSubject {
+            name: entry.tool.clone(),
+            title: entry
+                .title
+                .clone()
+                .or_else(|| entry.annotations.as_ref().and_then(|a| a.title.clone())),
+            read_only: entry.annotations.as_ref().and_then(|a| a.read_only),
+            destructive: entry.annotations.as_ref().and_then(|a| a.destructive),
+            idempotent: entry.annotations.as_ref().and_then(|a| a.idempotent),
+            open_world: entry.annotations.as_ref().and_then(|a| a.open_world),
+            definition: entry.definition.clone(),
+        };
+        self.authorize(
+            binding,
+            Action::Call,
+            &entry.name,
+            arguments.as_ref(),
+            &redactor,
+            Some(subject),
+        )
+        .await?;
+        if binding.dispatch.is_closed() {
+            return Err(stale(StaleReason::Closed));
+        }
+        let started = Instant::now();
+        // The caller hears progress redacted, as every other view of the server, and the
+        // call's progress events use the call's redactor too.
+        let sink = on_progress.map(|sink| -> ProgressSink {
+            let redactor = redactor.clone();
+            Arc::new(move |mut progress: Progress| {
+                progress.message = progress
+                    .message
+                    .map(|m| crate::result::cap(&redactor.text(&m, View::Model)));
+                sink(progress);
+            })
+        });
+        let watch = CallWatch {
+            sink,
+            redactor: redactor.clone(),
+        };
+        let called = binding.dispatch.call(&entry.tool, arguments, watch).await;
+        let provenance = |reached| Provenance {
+            server: entry.server.clone(),
+            tool: entry.tool.clone(),
+            exposed: entry.name.clone(),
+            started: reached,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        let shape = &self.shared.config.result_shape;
+        let mut result = match called {
+            Ok(raw) => ToolResult::from_mcp(provenance(true), raw, &redactor, shape),
+            // A connection closed before the call left is a stale entry; one that dies
+            // during the call is that call's error.
+            Err(CallFailure::NotSent(_) | CallFailure::Closed(_))
+                if binding.dispatch.is_closed() =>
+            {
+                return Err(stale(StaleReason::Closed));
+            }
+            Err(failure) => {
+                let reached = !matches!(failure, CallFailure::NotSent(_));
+                ToolResult::error(provenance(reached), &failure.to_string(), &redactor)
+            }
+        };
+        result.output_schema = entry.output_schema.clone();
+        self.shared.hub.emit(
+            &self.session,
+            EventKind::ToolCalled {
+                server: entry.server.clone(),
+                tool: entry.name.clone(),
+                is_error: result.is_error,
+                duration_ms: result.provenance.duration_ms,
+                content: result.view(View::Event).content.clone(),
+            },
+        );
+        Ok(result)
+    }
+
+    /// The call capability, then the call approval under the effective policy (`auto`
+    /// needs no prompt; the host may tighten it), for a tool call, a resource read or a
+    /// prompt (`subject` names which).
+    pub(crate) async fn authorize(
+        &self,
+        binding: &Binding,
+        action: Action,
+        subject: &str,
+        arguments: Option<&JsonObject>,
+        redactor: &Redactor,
+        call: Option<CallSubject>,
+    ) -> Result<(), CallError> {
+        let declaration = &binding.declaration;
+        let tool = || subject.to_string();
+        if !binding.call_allowed {
+            return Err(CallError::MissingCapability {
+                tool: tool(),
+                capability: declaration.call_capability.clone(),
+            });
+        }
+        let policy = self.policy.call_policy(declaration);
+        if policy == ApprovalPolicy::Auto {
+            return Ok(());
+        }
+        let preview = ConnectPreview::new(
+            declaration,
+            self.policy.connect_policy(declaration),
+            None,
+            &[],
+        );
+        let request = ApprovalRequest {
+            session: self.session.clone(),
+            action,
+            server: declaration.server_id.clone(),
+            tool: Some(tool()),
+            // What will run, as the event log may show it.
+            arguments: Some(match arguments {
+                Some(map) => redactor.json(&Value::Object(map.clone()), View::Event),
+                None => Value::Object(serde_json::Map::new()),
+            }),
+            preview,
+            call,
+        };
+        match self
+            .shared
+            .broker
+            .decide(request, binding.approval_identity, policy)
+            .await
+        {
+            Ok(approval) if approval.allowed => Ok(()),
+            // `deny` is decided (and recorded) by the broker without asking anyone.
+            Ok(approval) if approval.source == ApprovalSource::Policy => {
+                Err(CallError::PolicyDenied { tool: tool() })
+            }
+            Ok(approval) if approval.source == ApprovalSource::Deadline => {
+                Err(CallError::ApprovalTimedOut { tool: tool() })
+            }
+            Ok(_) => Err(CallError::ApprovalDenied { tool: tool() }),
+            Err(_) => Err(CallError::ApprovalUnavailable { tool: tool() }),
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Getting a prompt through a turn: by its exposed name, under the server's call
+//! capability and call approval like a tool call, its messages redacted like a result.
+
+use serde_json::Value;
+
+use super::{CallError, StaleReason, TurnCatalog};
+use crate::authority::{Action, CallSubject};
+use crate::events::EventKind;
+use crate::offer::{MAX_DESCRIPTION, PromptResult, prompt_result};
+use crate::redact::View;
+use crate::result::cap_chars;
+use crate::transport::CallFailure;
+
+impl TurnCatalog {
+    /// Gets the prompt `name` (exposed, `server__prompt`) with `arguments` (a JSON
+    /// object of strings, or null).
+    ///
+    /// # Errors
+    /// [`CallError`] when refused before reaching the server; a server error is
+    /// `CallError::Failed`.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<PromptResult, CallError> {
+        let (entry, prompt) = self
+            .offers()
+            .iter()
+            .find_map(|s| Some((s, s.offered.prompts.iter().find(|p| p.name == name)?)))
+            .ok_or_else(|| match self.unavailable(name) {
+                Some((server, reason)) => CallError::ServerUnavailable {
+                    tool: name.to_string(),
+                    server,
+                    reason,
+                },
+                None => CallError::UnknownTool(name.to_string()),
+            })?;
+        let arguments = match arguments {
+            Value::Null => None,
+            Value::Object(map) => Some(map),
+            _ => return Err(CallError::BadArguments),
+        };
+        let binding = &entry.binding;
+        let redactor = binding.redactor.with_call_object(arguments.as_ref());
+        let refused = |error: CallError| self.refused(&prompt.server, error);
+        self.still_open(binding, name).map_err(refused)?;
+        // Bound to the prompt as its server defines it, never its exposed name.
+        let exact = CallSubject {
+            name: prompt.prompt.clone(),
+            title: prompt.title.clone(),
+            read_only: None,
+            destructive: None,
+            idempotent: None,
+            open_world: None,
+            definition: crate::digest::sha256_hex(&serde_json::to_vec(prompt).unwrap_or_default()),
+        };
+        self.authorize(
+            binding,
+            Action::Prompt,
+            name,
+            arguments.as_ref(),
+            &redactor,
+            Some(exact),
+        )
+        .await
+        .map_err(refused)?;
+        let got = binding.dispatch.get_prompt(&prompt.prompt, arguments).await;
+        let got = match got {
+            Ok(got) => got,
+            Err(CallFailure::NotSent(_) | CallFailure::Closed(_))
+                if binding.dispatch.is_closed() =>
+            {
+                return Err(CallError::Stale {
+                    tool: name.to_string(),
+                    reason: StaleReason::Closed,
+                });
+            }
+            Err(failure) => {
+                return Err(CallError::Failed {
+                    tool: name.to_string(),
+                    message: cap_chars(
+                        &redactor.text(&failure.to_string(), View::Model),
+                        MAX_DESCRIPTION,
+                    ),
+                });
+            }
+        };
+        self.shared().hub.emit(
+            self.session(),
+            EventKind::PromptGot {
+                server: prompt.server.clone(),
+                prompt: name.to_string(),
+            },
+        );
+        Ok(prompt_result(name, &prompt.server, &got, &redactor))
+    }
+}
