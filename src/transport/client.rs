@@ -9,30 +9,21 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientCapabilities, ClientRequest,
-    Implementation, InitializeRequestParams, JsonObject, ProtocolVersion, Request, RequestId,
-    ServerResult, Tool,
-};
+use rmcp::model::{ClientCapabilities, Implementation, InitializeRequestParams, ProtocolVersion};
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 use rmcp::model::{
     ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
     ResourceUpdatedNotificationParam, Root,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RunningService};
+use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::Transport;
-use rmcp::{Peer, RoleClient, ServiceError};
+use rmcp::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
 
 use super::guard::TransportEnd;
-use super::lists::{Offer, list_offer, paged};
-use super::notices::{CallWatch, Notice, Notices, Progress, token_key};
+use super::notices::{Notice, Notices, Progress, token_key};
+use super::requests::{ListedTools, list_tools};
 use crate::process::{ChildProcess, CloseReport};
-
-/// Most pages of `tools/list` followed for one server.
-pub const MAX_TOOL_PAGES: usize = 100;
-/// Most tools kept for one server; the rest are dropped with a diagnostic.
-pub const MAX_TOOLS: usize = 5_000;
 
 /// An elicitation's params that rmcp's typed form refused, repaired where the request is
 /// still a form: a `requestedSchema` object without `properties` gets an empty one.
@@ -254,47 +245,6 @@ impl rmcp::ClientHandler for ClientHandler {
     }
 }
 
-/// What a server listed: its tools, capped, and what it offers beside them.
-#[derive(Debug, Clone)]
-pub struct ListedTools {
-    /// Tools in listing order.
-    pub tools: Vec<Tool>,
-    /// Whether the list was cut at [`MAX_TOOLS`] or [`MAX_TOOL_PAGES`].
-    pub truncated: bool,
-    /// Identity, resources, templates, prompts.
-    pub offer: Offer,
-}
-
-/// Why a call did not produce a result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallFailure {
-    /// `timeout_seconds` passed; the request was cancelled on the server.
-    Timeout(Duration),
-    /// The request could not be sent (the connection was already gone): the server
-    /// never saw it.
-    NotSent(String),
-    /// The connection is gone (process exited, transport closed).
-    Closed(String),
-    /// The server answered with a protocol error.
-    Protocol(String),
-}
-
-impl std::fmt::Display for CallFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallFailure::Timeout(d) => write!(
-                f,
-                "the call timed out after {:.1}s and was cancelled on the server",
-                d.as_secs_f64()
-            ),
-            CallFailure::Closed(m) | CallFailure::NotSent(m) => {
-                write!(f, "the server connection is closed: {m}")
-            }
-            CallFailure::Protocol(m) => write!(f, "the server returned an error: {m}"),
-        }
-    }
-}
-
 /// A live MCP client.
 pub struct McpClient {
     service: Option<RunningService<RoleClient, ClientHandler>>,
@@ -357,168 +307,6 @@ impl McpClient {
             Some(process) => process.close(grace).await,
             None => CloseReport::default(),
         }
-    }
-}
-
-/// Lists every page of tools from `peer`, capped, and what else it offers.
-///
-/// # Errors
-/// The server's or transport's error, unredacted.
-pub async fn list_tools(peer: &Peer<RoleClient>) -> Result<ListedTools, String> {
-    // The lists are independent requests: asked at once, they cost one round trip.
-    let tools = paged(|p| async move {
-        let r = peer.list_tools(Some(p)).await?;
-        Ok((r.tools, r.next_cursor))
-    });
-    let (tools, offer) = futures::join!(tools, list_offer(peer));
-    let ((tools, truncated), offer) = (tools?, offer?);
-    Ok(ListedTools {
-        tools,
-        truncated,
-        offer,
-    })
-}
-
-/// How long a call may take: `timeout` without news; with `max`, each progress
-/// notification restarts `timeout`, up to `max` in all.
-#[derive(Debug, Clone, Copy)]
-pub struct CallTiming {
-    /// The call's timeout (`timeout_seconds`).
-    pub timeout: Duration,
-    /// The most progress may extend it to (`max_timeout_seconds`).
-    pub max: Option<Duration>,
-}
-
-/// Calls a tool with a timeout; on timeout rmcp sends `notifications/cancelled`.
-///
-/// # Errors
-/// [`CallFailure`], unredacted.
-pub async fn call_tool(
-    peer: &Peer<RoleClient>,
-    tool: &str,
-    arguments: Option<JsonObject>,
-    timing: CallTiming,
-    progress: Option<(&Arc<Notices>, CallWatch)>,
-) -> Result<serde_json::Value, CallFailure> {
-    let mut params = CallToolRequestParams::new(tool.to_string());
-    params.arguments = arguments;
-    let request = ClientRequest::CallToolRequest(Request::new(params));
-    let mut options = PeerRequestOptions::with_timeout(timing.timeout);
-    if let Some(max) = timing.max {
-        options = options.reset_timeout_on_progress();
-        options.max_total_timeout = Some(max);
-    }
-    let timeout = timing.max.unwrap_or(timing.timeout);
-    // rmcp gives every request a progress token; the call's sink hears its progress.
-    let handle = peer
-        .send_request_with_option(request, options)
-        .await
-        .map_err(|e| match classify(&e, timeout) {
-            CallFailure::Closed(m) => CallFailure::NotSent(m),
-            other => other,
-        })?;
-    let _watching = progress
-        .and_then(|(notices, watch)| notices.watch(token_key(&handle.progress_token), watch));
-    // A caller that drops this future has given up on the call: the server is told, as
-    // it is on a timeout, instead of working on for nobody.
-    let mut abandoned = Abandoned::armed(peer, &handle.id);
-    let response = handle.await_response().await;
-    abandoned.disarm();
-    match response {
-        Ok(ServerResult::CallToolResult(result)) => {
-            into_json(result).map_err(|e| CallFailure::Protocol(e.to_string()))
-        }
-        Ok(_) => Err(CallFailure::Protocol(
-            "unexpected response to tools/call".into(),
-        )),
-        Err(e) => Err(classify(&e, timeout)),
-    }
-}
-
-/// A call's result as JSON, its texts and structured content moved rather than
-/// copied: a result of megabytes is held once, not twice, while it is converted.
-fn into_json(
-    mut result: rmcp::model::CallToolResult,
-) -> Result<serde_json::Value, serde_json::Error> {
-    use rmcp::model::ContentBlock;
-    use serde_json::Value;
-    let structured = result.structured_content.take();
-    let texts: Vec<Option<String>> = result
-        .content
-        .iter_mut()
-        .map(|block| match block {
-            ContentBlock::Text(t) => Some(std::mem::take(&mut t.text)),
-            _ => None,
-        })
-        .collect();
-    let mut value = serde_json::to_value(&result)?;
-    drop(result);
-    if let Some(blocks) = value.get_mut("content").and_then(Value::as_array_mut) {
-        for (block, text) in blocks.iter_mut().zip(texts) {
-            if let (Some(text), Some(block)) = (text, block.as_object_mut()) {
-                block.insert("text".into(), Value::String(text));
-            }
-        }
-    }
-    if let (Some(structured), Some(object)) = (structured, value.as_object_mut()) {
-        object.insert("structuredContent".into(), structured);
-    }
-    Ok(value)
-}
-
-/// Sends `notifications/cancelled` for a request whose caller went away before its
-/// answer; disarmed (no peer) once the answer or the timeout came.
-pub(crate) struct Abandoned {
-    peer: Option<Peer<RoleClient>>,
-    id: RequestId,
-}
-
-impl Abandoned {
-    /// Armed for request `id` on `peer`.
-    pub(crate) fn armed(peer: &Peer<RoleClient>, id: &RequestId) -> Self {
-        Abandoned {
-            peer: Some(peer.clone()),
-            id: id.clone(),
-        }
-    }
-
-    /// The answer or the timeout came: nothing to cancel.
-    pub(crate) fn disarm(&mut self) {
-        self.peer = None;
-    }
-}
-
-impl Drop for Abandoned {
-    fn drop(&mut self) {
-        let (Some(peer), Ok(runtime)) = (self.peer.take(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let params = CancelledNotificationParam::new(
-            Some(self.id.clone()),
-            Some("the caller abandoned the request".into()),
-        );
-        runtime.spawn(async move {
-            let _ = peer.notify_cancelled(params).await;
-        });
-    }
-}
-
-pub(crate) fn classify(e: &ServiceError, timeout: Duration) -> CallFailure {
-    match e {
-        ServiceError::Timeout { .. } => CallFailure::Timeout(timeout),
-        ServiceError::McpError(data) => CallFailure::Protocol(data.message.to_string()),
-        ServiceError::TransportClosed
-        | ServiceError::TransportSend(_)
-        | ServiceError::Cancelled { .. } => CallFailure::Closed(e.to_string()),
-        other => CallFailure::Protocol(other.to_string()),
-    }
-}
-
-pub(crate) fn service_error(e: &ServiceError) -> String {
-    match e {
-        ServiceError::McpError(data) => data.message.to_string(),
-        other => other.to_string(),
     }
 }
 

@@ -9,32 +9,32 @@ mod client;
 mod framing;
 mod guard;
 mod http;
-mod lists;
 mod notices;
 mod oauth;
+mod requests;
 mod stdio;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use client::{
-    CallFailure, CallTiming, ElicitRoute, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, McpClient,
-    PROMPTS, RESOURCES, ServerSignals, TOOLS, call_tool, list_tools,
-};
+pub use client::{ElicitRoute, McpClient, PROMPTS, RESOURCES, ServerSignals, TOOLS};
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
     MAX_BYTES_PER_SECOND, MAX_MESSAGES_PER_SECOND, MAX_PENDING_SERVER_REQUESTS,
     MAX_REQUEST_ID_BYTES, TransportEnd,
 };
 pub(crate) use http::HttpLaunch;
-pub use lists::{Identity, Offer, get_prompt, read_resource, set_level, subscribe};
 pub use notices::{
     CallWatch, NOTICE_BURST, NOTICES_PER_SECOND, Notice, NoticeRoute, Notices, Progress,
     ProgressSink,
 };
 pub(crate) use oauth::OAuthLaunch;
 pub use oauth::{token_file, token_files_of};
+pub use requests::{
+    CallFailure, CallTiming, Identity, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, Offer, call_tool,
+    get_prompt, list_tools, read_resource, set_level, subscribe,
+};
 pub(crate) use stdio::StdioLaunch;
 
 /// How to reach one server, authorized and interpolated.

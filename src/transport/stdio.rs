@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::{ListedTools, McpClient, ServerSignals, StartError};
+use super::client::{McpClient, ServerSignals, StartError};
 use super::framing::StdioTransport;
 use super::guard::{EndCause, Guarded, Traffic};
+use super::requests::ListedTools;
 use super::{ConnectError, ConnectErrorKind};
 use crate::process::{ChildProcess, Registry, StderrLog};
 
