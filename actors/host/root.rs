@@ -28,7 +28,7 @@ use crate::actors::session::{
     EvictReason, EvictionReport, SessionActor, SessionArgs, SessionMsg, SessionSpec,
 };
 use crate::actors::shared::Shared;
-use crate::actors::turn::PrepareError;
+use crate::actors::turn::{PrepareError, TurnCatalog};
 use crate::authority::CapabilitySet;
 use crate::events::{EventKind, Opening};
 
@@ -267,11 +267,7 @@ impl RuntimeState {
     /// [`RuntimeMsg::PrepareTurn`]: the session's turn, prepared on a task; a caller
     /// that gave up (timed out, dropped) cancels it, as dropping `prepare_turn` does:
     /// its connects end at once.
-    fn prepare_turn(
-        &self,
-        id: &str,
-        reply: RpcReplyPort<Result<crate::actors::turn::TurnCatalog, PrepareError>>,
-    ) {
+    fn prepare_turn(&self, id: &str, reply: RpcReplyPort<Result<TurnCatalog, PrepareError>>) {
         let live = self
             .sessions
             .get(id)
