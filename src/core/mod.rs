@@ -5,7 +5,9 @@
 //! starts processes or touches the network.
 
 mod declaration;
+mod oauth;
 mod tree;
+mod validate;
 #[cfg(not(target_os = "linux"))]
 #[path = "watch_stat.rs"]
 mod watch;
@@ -23,9 +25,10 @@ use serde::Deserialize;
 pub use crate::process::{UnsupportedReference, check_references};
 pub use declaration::{
     ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, DeclaredUrl,
-    Endpoint, Fingerprint, LogLevel, OAuthDeclared, OAuthGrant, Risk, SigningAlgorithm,
-    TokenAuthMethod, ToolFilter, TransportKind, fingerprint, is_env_name, is_header_name,
+    Endpoint, Fingerprint, LogLevel, Risk, ToolFilter, TransportKind, fingerprint, is_env_name,
+    is_header_name,
 };
+pub use oauth::{OAuthDeclared, OAuthGrant, SigningAlgorithm, TokenAuthMethod};
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, MemoryTree, ReadRefusal};
 pub use yaml::YamlError;
 
