@@ -230,6 +230,17 @@ impl ConnectPreview {
             e(&self.connect_capability),
             e(&self.call_capability)
         );
+        self.render_process(&mut out);
+        self.render_remote(&mut out);
+        if let Some(oauth) = &self.oauth {
+            oauth.render(&mut out);
+        }
+        out
+    }
+
+    /// A stdio server's lines: command, cwd, arguments, sandbox, fetched packages, env.
+    fn render_process(&self, out: &mut String) {
+        use crate::text::escape as e;
         if let Some(c) = &self.command {
             out.push_str(&format!("  command: {}\n", e(c)));
         }
@@ -244,15 +255,8 @@ impl ConnectPreview {
             (None, None) if self.command.is_some() => out.push_str("  cwd: the workspace root\n"),
             (None, None) => {}
         }
-        let list = |items: &[String], sep: &str| {
-            items
-                .iter()
-                .map(|i| e(i).into_owned())
-                .collect::<Vec<_>>()
-                .join(sep)
-        };
         if !self.args.is_empty() {
-            out.push_str(&format!("  args: {}\n", list(&self.args, " ")));
+            out.push_str(&format!("  args: {}\n", listed(&self.args, " ")));
         }
         if let Some(sandbox) = &self.sandbox {
             out.push_str(&format!("  sandbox: {}\n", e(sandbox)));
@@ -260,7 +264,7 @@ impl ConnectPreview {
         if !self.arg_variables.is_empty() {
             out.push_str(&format!(
                 "  args use host variables: {} (their values go on the command line, which other local users can read: pass secrets through env)\n",
-                list(&self.arg_variables, ", ")
+                listed(&self.arg_variables, ", ")
             ));
         }
         if let Some(fetched) = &self.fetches {
@@ -268,7 +272,7 @@ impl ConnectPreview {
                 "  fetches and runs ({} {}): {}\n",
                 fetched.runner,
                 fetched.ecosystem.as_str(),
-                list(&fetched.packages, ", ")
+                listed(&fetched.packages, ", ")
             ));
             if let Some(runs) = &fetched.runs {
                 out.push_str(&format!("    and runs the command {}\n", e(runs)));
@@ -278,68 +282,83 @@ impl ConnectPreview {
             );
         }
         if !self.env_names.is_empty() {
-            out.push_str(&format!("  env: {}\n", list(&self.env_names, ", ")));
+            out.push_str(&format!("  env: {}\n", listed(&self.env_names, ", ")));
         }
+    }
+
+    /// An HTTP server's lines (origin, URL policy, header names) and the roots.
+    fn render_remote(&self, out: &mut String) {
         if let Some(o) = &self.origin {
-            out.push_str(&format!("  url: {}\n", e(o)));
+            out.push_str(&format!("  url: {}\n", crate::text::escape(o)));
         }
         if let Some(policy) = &self.url_policy {
             out.push_str(&format!(
                 "  url policy: {}, pinned to {}\n",
                 policy.verdict,
-                list(&policy.addresses, ", ")
+                listed(&policy.addresses, ", ")
             ));
         }
         if !self.header_names.is_empty() {
-            out.push_str(&format!("  headers: {}\n", list(&self.header_names, ", ")));
+            out.push_str(&format!(
+                "  headers: {}\n",
+                listed(&self.header_names, ", ")
+            ));
         }
         if !self.roots.is_empty() {
-            out.push_str(&format!("  roots: {}\n", list(&self.roots, ", ")));
+            out.push_str(&format!("  roots: {}\n", listed(&self.roots, ", ")));
         }
-        if let Some(oauth) = &self.oauth {
-            let e = crate::text::escape;
-            let grant = match oauth.grant {
-                crate::core::OAuthGrant::AuthorizationCode => {
-                    "authorization code (a user authorizes)"
-                }
-                crate::core::OAuthGrant::ClientCredentials => "client credentials (headless)",
-            };
-            out.push_str(&format!("  oauth: {grant}\n"));
-            if let Some(id) = &oauth.client_id {
-                out.push_str(&format!("    client id: {}\n", e(id)));
-            }
-            if let Some(from) = &oauth.client_secret_from {
-                out.push_str(&format!("    client secret from: ${{{}}}\n", e(from)));
-            }
-            if let (Some(from), Some(algorithm)) =
-                (&oauth.private_key_from, oauth.signing_algorithm)
-            {
-                out.push_str(&format!(
-                    "    client assertions signed ({algorithm:?}) with the key from: ${{{}}}\n",
-                    e(from)
-                ));
-            }
-            if let Some(method) = oauth.token_endpoint_auth_method {
-                out.push_str(&format!("    token endpoint auth: {}\n", method.as_str()));
-            }
-            match (&oauth.issuer, &oauth.client_secret_from) {
-                (Some(issuer), _) => {
-                    out.push_str(&format!("    authorization server: {} only\n", e(issuer)));
-                }
-                (None, Some(_)) => out.push_str(
-                    "    the secret goes to whichever authorization server the server names (pin one with oauth.issuer)\n",
-                ),
-                (None, None) => {}
-            }
-            if let Some(url) = &oauth.client_metadata_url {
-                out.push_str(&format!("    client metadata: {}\n", e(url)));
-            }
-            if !oauth.scopes.is_empty() {
-                out.push_str(&format!("    scopes: {}\n", list(&oauth.scopes, " ")));
-            }
-        }
-        out
     }
+}
+
+impl OAuthPreview {
+    /// The `oauth:` lines of a connect preview.
+    fn render(&self, out: &mut String) {
+        use crate::text::escape as e;
+        let grant = match self.grant {
+            crate::core::OAuthGrant::AuthorizationCode => "authorization code (a user authorizes)",
+            crate::core::OAuthGrant::ClientCredentials => "client credentials (headless)",
+        };
+        out.push_str(&format!("  oauth: {grant}\n"));
+        if let Some(id) = &self.client_id {
+            out.push_str(&format!("    client id: {}\n", e(id)));
+        }
+        if let Some(from) = &self.client_secret_from {
+            out.push_str(&format!("    client secret from: ${{{}}}\n", e(from)));
+        }
+        if let (Some(from), Some(algorithm)) = (&self.private_key_from, self.signing_algorithm) {
+            out.push_str(&format!(
+                "    client assertions signed ({algorithm:?}) with the key from: ${{{}}}\n",
+                e(from)
+            ));
+        }
+        if let Some(method) = self.token_endpoint_auth_method {
+            out.push_str(&format!("    token endpoint auth: {}\n", method.as_str()));
+        }
+        match (&self.issuer, &self.client_secret_from) {
+            (Some(issuer), _) => {
+                out.push_str(&format!("    authorization server: {} only\n", e(issuer)));
+            }
+            (None, Some(_)) => out.push_str(
+                "    the secret goes to whichever authorization server the server names (pin one with oauth.issuer)\n",
+            ),
+            (None, None) => {}
+        }
+        if let Some(url) = &self.client_metadata_url {
+            out.push_str(&format!("    client metadata: {}\n", e(url)));
+        }
+        if !self.scopes.is_empty() {
+            out.push_str(&format!("    scopes: {}\n", listed(&self.scopes, " ")));
+        }
+    }
+}
+
+/// Items escaped for a terminal, joined by `sep`.
+fn listed(items: &[String], sep: &str) -> String {
+    items
+        .iter()
+        .map(|i| crate::text::escape(i).into_owned())
+        .collect::<Vec<_>>()
+        .join(sep)
 }
 
 /// `<value sha256:H12 length:N>`.

@@ -178,3 +178,70 @@ fn write_core(core: &std::path::Path, exe: &str, port: u16) -> anyhow::Result<()
     )?;
     Ok(())
 }
+
+/// What `demo-server` was asked for.
+pub(crate) struct ServerOptions<'a> {
+    /// Streamable HTTP on this address; stdio without.
+    pub http: Option<std::net::SocketAddr>,
+    /// Host names the HTTP server answers besides loopback.
+    pub allowed_hosts: &'a [String],
+    /// Tools beyond the built-in ones (`--extra-tools`).
+    pub extra_tools: usize,
+    /// Tools per `tools/list` page (`--page-size`; 0: one page).
+    pub page_size: usize,
+    /// Tools read from a file (`--tools-file`).
+    pub tools_file: Option<std::path::PathBuf>,
+    /// A fault to act out (`--fault MODE [ARG]`).
+    pub fault: &'a [String],
+}
+
+/// `demo-server`: the built-in MCP server on stdio or streamable HTTP, with a fault
+/// acted out when asked. Its exit code.
+pub(crate) async fn serve(asked: ServerOptions<'_>) -> u8 {
+    use demiurge_mcp::demo_server::{self, DemoOptions, Fault};
+    let fault = match asked.fault {
+        [] => None,
+        [mode, rest @ ..] => match Fault::parse(mode, rest.first().map(String::as_str)) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return super::USAGE;
+            }
+        },
+    };
+    if fault == Some(Fault::ExitAtStart) && asked.http.is_some() {
+        eprintln!("demo server: exiting at start, as asked");
+        return 1;
+    }
+    let mut options = DemoOptions {
+        extra_tools: asked.extra_tools,
+        page_size: asked.page_size,
+        tools_file: asked.tools_file,
+        fault,
+    };
+    if let Some(Fault::HugeTools(n)) = fault {
+        options.extra_tools = n;
+        options.page_size = 100;
+    }
+    let served = match asked.http {
+        Some(addr) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let bound = listener
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                eprintln!("demo MCP server on http://{bound}/mcp");
+                demo_server::serve_http(listener, options, asked.allowed_hosts.to_vec()).await
+            }
+            Err(e) => Err(format!("cannot listen on {addr}: {e}").into()),
+        },
+        None => demo_server::serve_stdio(options).await,
+    };
+    match served {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}

@@ -176,12 +176,40 @@ fn holds_secret_shape(arg: &str) -> bool {
 
 /// The YAML of an `mcp add`, every literal value turned into a reference.
 pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
-    let mut variables = Vec::new();
-    let mut kept = Vec::new();
-    let mut yaml = String::new();
+    let mut declared = Declared {
+        yaml: endpoint_yaml(add)?,
+        variables: Vec::new(),
+        kept: Vec::new(),
+    };
+    let env = pairs(add.env, "env")?;
+    if !env.is_empty() {
+        if add.url.is_some() {
+            return Err("--env is for stdio servers; use --header for HTTP".into());
+        }
+        declared.yaml.push_str("env:\n");
+        for (key, value) in env {
+            declared.env_entry(key, value)?;
+        }
+    }
+    let headers = pairs(add.headers, "header")?;
+    if !headers.is_empty() {
+        if add.url.is_none() {
+            return Err("--header is for HTTP servers (--url)".into());
+        }
+        declared.yaml.push_str("headers:\n");
+        for (key, value) in headers {
+            declared.header_entry(add.name, key, value)?;
+        }
+    }
+    Ok(declared)
+}
+
+/// The declaration's first lines: an HTTP server's URL (never with credentials or a
+/// query, which would be committed with the core), or a stdio server's command and
+/// arguments (never with a secret in them).
+fn endpoint_yaml(add: &Addition<'_>) -> Result<String, String> {
     match (add.url, add.command.split_first()) {
         (Some(url), None) => {
-            // A URL's userinfo or query would be committed with the core.
             let parsed = url::Url::parse(url).map_err(|_| "--url is not a URL".to_string())?;
             if !parsed.username().is_empty()
                 || parsed.password().is_some()
@@ -189,8 +217,10 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
             {
                 return Err("the URL carries credentials or a query, which would be committed with the core; declare them as a header with a `${NAME}` reference".into());
             }
-            yaml.push_str("transport: streamable_http\n");
-            yaml.push_str(&format!("url: {}\n", yaml_string(url)));
+            Ok(format!(
+                "transport: streamable_http\nurl: {}\n",
+                yaml_string(url)
+            ))
         }
         (None, Some((program, args))) => {
             let secret_args = demiurge_mcp::authority::preview::secret_arg_values(args);
@@ -203,98 +233,92 @@ pub(crate) fn declaration(add: &Addition<'_>) -> Result<Declared, String> {
                     n + 1
                 ));
             }
-            yaml.push_str(&format!("command: {}\n", yaml_string(program)));
             let args: Vec<String> = args.iter().map(|a| yaml_string(a)).collect();
-            yaml.push_str(&format!("args: [{}]\n", args.join(", ")));
+            Ok(format!(
+                "command: {}\nargs: [{}]\n",
+                yaml_string(program),
+                args.join(", ")
+            ))
         }
-        (Some(_), Some(_)) => {
-            return Err("give either --url or `-- COMMAND ARGS...`, not both".into());
-        }
-        (None, None) => return Err("give --url URL or `-- COMMAND ARGS...`".into()),
+        (Some(_), Some(_)) => Err("give either --url or `-- COMMAND ARGS...`, not both".into()),
+        (None, None) => Err("give --url URL or `-- COMMAND ARGS...`".into()),
     }
-    let pairs = |items: &[String], what: &str| -> Result<Vec<(String, String)>, String> {
-        items
-            .iter()
-            .map(|item| {
-                item.split_once('=')
-                    .map(|(k, v)| (k.trim().to_string(), v.to_string()))
-                    .filter(|(k, _)| !k.is_empty())
-                    .ok_or_else(|| format!("--{what} takes KEY=VALUE"))
-            })
-            .collect()
-    };
-    let env = pairs(add.env, "env")?;
-    if !env.is_empty() {
-        if add.url.is_some() {
-            return Err("--env is for stdio servers; use --header for HTTP".into());
+}
+
+/// `KEY=VALUE` items of `--{what}`.
+fn pairs(items: &[String], what: &str) -> Result<Vec<(String, String)>, String> {
+    items
+        .iter()
+        .map(|item| {
+            item.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| format!("--{what} takes KEY=VALUE"))
+        })
+        .collect()
+}
+
+impl Declared {
+    /// One `env:` entry. Its value stays in the host: the core only names it (a
+    /// default that may not be committed is dropped, its variable kept), unless it is a
+    /// reference already or a literal that may be kept.
+    fn env_entry(&mut self, key: String, value: String) -> Result<(), String> {
+        if !is_env_name(&key) {
+            return Err(
+                "an env name uses letters, digits and `_` and does not start with a digit".into(),
+            );
         }
-        yaml.push_str("env:\n");
-        for (key, value) in env {
-            if !is_env_name(&key) {
-                return Err(
-                    "an env name uses letters, digits and `_` and does not start with a digit"
-                        .into(),
-                );
+        let value = if is_reference(&value) {
+            value
+        } else if keeps_literal(&key, &value) {
+            self.kept.push(key.clone());
+            value
+        } else {
+            let name = defaulted(&value)
+                .map_or(key.as_str(), |(name, _)| name)
+                .to_string();
+            self.variables.push(name.clone());
+            format!("${{{name}}}")
+        };
+        // An env name is letters, digits and `_`: plain YAML.
+        self.yaml
+            .push_str(&format!("  {key}: {}\n", yaml_string(&value)));
+        Ok(())
+    }
+
+    /// One `headers:` entry of server `server`: its credential becomes a reference to
+    /// a host variable (`Bearer xyz` keeps its scheme word), unless it is one already
+    /// or a literal that may be kept.
+    fn header_entry(&mut self, server: &str, key: String, value: String) -> Result<(), String> {
+        if !is_header_name(&key) {
+            return Err("a header name uses letters, digits and `-`".into());
+        }
+        let scheme = |v: &str| {
+            v.split_once(' ')
+                .filter(|(scheme, _)| scheme.chars().all(|c| c.is_ascii_alphabetic()))
+                .map(|(scheme, rest)| (scheme.to_string(), rest.to_string()))
+        };
+        let scheme_and_reference = scheme(&value).is_some_and(|(_, rest)| is_reference(&rest));
+        let value = if is_reference(&value) || scheme_and_reference {
+            value
+        } else if keeps_literal(&key, &value) {
+            self.kept.push(key.clone());
+            value
+        } else {
+            let name = variable_name(&[server, &key]);
+            self.variables.push(name.clone());
+            match scheme(&value) {
+                Some((scheme, _)) => format!("{scheme} ${{{name}}}"),
+                None => format!("${{{name}}}"),
             }
-            let value = if is_reference(&value) {
-                value
-            } else if keeps_literal(&key, &value) {
-                kept.push(key.clone());
-                value
-            } else {
-                // The value stays in the host: the core only names it (a default that
-                // may not be committed is dropped, its variable kept).
-                let name = defaulted(&value)
-                    .map_or(key.as_str(), |(name, _)| name)
-                    .to_string();
-                variables.push(name.clone());
-                format!("${{{name}}}")
-            };
-            // An env name is letters, digits and `_`: plain YAML.
-            yaml.push_str(&format!("  {key}: {}\n", yaml_string(&value)));
-        }
+        };
+        self.yaml.push_str(&format!(
+            "  {}: {}\n",
+            yaml_string(&key),
+            yaml_string(&value)
+        ));
+        Ok(())
     }
-    let headers = pairs(add.headers, "header")?;
-    if !headers.is_empty() {
-        if add.url.is_none() {
-            return Err("--header is for HTTP servers (--url)".into());
-        }
-        yaml.push_str("headers:\n");
-        for (key, value) in headers {
-            if !is_header_name(&key) {
-                return Err("a header name uses letters, digits and `-`".into());
-            }
-            let scheme_and_reference = value.split_once(' ').is_some_and(|(scheme, rest)| {
-                scheme.chars().all(|c| c.is_ascii_alphabetic()) && is_reference(rest)
-            });
-            let value = if is_reference(&value) || scheme_and_reference {
-                value
-            } else if keeps_literal(&key, &value) {
-                kept.push(key.clone());
-                value
-            } else {
-                let name = variable_name(&[add.name, &key]);
-                variables.push(name.clone());
-                // `Bearer xyz` keeps its scheme word; the credential becomes a reference.
-                match value.split_once(' ') {
-                    Some((scheme, _)) if scheme.chars().all(|c| c.is_ascii_alphabetic()) => {
-                        format!("{scheme} ${{{name}}}")
-                    }
-                    _ => format!("${{{name}}}"),
-                }
-            };
-            yaml.push_str(&format!(
-                "  {}: {}\n",
-                yaml_string(&key),
-                yaml_string(&value)
-            ));
-        }
-    }
-    Ok(Declared {
-        yaml,
-        variables,
-        kept,
-    })
 }
 
 /// `agent.yaml` with grants for `server` added under `capabilities.defaults`, by line

@@ -480,71 +480,21 @@ async fn run(cli: Cli) -> u8 {
             tools_file,
             fault,
         }) => {
-            let fault = match fault.as_slice() {
-                [] => None,
-                [mode, rest @ ..] => match demiurge_mcp::demo_server::Fault::parse(
-                    mode,
-                    rest.first().map(String::as_str),
-                ) {
-                    Ok(f) => Some(f),
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return USAGE;
-                    }
-                },
-            };
-            if fault == Some(demiurge_mcp::demo_server::Fault::ExitAtStart) && http.is_some() {
-                eprintln!("demo server: exiting at start, as asked");
-                return 1;
-            }
-            let mut options = demiurge_mcp::demo_server::DemoOptions {
+            let options = demo::ServerOptions {
+                http: *http,
+                allowed_hosts,
                 extra_tools: *extra_tools,
                 page_size: *page_size,
                 tools_file: tools_file.clone(),
                 fault,
             };
-            if let Some(demiurge_mcp::demo_server::Fault::HugeTools(n)) = fault {
-                options.extra_tools = n;
-                options.page_size = 100;
-            }
-            let served = match http {
-                Some(addr) => match tokio::net::TcpListener::bind(addr).await {
-                    Ok(listener) => {
-                        let bound = listener
-                            .local_addr()
-                            .map(|a| a.to_string())
-                            .unwrap_or_default();
-                        eprintln!("demo MCP server on http://{bound}/mcp");
-                        demiurge_mcp::demo_server::serve_http(
-                            listener,
-                            options,
-                            allowed_hosts.clone(),
-                        )
-                        .await
-                    }
-                    Err(e) => Err(format!("cannot listen on {addr}: {e}").into()),
-                },
-                None => demiurge_mcp::demo_server::serve_stdio(options).await,
-            };
-            return match served {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    1
-                }
-            };
+            return demo::serve(options).await;
         }
         Some(Command::Init { check: true, json }) => Ok(check::run(&cli, *json)),
         Some(Command::Init { check: false, .. }) => Ok(check::create(&cli)),
         Some(Command::Shell) => match cli.provider.as_deref() {
             None | Some("fake") => shell::run(&cli).await,
-            Some(other) => {
-                eprintln!(
-                    "error: unknown provider `{}`; the only provider is `fake`",
-                    t(other)
-                );
-                return USAGE;
-            }
+            Some(other) => return unknown_provider(other),
         },
         Some(Command::Tools { json }) => tools::run(&cli, *json).await,
         Some(Command::Call { tool, args, json }) => call::run(&cli, tool, args, *json).await,
@@ -561,30 +511,7 @@ async fn run(cli: Cli) -> u8 {
             ApprovalsAction::List { json } => approvals::list(&cli, *json),
             ApprovalsAction::Revoke { id, all } => approvals::revoke(&cli, id.as_deref(), *all),
         }),
-        Some(Command::Mcp { action }) => Ok(match action {
-            McpAction::Add {
-                name,
-                url,
-                env,
-                headers,
-                command,
-            } => mcp::add(
-                &cli,
-                &mcp::Addition {
-                    name,
-                    url: url.as_deref(),
-                    env,
-                    headers,
-                    command,
-                },
-            ),
-            McpAction::Import { file } => import::run(&cli, file),
-            McpAction::List { json } => mcp::list(&cli, *json),
-            McpAction::Get { name, json } => mcp::get(&cli, name, *json),
-            McpAction::Remove { name } => mcp::remove(&cli, name),
-            McpAction::Enable { name } => mcp::set_enabled(&cli, name, true),
-            McpAction::Disable { name } => mcp::set_enabled(&cli, name, false),
-        }),
+        Some(Command::Mcp { action }) => Ok(mcp_command(&cli, action)),
         Some(Command::Auth { action }) => match action {
             AuthAction::Login { server } => auth::login(&cli, server).await,
             AuthAction::Logout { server } => auth::logout(&cli, server),
@@ -592,10 +519,7 @@ async fn run(cli: Cli) -> u8 {
         },
         None => match cli.provider.as_deref() {
             Some("fake") => shell::run(&cli).await,
-            Some(other) => {
-                eprintln!("error: unknown provider `{other}`; the only provider is `fake`");
-                return USAGE;
-            }
+            Some(other) => return unknown_provider(other),
             None => {
                 // First contact: what the command can do, not an error.
                 let _ = <Cli as clap::CommandFactory>::command().print_help();
@@ -611,6 +535,43 @@ async fn run(cli: Cli) -> u8 {
             1
         }
     }
+}
+
+/// `mcp ...`: the declarations of the core.
+fn mcp_command(cli: &Cli, action: &McpAction) -> u8 {
+    match action {
+        McpAction::Add {
+            name,
+            url,
+            env,
+            headers,
+            command,
+        } => mcp::add(
+            cli,
+            &mcp::Addition {
+                name,
+                url: url.as_deref(),
+                env,
+                headers,
+                command,
+            },
+        ),
+        McpAction::Import { file } => import::run(cli, file),
+        McpAction::List { json } => mcp::list(cli, *json),
+        McpAction::Get { name, json } => mcp::get(cli, name, *json),
+        McpAction::Remove { name } => mcp::remove(cli, name),
+        McpAction::Enable { name } => mcp::set_enabled(cli, name, true),
+        McpAction::Disable { name } => mcp::set_enabled(cli, name, false),
+    }
+}
+
+/// A provider other than `fake`: a usage error.
+fn unknown_provider(other: &str) -> u8 {
+    eprintln!(
+        "error: unknown provider `{}`; the only provider is `fake`",
+        t(other)
+    );
+    USAGE
 }
 
 impl Cli {
