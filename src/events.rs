@@ -72,6 +72,19 @@ pub enum SandboxDenial {
     Reported,
 }
 
+/// How an elicitation was answered (serialized `accept`, `decline`, `cancel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitAction {
+    /// The person answered, and the answer fit the requested schema.
+    Accept,
+    /// Declined (by the person, by the host's elicitor, or because the answer did not
+    /// fit the schema).
+    Decline,
+    /// The person dismissed the request.
+    Cancel,
+}
+
 /// How a session became live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -298,8 +311,8 @@ pub enum EventKind {
     Elicitation {
         /// Server id.
         server: String,
-        /// `accept`, `decline` or `cancel`.
-        action: String,
+        /// How the request was answered.
+        action: ElicitAction,
         /// The fields sent back, event view (redacted as call arguments are).
         #[serde(skip_serializing_if = "Option::is_none")]
         content: Option<serde_json::Value>,

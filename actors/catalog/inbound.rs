@@ -13,10 +13,11 @@ use std::sync::Arc;
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, Root};
 
 use super::connect::Pipeline;
-use crate::authority::DenyReason;
-use crate::authority::{ElicitationAnswer, ElicitationRequest};
+use serde_json::Value;
+
+use crate::authority::{DenyReason, ElicitationAnswer, ElicitationRequest, Elicitor};
 use crate::core::Declaration;
-use crate::events::{EventHub, EventKind};
+use crate::events::{ElicitAction, EventHub, EventKind};
 use crate::redact::{Redactor, View};
 use crate::transport::{ElicitRoute, Notice, NoticeRoute, Notices};
 
@@ -33,96 +34,16 @@ impl Pipeline {
         declaration: &Declaration,
         redactor: &Redactor,
     ) -> ElicitRoute {
-        let elicitor = Arc::clone(&self.shared.config.elicitor);
-        let hub = Arc::clone(&self.shared.hub);
-        let (session, server) = (self.session.clone(), declaration.server_id.clone());
-        let redactor = redactor.clone();
+        let asker = Arc::new(Asker {
+            elicitor: Arc::clone(&self.shared.config.elicitor),
+            hub: Arc::clone(&self.shared.hub),
+            session: self.session.clone(),
+            server: declaration.server_id.clone(),
+            redactor: redactor.clone(),
+        });
         Arc::new(move |request: ElicitRequestParams| {
-            let (elicitor, hub) = (Arc::clone(&elicitor), Arc::clone(&hub));
-            let (session, server, redactor) = (session.clone(), server.clone(), redactor.clone());
-            Box::pin(async move {
-                let (message, schema) = match request {
-                    ElicitRequestParams::FormElicitationParams {
-                        message,
-                        requested_schema,
-                        ..
-                    } => (
-                        message,
-                        serde_json::to_value(&requested_schema).unwrap_or_default(),
-                    ),
-                    // URL elicitation is not offered (not advertised): declined.
-                    _ => (String::new(), serde_json::Value::Null),
-                };
-                let defaults = crate::authority::defaults_of(&schema);
-                let answer = if schema.is_null() {
-                    ElicitationAnswer::Decline
-                } else {
-                    // What a person sees of the request is the server's text: the message,
-                    // titles, descriptions, property names, enum labels and defaults, all
-                    // redacted (the defaults' sensitive values are secrets of the request).
-                    // The message is redacted whole, then cut: a cut first could leave
-                    // half a secret.
-                    let redactor = redactor.with_call_object(Some(&defaults));
-                    let message = redactor.text(&message, View::Operator);
-                    let message = crate::result::cap_chars(&message, 2_000);
-                    let shown_defaults = match redactor
-                        .json(&serde_json::Value::Object(defaults.clone()), View::Operator)
-                    {
-                        serde_json::Value::Object(map) => map,
-                        _ => serde_json::Map::new(),
-                    };
-                    elicitor
-                        .elicit(ElicitationRequest {
-                            session: session.clone(),
-                            server: server.clone(),
-                            message,
-                            schema: shown_schema(&schema, &redactor, &shown_defaults),
-                            defaults: shown_defaults,
-                        })
-                        .await
-                };
-                let (result, content, refused) = match answer {
-                    ElicitationAnswer::Accept(fields) => {
-                        let filled = crate::authority::with_defaults(fields, &defaults);
-                        match crate::authority::validate(&schema, &filled) {
-                            Ok(()) => (
-                                ElicitResult::new(ElicitationAction::Accept)
-                                    .with_content(serde_json::Value::Object(filled.clone())),
-                                Some(filled),
-                                None,
-                            ),
-                            Err(why) => (
-                                ElicitResult::new(ElicitationAction::Decline),
-                                None,
-                                Some(why),
-                            ),
-                        }
-                    }
-                    ElicitationAnswer::Cancel => {
-                        (ElicitResult::new(ElicitationAction::Cancel), None, None)
-                    }
-                    _ => (ElicitResult::new(ElicitationAction::Decline), None, None),
-                };
-                let action = match result.action {
-                    ElicitationAction::Accept => "accept",
-                    ElicitationAction::Cancel => "cancel",
-                    _ => "decline",
-                };
-                let content = content.map(|fields| {
-                    let secrets = redactor.with_call_object(Some(&fields));
-                    secrets.json(&serde_json::Value::Object(fields), View::Event)
-                });
-                hub.emit(
-                    &session,
-                    EventKind::Elicitation {
-                        server,
-                        action: action.into(),
-                        content,
-                        refused,
-                    },
-                );
-                result
-            })
+            let asker = Arc::clone(&asker);
+            Box::pin(async move { asker.answer(request).await })
         })
     }
 
@@ -166,6 +87,115 @@ impl Pipeline {
                 Some(root)
             })
             .collect())
+    }
+}
+
+/// Who answers one connection's elicitations: the host's elicitor, with what the
+/// request shows redacted, and an event of each answer.
+struct Asker {
+    elicitor: Arc<dyn Elicitor>,
+    hub: Arc<EventHub>,
+    session: String,
+    server: String,
+    redactor: Redactor,
+}
+
+impl Asker {
+    /// The answer to `request`: the person's, checked against the requested schema
+    /// (defaults filled in); a URL elicitation (not advertised) is declined.
+    async fn answer(&self, request: ElicitRequestParams) -> ElicitResult {
+        let (message, schema) = match request {
+            ElicitRequestParams::FormElicitationParams {
+                message,
+                requested_schema,
+                ..
+            } => (
+                message,
+                serde_json::to_value(&requested_schema).unwrap_or_default(),
+            ),
+            _ => (String::new(), Value::Null),
+        };
+        let defaults = crate::authority::defaults_of(&schema);
+        let answer = if schema.is_null() {
+            ElicitationAnswer::Decline
+        } else {
+            self.ask(&message, &schema, &defaults).await
+        };
+        let (result, action, content, refused) = match answer {
+            ElicitationAnswer::Accept(fields) => {
+                let filled = crate::authority::with_defaults(fields, &defaults);
+                match crate::authority::validate(&schema, &filled) {
+                    Ok(()) => (
+                        ElicitResult::new(ElicitationAction::Accept)
+                            .with_content(Value::Object(filled.clone())),
+                        ElicitAction::Accept,
+                        Some(filled),
+                        None,
+                    ),
+                    Err(why) => (
+                        ElicitResult::new(ElicitationAction::Decline),
+                        ElicitAction::Decline,
+                        None,
+                        Some(why),
+                    ),
+                }
+            }
+            ElicitationAnswer::Cancel => (
+                ElicitResult::new(ElicitationAction::Cancel),
+                ElicitAction::Cancel,
+                None,
+                None,
+            ),
+            _ => (
+                ElicitResult::new(ElicitationAction::Decline),
+                ElicitAction::Decline,
+                None,
+                None,
+            ),
+        };
+        let content = content.map(|fields| {
+            let secrets = self.redactor.with_call_object(Some(&fields));
+            secrets.json(&Value::Object(fields), View::Event)
+        });
+        self.hub.emit(
+            &self.session,
+            EventKind::Elicitation {
+                server: self.server.clone(),
+                action,
+                content,
+                refused,
+            },
+        );
+        result
+    }
+
+    /// Asks the host's elicitor. What a person sees of the request is the server's
+    /// text: the message, titles, descriptions, property names, enum labels and
+    /// defaults, all redacted (the defaults' sensitive values are secrets of the
+    /// request). The message is redacted whole, then cut: a cut first could leave half a
+    /// secret.
+    async fn ask(
+        &self,
+        message: &str,
+        schema: &Value,
+        defaults: &serde_json::Map<String, Value>,
+    ) -> ElicitationAnswer {
+        let redactor = self.redactor.with_call_object(Some(defaults));
+        let message = redactor.text(message, View::Operator);
+        let message = crate::result::cap_chars(&message, 2_000);
+        let shown_defaults = match redactor.json(&Value::Object(defaults.clone()), View::Operator) {
+            Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        self.elicitor
+            .elicit(ElicitationRequest {
+                session: self.session.clone(),
+                server: self.server.clone(),
+                message,
+                schema: shown_schema(schema, &redactor, &shown_defaults),
+                defaults: shown_defaults,
+            })
+            .await
     }
 }
 

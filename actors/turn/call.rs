@@ -102,18 +102,7 @@ impl TurnCatalog {
             _ => return Err(CallError::BadArguments),
         };
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
-        let subject = CallSubject {
-            name: entry.tool.clone(),
-            title: entry
-                .title
-                .clone()
-                .or_else(|| entry.annotations.as_ref().and_then(|a| a.title.clone())),
-            read_only: entry.annotations.as_ref().and_then(|a| a.read_only),
-            destructive: entry.annotations.as_ref().and_then(|a| a.destructive),
-            idempotent: entry.annotations.as_ref().and_then(|a| a.idempotent),
-            open_world: entry.annotations.as_ref().and_then(|a| a.open_world),
-            definition: entry.definition.clone(),
-        };
+        let subject = subject_of(entry);
         self.authorize(
             binding,
             Action::Call,
@@ -127,19 +116,8 @@ impl TurnCatalog {
             return Err(stale(StaleReason::Closed));
         }
         let started = Instant::now();
-        // The caller hears progress redacted, as every other view of the server, and the
-        // call's progress events use the call's redactor too.
-        let sink = on_progress.map(|sink| -> ProgressSink {
-            let redactor = redactor.clone();
-            Arc::new(move |mut progress: Progress| {
-                progress.message = progress
-                    .message
-                    .map(|m| crate::result::cap(&redactor.text(&m, View::Model)));
-                sink(progress);
-            })
-        });
         let watch = CallWatch {
-            sink,
+            sink: on_progress.map(|sink| redacted_progress(sink, &redactor)),
             redactor: redactor.clone(),
         };
         let called = binding.dispatch.call(&entry.tool, arguments, watch).await;
@@ -240,4 +218,34 @@ impl TurnCatalog {
             Err(_) => Err(CallError::ApprovalUnavailable { tool: tool() }),
         }
     }
+}
+
+/// What a call approval of `entry` is bound to: the tool as its server defines it
+/// (name, title, annotations, definition digest), never its exposed name.
+fn subject_of(entry: &ToolEntry) -> CallSubject {
+    let hints = entry.annotations.as_ref();
+    CallSubject {
+        name: entry.tool.clone(),
+        title: entry
+            .title
+            .clone()
+            .or_else(|| hints.and_then(|a| a.title.clone())),
+        read_only: hints.and_then(|a| a.read_only),
+        destructive: hints.and_then(|a| a.destructive),
+        idempotent: hints.and_then(|a| a.idempotent),
+        open_world: hints.and_then(|a| a.open_world),
+        definition: entry.definition.clone(),
+    }
+}
+
+/// `sink`, hearing the server's progress redacted with the call's secrets, as every
+/// other view of the server.
+fn redacted_progress(sink: ProgressSink, redactor: &Redactor) -> ProgressSink {
+    let redactor = redactor.clone();
+    Arc::new(move |mut progress: Progress| {
+        progress.message = progress
+            .message
+            .map(|m| crate::result::cap(&redactor.text(&m, View::Model)));
+        sink(progress);
+    })
 }

@@ -322,33 +322,8 @@ fn codex(name: &str, server: &Value) -> Found {
         .map(str::to_string);
     let command = command_of(server);
     let inputs = Inputs::new();
-    let mut env = pairs(server.get("env"), &inputs, &mut notes, "env");
-    // `env_vars = ["NAME"]` passes NAME through from the host.
-    for name in strings(server.get("env_vars")) {
-        if is_env_name(&name) {
-            env.push(format!("{name}=${{{name}}}"));
-        } else {
-            notes.push(format!(
-                "env_vars: `{}` is not a variable name and is not imported",
-                t(&name)
-            ));
-        }
-    }
-    let mut headers = pairs(
-        server.get("http_headers"),
-        &inputs,
-        &mut notes,
-        "http_headers",
-    );
-    if let Some(m) = server.get("env_http_headers").and_then(Value::as_object) {
-        headers.extend(
-            m.iter()
-                .filter_map(|(h, v)| Some(format!("{h}=${{{}}}", v.as_str()?))),
-        );
-    }
-    if let Some(var) = server.get("bearer_token_env_var").and_then(Value::as_str) {
-        headers.push(format!("Authorization=Bearer ${{{var}}}"));
-    }
+    let env = codex_env(server, &inputs, &mut notes);
+    let headers = codex_headers(server, &inputs, &mut notes);
     let addition = Addition {
         name,
         url: url.as_deref(),
@@ -363,34 +338,11 @@ fn codex(name: &str, server: &Value) -> Found {
         .filter(|_| url.is_none());
     let disabled = server.get("enabled").and_then(Value::as_bool) == Some(false);
     let declared = declaration(&addition).map(|mut d| {
-        let mut extra = extra_fields(cwd, disabled);
-        for (from, to) in [
-            ("startup_timeout_sec", "connect_timeout_seconds"),
-            ("tool_timeout_sec", "timeout_seconds"),
-        ] {
-            if let Some(n) = server.get(from).and_then(Value::as_f64) {
-                extra.push_str(&format!("{to}: {n}\n"));
-            }
-        }
-        let list = |k: &str| strings(server.get(k));
-        let (include, exclude) = (list("enabled_tools"), list("disabled_tools"));
-        if !include.is_empty() || !exclude.is_empty() {
-            let quoted = |v: &[String]| {
-                v.iter()
-                    .map(|s| serde_json::to_string(s).unwrap_or_default())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            extra.push_str(&format!(
-                "tools:\n  include: [{}]\n  exclude: [{}]\n",
-                quoted(&include),
-                quoted(&exclude)
-            ));
-        }
-        d.yaml.push_str(&extra);
+        d.yaml.push_str(&extra_fields(cwd, disabled));
+        d.yaml.push_str(&codex_limits(server));
         d
     });
-    let known = [
+    const KNOWN: &[&str] = &[
         "command",
         "args",
         "env",
@@ -407,7 +359,7 @@ fn codex(name: &str, server: &Value) -> Found {
         "disabled_tools",
     ];
     if let Some(m) = server.as_object() {
-        for key in m.keys().filter(|k| !known.contains(&k.as_str())) {
+        for key in m.keys().filter(|k| !KNOWN.contains(&k.as_str())) {
             notes.push(format!("`{}` is not imported", t(key)));
         }
     }
@@ -416,6 +368,66 @@ fn codex(name: &str, server: &Value) -> Found {
         declared,
         notes,
     }
+}
+
+/// A Codex server's `env`, and `env_vars = ["NAME"]` passed through from the host.
+fn codex_env(server: &Value, inputs: &Inputs, notes: &mut Vec<String>) -> Vec<String> {
+    let mut env = pairs(server.get("env"), inputs, notes, "env");
+    for name in strings(server.get("env_vars")) {
+        if is_env_name(&name) {
+            env.push(format!("{name}=${{{name}}}"));
+        } else {
+            notes.push(format!(
+                "env_vars: `{}` is not a variable name and is not imported",
+                t(&name)
+            ));
+        }
+    }
+    env
+}
+
+/// A Codex server's `http_headers`, `env_http_headers` and `bearer_token_env_var`.
+fn codex_headers(server: &Value, inputs: &Inputs, notes: &mut Vec<String>) -> Vec<String> {
+    let mut headers = pairs(server.get("http_headers"), inputs, notes, "http_headers");
+    if let Some(m) = server.get("env_http_headers").and_then(Value::as_object) {
+        headers.extend(
+            m.iter()
+                .filter_map(|(h, v)| Some(format!("{h}=${{{}}}", v.as_str()?))),
+        );
+    }
+    if let Some(var) = server.get("bearer_token_env_var").and_then(Value::as_str) {
+        headers.push(format!("Authorization=Bearer ${{{var}}}"));
+    }
+    headers
+}
+
+/// A Codex server's timeouts and tool lists, as declaration lines.
+fn codex_limits(server: &Value) -> String {
+    let mut extra = String::new();
+    for (from, to) in [
+        ("startup_timeout_sec", "connect_timeout_seconds"),
+        ("tool_timeout_sec", "timeout_seconds"),
+    ] {
+        if let Some(n) = server.get(from).and_then(Value::as_f64) {
+            extra.push_str(&format!("{to}: {n}\n"));
+        }
+    }
+    let list = |k: &str| strings(server.get(k));
+    let (include, exclude) = (list("enabled_tools"), list("disabled_tools"));
+    if !include.is_empty() || !exclude.is_empty() {
+        let quoted = |v: &[String]| {
+            v.iter()
+                .map(|s| serde_json::to_string(s).unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        extra.push_str(&format!(
+            "tools:\n  include: [{}]\n  exclude: [{}]\n",
+            quoted(&include),
+            quoted(&exclude)
+        ));
+    }
+    extra
 }
 
 /// `demiurge mcp import FILE`.

@@ -5,7 +5,7 @@
 use std::io::{IsTerminal, Write};
 
 use demiurge_mcp::actors::ServerState;
-use demiurge_mcp::{Session, TurnCatalog};
+use demiurge_mcp::{Runtime, Session, TurnCatalog};
 
 use super::call::print_result;
 use super::tools::print_catalog;
@@ -13,12 +13,17 @@ use super::{Cli, start_runtime, t};
 
 pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
     let runtime = start_runtime(cli).await?;
-    let (mut session, _) = runtime.start_session(cli.session_spec()).await?;
+    let (session, _) = runtime.start_session(cli.session_spec()).await?;
     let interactive = std::io::stdin().is_terminal();
     println!(
         "session {} (fake provider); /tools /servers /call NAME JSON /resources /read SERVER URI /prompts /events /new /resume ID /help /quit",
         session.id()
     );
+    let mut shell = Shell {
+        cli,
+        runtime,
+        session,
+    };
     loop {
         if interactive {
             print!("> ");
@@ -29,91 +34,66 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
         if line.is_empty() {
             continue;
         }
+        if !shell.command(line).await? {
+            break;
+        }
+    }
+    shell.runtime.shutdown().await;
+    Ok(0)
+}
+
+/// The shell's state: its runtime and the session its commands act on.
+struct Shell<'a> {
+    cli: &'a Cli,
+    runtime: Runtime,
+    session: Session,
+}
+
+impl Shell<'_> {
+    /// Acts on one line; `false` when the shell should end.
+    async fn command(&mut self, line: &str) -> anyhow::Result<bool> {
         let (command, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
         let rest = rest.trim();
+        let session = &self.session;
         match command {
-            "/quit" | "/exit" => break,
+            "/quit" | "/exit" => return Ok(false),
             "/help" | "/?" => help(),
             "/tools" => {
-                if let Some(catalog) = turn(&session).await {
+                if let Some(catalog) = turn(session).await {
                     print_catalog(&catalog, false);
                 }
             }
-            "/servers" => servers(&session, cli).await,
+            "/servers" => servers(session, self.cli).await,
             "/resources" => {
-                if let Some(catalog) = turn(&session).await {
+                if let Some(catalog) = turn(session).await {
                     super::resources::print_resources(&catalog);
                 }
             }
             "/prompts" => {
-                if let Some(catalog) = turn(&session).await {
+                if let Some(catalog) = turn(session).await {
                     super::resources::print_prompts(&catalog);
                 }
             }
-            "/read" => {
-                let Some((server, uri)) = rest.split_once(char::is_whitespace) else {
-                    println!("usage: /read SERVER URI");
-                    continue;
-                };
-                if let Some(catalog) = turn(&session).await {
-                    match catalog.read_resource(server, uri.trim()).await {
-                        Ok(result) => print_result(&result, false),
-                        Err(refused) => println!("refused: {}", t(&refused.to_string())),
-                    }
-                }
-            }
-            "/call" => {
-                let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
-                let args = match serde_json::from_str::<serde_json::Value>(args.trim()) {
-                    Ok(v) if v.is_object() => v,
-                    _ => {
-                        println!("usage: /call NAME {{json object}}");
-                        continue;
-                    }
-                };
-                // Only the servers that can own NAME are asked about and started.
-                let (_, owners) = super::call::owners_of(cli, name);
-                if let Some(catalog) = turn_for(&session, &owners).await {
-                    match catalog.call(name, args).await {
-                        Ok(result) => print_result(&result, false),
-                        Err(refused) => println!("refused: {}", t(&refused.to_string())),
-                    }
-                }
-            }
-            "/events" => {
-                runtime.flush_events().await;
-                let path = runtime.event_log_path(session.id());
-                let text = path
-                    .and_then(|p| std::fs::read_to_string(p).ok())
-                    .unwrap_or_default();
-                // JSON escapes C0 controls but not C1 or bidi characters.
-                print!("{}", demiurge_mcp::text::escape_lines(&text));
-            }
+            "/read" => self.read(rest).await,
+            "/call" => self.call(rest).await,
+            "/events" => self.events().await,
             "/new" => {
-                let (next, eviction) = runtime.start_session(cli.session_spec()).await?;
-                session = next;
-                println!("session {}", session.id());
+                let (next, eviction) = self.runtime.start_session(self.cli.session_spec()).await?;
+                self.session = next;
+                println!("session {}", self.session.id());
                 report(eviction).await;
             }
-            "/resume" => match runtime.resume_session(rest).await {
+            "/resume" => match self.runtime.resume_session(rest).await {
                 Ok((next, eviction)) => {
-                    session = next;
-                    println!("session {} resumed", session.id());
+                    self.session = next;
+                    println!("session {} resumed", self.session.id());
                     report(eviction).await;
                 }
                 Err(e) => println!("error: {}", t(&e.to_string())),
             },
-            other if other.starts_with('/') => {
-                let names = COMMANDS
-                    .iter()
-                    .map(|(c, _)| c.split(' ').next().unwrap_or(c));
-                let hint = demiurge_mcp::text::closest(other, names)
-                    .map(|c| format!("did you mean {c}? "))
-                    .unwrap_or_default();
-                println!("unknown command {}; {hint}/help lists them", t(other));
-            }
+            other if other.starts_with('/') => unknown(other),
             _ => {
-                if let Some(catalog) = turn(&session).await {
+                if let Some(catalog) = turn(session).await {
                     println!(
                         "fake: I read {} characters and can use {} tools; ask me with /call NAME JSON",
                         line.chars().count(),
@@ -122,9 +102,64 @@ pub(crate) async fn run(cli: &Cli) -> anyhow::Result<u8> {
                 }
             }
         }
+        Ok(true)
     }
-    runtime.shutdown().await;
-    Ok(0)
+
+    /// `/read SERVER URI`.
+    async fn read(&self, rest: &str) {
+        let Some((server, uri)) = rest.split_once(char::is_whitespace) else {
+            println!("usage: /read SERVER URI");
+            return;
+        };
+        if let Some(catalog) = turn(&self.session).await {
+            match catalog.read_resource(server, uri.trim()).await {
+                Ok(result) => print_result(&result, false),
+                Err(refused) => println!("refused: {}", t(&refused.to_string())),
+            }
+        }
+    }
+
+    /// `/call NAME JSON`: only the servers that can own NAME are asked about and
+    /// started.
+    async fn call(&self, rest: &str) {
+        let (name, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, "{}"));
+        let args = match serde_json::from_str::<serde_json::Value>(args.trim()) {
+            Ok(v) if v.is_object() => v,
+            _ => {
+                println!("usage: /call NAME {{json object}}");
+                return;
+            }
+        };
+        let (_, owners) = super::call::owners_of(self.cli, name);
+        if let Some(catalog) = turn_for(&self.session, &owners).await {
+            match catalog.call(name, args).await {
+                Ok(result) => print_result(&result, false),
+                Err(refused) => println!("refused: {}", t(&refused.to_string())),
+            }
+        }
+    }
+
+    /// `/events`: the session's event log, escaped (JSON escapes C0 controls but not
+    /// C1 or bidi characters).
+    async fn events(&self) {
+        self.runtime.flush_events().await;
+        let path = self.runtime.event_log_path(self.session.id());
+        let text = path
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        print!("{}", demiurge_mcp::text::escape_lines(&text));
+    }
+}
+
+/// An unknown `/command`, with the closest known one.
+fn unknown(other: &str) {
+    let names = COMMANDS
+        .iter()
+        .map(|(c, _)| c.split(' ').next().unwrap_or(c));
+    let hint = demiurge_mcp::text::closest(other, names)
+        .map(|c| format!("did you mean {c}? "))
+        .unwrap_or_default();
+    println!("unknown command {}; {hint}/help lists them", t(other));
 }
 
 /// The shell's commands and what each does.

@@ -675,7 +675,6 @@ fn read_declarations(
         })
         .collect();
     entries.sort_by(|a, b| a.0.cmp(&b.0));
-
     let mut seen: HashMap<String, String> = HashMap::new();
     for (name, kind) in entries {
         if name.starts_with('.') {
@@ -685,65 +684,20 @@ fn read_declarations(
             continue;
         };
         let rel = tree::join(dir, &name);
-        let id = stem.to_string();
-        let refuse = |message: String, what: &str| {
-            Arc::new(broken_entry(
-                tree,
-                &rel,
-                id.clone(),
-                message,
-                format!("{what}:{rel}").as_bytes(),
-            ))
-        };
-        if !lowercase {
-            broken.push(refuse(
-                "declaration files end in lowercase `.yaml` or `.yml`; rename the file".into(),
-                "extension",
-            ));
-            continue;
-        }
-        if let Some(problem) = server_id_problem(&id) {
-            broken.push(refuse(problem.into(), "name"));
-            continue;
-        }
-        let stamp = match kind {
-            EntryKind::File { stamp, .. } => stamp,
-            other => {
-                broken.push(refuse(
-                    format!(
-                        "this declaration is {}; only regular files are read (commit the declaration itself, not a link to it)",
-                        other.describe()
-                    ),
-                    other.describe(),
-                ));
+        let stamp = match admit_entry(tree, &rel, stem, lowercase, &kind, &mut seen) {
+            Ok(stamp) => stamp,
+            Err(refused) => {
+                broken.push(refused);
                 continue;
             }
         };
-        if let Some(first) = seen.get(&folded_id(&id)) {
-            let same = if first == &rel {
-                ""
-            } else {
-                " (compared without case or compatibility forms)"
-            };
-            broken.push(refuse(
-                format!(
-                    "server id `{}` is declared twice{same} ({} and {}); rename or remove one",
-                    crate::text::escape(&id),
-                    crate::text::escape(first),
-                    crate::text::escape(&rel),
-                ),
-                "duplicate",
-            ));
-            continue;
-        }
-        seen.insert(folded_id(&id), rel.clone());
         let file = tree.display(&rel);
         let parsed = match (cache, stamp) {
             (Some(c), Some(st)) => c.get(&file, st),
             _ => None,
         };
         let parsed = parsed.unwrap_or_else(|| {
-            let parsed = parse_declaration(tree, &rel, &id, &file);
+            let parsed = parse_declaration(tree, &rel, stem, &file);
             if let (Some(c), Some(st)) = (cache, stamp) {
                 c.put(&file, st, parsed.clone());
             }
@@ -755,6 +709,67 @@ fn read_declarations(
         }
     }
     (declarations, broken)
+}
+
+/// Whether the declaration file `rel` (server id `id`) is read: a lowercase extension,
+/// a usable server id, a regular file, an id not `seen` already (compared without
+/// case or compatibility forms). Its stamp when it is; the refusal otherwise.
+fn admit_entry(
+    tree: &dyn CoreTree,
+    rel: &str,
+    id: &str,
+    lowercase: bool,
+    kind: &EntryKind,
+    seen: &mut HashMap<String, String>,
+) -> Result<Option<Stamp>, Arc<Broken>> {
+    let refuse = |message: String, what: &str| {
+        Arc::new(broken_entry(
+            tree,
+            rel,
+            id.to_string(),
+            message,
+            format!("{what}:{rel}").as_bytes(),
+        ))
+    };
+    if !lowercase {
+        return Err(refuse(
+            "declaration files end in lowercase `.yaml` or `.yml`; rename the file".into(),
+            "extension",
+        ));
+    }
+    if let Some(problem) = server_id_problem(id) {
+        return Err(refuse(problem.into(), "name"));
+    }
+    let stamp = match kind {
+        EntryKind::File { stamp, .. } => *stamp,
+        other => {
+            return Err(refuse(
+                format!(
+                    "this declaration is {}; only regular files are read (commit the declaration itself, not a link to it)",
+                    other.describe()
+                ),
+                other.describe(),
+            ));
+        }
+    };
+    if let Some(first) = seen.get(&folded_id(id)) {
+        let same = if first == rel {
+            ""
+        } else {
+            " (compared without case or compatibility forms)"
+        };
+        return Err(refuse(
+            format!(
+                "server id `{}` is declared twice{same} ({} and {}); rename or remove one",
+                crate::text::escape(id),
+                crate::text::escape(first),
+                crate::text::escape(rel),
+            ),
+            "duplicate",
+        ));
+    }
+    seen.insert(folded_id(id), rel.to_string());
+    Ok(stamp)
 }
 
 fn broken_entry(

@@ -163,16 +163,10 @@ struct Timeouts {
     max_call: Option<Duration>,
 }
 
-impl Declaration {
-    /// Validates a parsed declaration. `canonical` is the document as JSON (sorted keys),
-    /// the input of the fingerprint.
-    pub(crate) fn from_raw(
-        raw: RawDeclaration,
-        server_id: String,
-        path: String,
-        file: PathBuf,
-        canonical: &serde_json::Value,
-    ) -> Result<Self, Vec<LoadError>> {
+impl RawDeclaration {
+    /// Every field, grouped by what validates it: how the server is reached, what it
+    /// may do and for how long, and the plain settings.
+    fn split(self) -> (Settings, EndpointFields, Behaviour) {
         let RawDeclaration {
             enabled,
             transport,
@@ -199,13 +193,157 @@ impl Declaration {
             tool_timeouts,
             required,
             sandbox,
-        } = raw;
+        } = self;
+        let settings = Settings {
+            enabled,
+            transport: transport.unwrap_or_default(),
+            risk,
+            approval_policy,
+            supports_parallel_tool_calls,
+            log_level,
+            required,
+        };
+        let endpoint = EndpointFields {
+            command,
+            args,
+            env,
+            env_vars,
+            cwd,
+            url,
+            headers,
+            oauth,
+        };
+        let behaviour = Behaviour {
+            filters: [tools, resources, prompts],
+            roots,
+            capability,
+            timeouts: [
+                connect_timeout_seconds,
+                timeout_seconds,
+                max_timeout_seconds,
+            ],
+            tool_timeouts,
+            sandbox,
+        };
+        (settings, endpoint, behaviour)
+    }
+}
+
+/// The settings that need no check beyond their type.
+struct Settings {
+    enabled: Option<bool>,
+    transport: TransportKind,
+    risk: Option<Risk>,
+    approval_policy: Option<ApprovalPolicy>,
+    supports_parallel_tool_calls: Option<bool>,
+    log_level: Option<LogLevel>,
+    required: Option<bool>,
+}
+
+/// What a server may do and for how long, as written.
+struct Behaviour {
+    /// `tools:`, `resources:`, `prompts:`.
+    filters: [Option<RawToolFilter>; 3],
+    roots: Option<Vec<String>>,
+    capability: Option<String>,
+    /// `connect_timeout_seconds`, `timeout_seconds`, `max_timeout_seconds`.
+    timeouts: [Option<f64>; 3],
+    tool_timeouts: Option<BTreeMap<String, f64>>,
+    sandbox: Option<serde_yaml::Value>,
+}
+
+impl Declaration {
+    /// Validates a parsed declaration. `canonical` is the document as JSON (sorted keys),
+    /// the input of the fingerprint.
+    pub(crate) fn from_raw(
+        raw: RawDeclaration,
+        server_id: String,
+        path: String,
+        file: PathBuf,
+        canonical: &serde_json::Value,
+    ) -> Result<Self, Vec<LoadError>> {
+        let (settings, endpoint, behaviour) = raw.split();
         let mut p = Problems {
             file: &file,
             errors: Vec::new(),
         };
-        let transport = transport.unwrap_or_default();
-        let endpoint = match transport {
+        // Without an endpoint, errors were recorded: the declaration is not built.
+        let Some(endpoint) = endpoint.endpoint(&mut p, settings.transport) else {
+            return Err(p.errors);
+        };
+        let Behaviour {
+            filters,
+            roots,
+            capability,
+            timeouts: [connect, call, max],
+            tool_timeouts,
+            sandbox,
+        } = behaviour;
+        let [tools, resources, prompts] = filters;
+        let tools = tool_filter(&mut p, "tools", tools);
+        let resources = tool_filter(&mut p, "resources", resources);
+        let prompts = tool_filter(&mut p, "prompts", prompts);
+        check_roots(&mut p, roots.as_deref());
+        let call_capability = call_capability(&mut p, capability, &server_id);
+        let timeouts = Timeouts::of(&mut p, connect, call, max, tool_timeouts);
+        let sandbox = sandbox_of(&mut p, sandbox.as_ref(), settings.transport);
+        if !p.errors.is_empty() {
+            return Err(p.errors);
+        }
+        let fingerprint = declaration_fingerprint(&endpoint, &server_id, &path, canonical);
+        Ok(Declaration {
+            server_id,
+            path,
+            file,
+            enabled: settings.enabled.unwrap_or(true),
+            endpoint,
+            tools,
+            resources,
+            prompts,
+            roots,
+            log_level: settings.log_level,
+            max_call_timeout: timeouts.max_call,
+            tool_timeouts: timeouts.per_tool,
+            required: settings.required.unwrap_or(false),
+            sandbox,
+            risk: settings.risk.unwrap_or(Risk::Medium),
+            approval_policy: settings.approval_policy.unwrap_or(ApprovalPolicy::Prompt),
+            call_capability,
+            connect_timeout: timeouts.connect,
+            call_timeout: timeouts.call,
+            supports_parallel_tool_calls: settings.supports_parallel_tool_calls.unwrap_or(false),
+            fingerprint,
+        })
+    }
+}
+
+/// The fields that say how a server is reached.
+struct EndpointFields {
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<BTreeMap<String, String>>,
+    env_vars: Option<Vec<String>>,
+    cwd: Option<String>,
+    url: Option<String>,
+    headers: Option<BTreeMap<String, String>>,
+    oauth: Option<RawOAuth>,
+}
+
+impl EndpointFields {
+    /// The endpoint of `transport`, the other transport's fields refused; `None` when
+    /// it cannot be built (the problems say why).
+    fn endpoint(self, p: &mut Problems, transport: TransportKind) -> Option<Endpoint> {
+        let EndpointFields {
+            command,
+            args,
+            env,
+            env_vars,
+            cwd,
+            url,
+            headers,
+            oauth,
+        } = self;
+        match transport {
             TransportKind::Stdio => {
                 p.misplaced(
                     &[
@@ -215,8 +353,8 @@ impl Declaration {
                     ],
                     "streamable_http",
                 );
-                let env = declared_env(&mut p, env, env_vars);
-                Some(stdio_endpoint(&mut p, command, args, env, cwd))
+                let env = declared_env(p, env, env_vars);
+                Some(stdio_endpoint(p, command, args, env, cwd))
             }
             TransportKind::StreamableHttp => {
                 p.misplaced(
@@ -229,56 +367,9 @@ impl Declaration {
                     ],
                     "stdio",
                 );
-                http_endpoint(&mut p, url, headers, oauth)
+                http_endpoint(p, url, headers, oauth)
             }
-        };
-        // Without an endpoint, errors were recorded: the declaration is not built.
-        let Some(endpoint) = endpoint else {
-            return Err(p.errors);
-        };
-        let [tools, resources, prompts] = [
-            ("tools", tools),
-            ("resources", resources),
-            ("prompts", prompts),
-        ]
-        .map(|(section, filter)| tool_filter(&mut p, section, filter));
-        check_roots(&mut p, roots.as_deref());
-        let call_capability = call_capability(&mut p, capability, &server_id);
-        let timeouts = Timeouts::of(
-            &mut p,
-            connect_timeout_seconds,
-            timeout_seconds,
-            max_timeout_seconds,
-            tool_timeouts,
-        );
-        let sandbox = sandbox_of(&mut p, sandbox.as_ref(), transport);
-        if !p.errors.is_empty() {
-            return Err(p.errors);
         }
-        let fingerprint = declaration_fingerprint(&endpoint, &server_id, &path, canonical);
-        Ok(Declaration {
-            server_id,
-            path,
-            file,
-            enabled: enabled.unwrap_or(true),
-            endpoint,
-            tools,
-            resources,
-            prompts,
-            roots,
-            log_level,
-            max_call_timeout: timeouts.max_call,
-            tool_timeouts: timeouts.per_tool,
-            required: required.unwrap_or(false),
-            sandbox,
-            risk: risk.unwrap_or(Risk::Medium),
-            approval_policy: approval_policy.unwrap_or(ApprovalPolicy::Prompt),
-            call_capability,
-            connect_timeout: timeouts.connect,
-            call_timeout: timeouts.call,
-            supports_parallel_tool_calls: supports_parallel_tool_calls.unwrap_or(false),
-            fingerprint,
-        })
     }
 }
 
