@@ -77,6 +77,15 @@ fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
 /// What a core has that loads but is likely a mistake: grants that name no declared
 /// server, and dotfiles in the MCP root (never loaded).
 fn warnings(report: &core::LoadReport) -> Vec<String> {
+    let mut out = grant_warnings(report);
+    out.extend(oauth_warnings(report));
+    out.extend(variable_warnings(report));
+    out.extend(file_warnings(report));
+    out
+}
+
+/// Grants that name no declared server (a typo), with the closest declared one.
+fn grant_warnings(report: &core::LoadReport) -> Vec<String> {
     let declared: Vec<&str> = report
         .core
         .declarations
@@ -102,8 +111,13 @@ fn warnings(report: &core::LoadReport) -> Vec<String> {
             ));
         }
     }
-    // A client registered ahead shares one redirect URI with every authorization
-    // server: without a pinned issuer, only an `iss` in the redirect tells them apart.
+    out
+}
+
+/// A client registered ahead shares one redirect URI with every authorization server:
+/// without a pinned issuer, only an `iss` in the redirect tells them apart.
+fn oauth_warnings(report: &core::LoadReport) -> Vec<String> {
+    let mut out = Vec::new();
     for d in &report.core.declarations {
         if let demiurge_mcp::core::Endpoint::StreamableHttp {
             oauth: Some(oauth), ..
@@ -118,7 +132,12 @@ fn warnings(report: &core::LoadReport) -> Vec<String> {
             ));
         }
     }
-    // A referenced variable the host lacks skips its server at every turn.
+    out
+}
+
+/// A referenced variable the host lacks skips its server at every turn.
+fn variable_warnings(report: &core::LoadReport) -> Vec<String> {
+    let mut out = Vec::new();
     for d in report.core.declarations.iter().filter(|d| d.enabled) {
         for (field, name) in d.required_variables() {
             if std::env::var_os(&name).is_none() {
@@ -131,6 +150,13 @@ fn warnings(report: &core::LoadReport) -> Vec<String> {
             }
         }
     }
+    out
+}
+
+/// Files beside the declarations that are not declarations: another host's
+/// configuration (to import) and dotfiles (ignored).
+fn file_warnings(report: &core::LoadReport) -> Vec<String> {
+    let mut out = Vec::new();
     let mcp = report.core.root.join(&report.core.mcp_root);
     let mut names: Vec<String> = std::fs::read_dir(&mcp)
         .into_iter()

@@ -256,28 +256,7 @@ impl PinnedClient {
         let mut previous: Option<Target> = None;
         let mut first: Option<Target> = None;
         for hop in 0..=MAX_REDIRECTS {
-            let verdict = match self.inner.net.policy.target(url.as_str()) {
-                Ok(target) => {
-                    if let Some(prev) = &previous
-                        && !prev.same_origin(&target)
-                    {
-                        self.strip_credentials(&mut headers);
-                    }
-                    self.inner.net.check(&target).await
-                }
-                Err(refused) => refused,
-            };
-            let audit = verdict.audit();
-            (self.inner.on_decision)(&audit);
-            let (target, addresses) = match verdict {
-                Verdict::Allowed { target, addresses } => (target, addresses),
-                Verdict::Blocked { block, .. } => {
-                    return Err(NetError::Blocked {
-                        block,
-                        target: audit.target,
-                    });
-                }
-            };
+            let (target, addresses) = self.checked(&url, previous.as_ref(), &mut headers).await?;
             previous = Some(target.clone());
             let first = first.get_or_insert_with(|| target.clone());
             let path = match url.query() {
@@ -309,6 +288,7 @@ impl PinnedClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|l| url.join(l).ok())
                 .ok_or(NetError::BadRedirect)?;
+            // 301, 302 and 303 after a POST go on as a GET without its body.
             if matches!(
                 response.status(),
                 StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND | StatusCode::SEE_OTHER
@@ -321,6 +301,35 @@ impl PinnedClient {
             url = location;
         }
         Err(NetError::TooManyRedirects)
+    }
+
+    /// The URL policy's verdict on `url` (reported as a decision), with DNS pinned:
+    /// the target and the addresses to connect to. Leaving `previous`'s origin strips
+    /// what must not follow a redirect from `headers`.
+    async fn checked(
+        &self,
+        url: &url::Url,
+        previous: Option<&Target>,
+        headers: &mut HeaderMap,
+    ) -> Result<(Target, Vec<std::net::IpAddr>), NetError> {
+        let verdict = match self.inner.net.policy.target(url.as_str()) {
+            Ok(target) => {
+                if previous.is_some_and(|prev| !prev.same_origin(&target)) {
+                    self.strip_credentials(headers);
+                }
+                self.inner.net.check(&target).await
+            }
+            Err(refused) => refused,
+        };
+        let audit = verdict.audit();
+        (self.inner.on_decision)(&audit);
+        match verdict {
+            Verdict::Allowed { target, addresses } => Ok((target, addresses)),
+            Verdict::Blocked { block, .. } => Err(NetError::Blocked {
+                block,
+                target: audit.target,
+            }),
+        }
     }
 
     /// What must not follow a redirect to another origin: credentials, declared headers,

@@ -98,23 +98,7 @@ impl ChildProcess {
                 (command.spawn()?, None)
             }
             Some(confinement) => {
-                // Recorded at once: a sweep must not take the launcher for an orphan
-                // while it confines itself.
-                let recorded = std::sync::atomic::AtomicU32::new(0);
-                let record = |pid: u32| {
-                    registry.started(pid);
-                    recorded.store(pid, std::sync::atomic::Ordering::Release);
-                };
-                match crate::sandbox::spawn(confinement, program, args, env, cwd, record).await {
-                    Ok(spawned) => spawned,
-                    Err(e) => {
-                        let pid = recorded.load(std::sync::atomic::Ordering::Acquire);
-                        if pid != 0 {
-                            registry.end(pid);
-                        }
-                        return Err(e);
-                    }
-                }
+                spawn_confined(confinement, program, args, env, cwd, registry).await?
             }
         };
         // The proxy lives as long as the process (its guard drops with it).
@@ -233,6 +217,32 @@ impl ChildProcess {
         }
         CloseReport { logged, tail }
     }
+}
+
+/// Spawns `program` through the launcher of `confinement`, recorded in `registry` at
+/// once (a sweep must not take the launcher for an orphan while it confines itself)
+/// and ended there if the start fails.
+async fn spawn_confined(
+    confinement: &crate::sandbox::Confinement,
+    program: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: &Path,
+    registry: &Arc<Registry>,
+) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
+    let recorded = std::sync::atomic::AtomicU32::new(0);
+    let record = |pid: u32| {
+        registry.started(pid);
+        recorded.store(pid, std::sync::atomic::Ordering::Release);
+    };
+    let spawned = crate::sandbox::spawn(confinement, program, args, env, cwd, record).await;
+    if spawned.is_err() {
+        let pid = recorded.load(std::sync::atomic::Ordering::Acquire);
+        if pid != 0 {
+            registry.end(pid);
+        }
+    }
+    spawned
 }
 
 impl Drop for ChildProcess {

@@ -81,6 +81,23 @@ fn with_host<T>(f: impl FnOnce(&mut HostChildren) -> T) -> Option<T> {
     Some(f(guard.get_or_insert_with(HostChildren::default)))
 }
 
+/// The host's children now, each with its stat.
+fn host_children() -> Vec<(Proc, tree::Stat)> {
+    tree::children(std::process::id())
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = tree::stat(pid)?;
+            Some((
+                Proc {
+                    pid,
+                    start: stat.start,
+                },
+                stat,
+            ))
+        })
+        .collect()
+}
+
 /// Clock ticks since boot, the unit of [`Proc::start`].
 fn uptime_ticks() -> u64 {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
@@ -393,20 +410,8 @@ impl Registry {
             tell(&mut inner, sign, &p);
         }
         self.check_reaper(&mut inner);
-        let host = std::process::id();
         let now = uptime_ticks();
-        let mut children = Vec::new();
-        for pid in tree::children(host) {
-            if let Some(stat) = tree::stat(pid) {
-                children.push((
-                    Proc {
-                        pid,
-                        start: stat.start,
-                    },
-                    stat,
-                ));
-            }
-        }
+        let children = host_children();
         let (servers, adopted) = with_host(|h| {
             h.servers.retain(Proc::exists);
             h.adopted.retain(Proc::exists);

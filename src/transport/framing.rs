@@ -433,29 +433,7 @@ enum Decoded {
 
 fn decode(line: Line, limit: usize) -> Decoded {
     let text = match line {
-        Line::Oversized(envelope) => {
-            let mib = limit / (1024 * 1024);
-            return match envelope {
-                // An over-long request of the server: it is answered, never waited on.
-                Envelope {
-                    id: Some(id),
-                    method: true,
-                } => reply_error(id, -32600, &format!("request over the {mib} MiB limit")),
-                Envelope {
-                    id: Some(id),
-                    method: false,
-                } => refused(
-                    id,
-                    &format!(
-                        "the server's answer exceeded the {mib} MiB message limit and was dropped"
-                    ),
-                ),
-                Envelope { id: None, .. } => {
-                    tracing::debug!("dropped an over-long message without an id");
-                    Decoded::Skip
-                }
-            };
-        }
+        Line::Oversized(envelope) => return oversized(envelope, limit),
         Line::Text(text) => text,
     };
     let text = text.strip_prefix(UTF8_BOM).unwrap_or(&text);
@@ -472,38 +450,7 @@ fn decode(line: Line, limit: usize) -> Decoded {
     let value = match serde_json::from_slice::<Value>(text) {
         Ok(value) => value,
         // Any text parses as a `Value` but for a syntax error or excessive depth.
-        Err(syntax) => {
-            // An answer to a request that cannot be read (cut, broken, or nested
-            // deeper than the parser goes) still fails its request at once when its
-            // id shows.
-            match envelope(text) {
-                Envelope {
-                    id: Some(id),
-                    method: false,
-                } => {
-                    return refused(
-                        id,
-                        &format!("the server's answer is not valid JSON: {syntax}"),
-                    );
-                }
-                // A request that cannot be read is answered, never left waiting: an
-                // elicitation (a schema nested deeper than the parser goes) is declined,
-                // as any elicitation the client cannot show; anything else is an error.
-                Envelope {
-                    id: Some(id),
-                    method: true,
-                } => {
-                    return if contains(text, b"\"elicitation/create\"") {
-                        reply_result(id, json!({"action": "decline"}))
-                    } else {
-                        reply_error(id, -32600, "request that cannot be read")
-                    };
-                }
-                Envelope { id: None, .. } => {}
-            }
-            tracing::debug!("ignored a line that is not JSON from a stdio server");
-            return Decoded::Skip;
-        }
+        Err(syntax) => return unreadable(text, &syntax),
     };
     let id = value
         .get("id")
@@ -521,6 +468,59 @@ fn decode(line: Line, limit: usize) -> Decoded {
         (Some(id), true) => reply_error(id, -32600, "invalid request"),
         (None, _) => {
             tracing::debug!("ignored a notification the client does not know");
+            Decoded::Skip
+        }
+    }
+}
+
+/// A line over the message limit: an over-long request of the server is answered,
+/// never waited on; an over-long answer fails its request at once.
+fn oversized(envelope: Envelope, limit: usize) -> Decoded {
+    let mib = limit / (1024 * 1024);
+    match envelope {
+        Envelope {
+            id: Some(id),
+            method: true,
+        } => reply_error(id, -32600, &format!("request over the {mib} MiB limit")),
+        Envelope {
+            id: Some(id),
+            method: false,
+        } => refused(
+            id,
+            &format!("the server's answer exceeded the {mib} MiB message limit and was dropped"),
+        ),
+        Envelope { id: None, .. } => {
+            tracing::debug!("dropped an over-long message without an id");
+            Decoded::Skip
+        }
+    }
+}
+
+/// A line that is not JSON (cut, broken, or nested deeper than the parser goes). An
+/// answer whose id shows still fails its request at once; a request is answered,
+/// never left waiting: an elicitation (a schema nested deeper than the parser goes) is
+/// declined, as any elicitation the client cannot show; anything else is an error.
+fn unreadable(text: &[u8], syntax: &serde_json::Error) -> Decoded {
+    match envelope(text) {
+        Envelope {
+            id: Some(id),
+            method: false,
+        } => refused(
+            id,
+            &format!("the server's answer is not valid JSON: {syntax}"),
+        ),
+        Envelope {
+            id: Some(id),
+            method: true,
+        } => {
+            if contains(text, b"\"elicitation/create\"") {
+                reply_result(id, json!({"action": "decline"}))
+            } else {
+                reply_error(id, -32600, "request that cannot be read")
+            }
+        }
+        Envelope { id: None, .. } => {
+            tracing::debug!("ignored a line that is not JSON from a stdio server");
             Decoded::Skip
         }
     }
