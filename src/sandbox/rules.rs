@@ -13,7 +13,7 @@ use super::{Network, Sandbox, Unavailable};
 /// The paths of one confined launch, resolved: what the launcher applies before it
 /// becomes the server, beyond what every confined server gets (the system, `/etc`
 /// without its secrets, the harmless devices), which the launcher adds itself, ahead
-/// of any server ([`Prepared::base`]).
+/// of any server ([`Prepared::base`](super::confine::Prepared::base)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Rules {

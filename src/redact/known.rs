@@ -1,0 +1,173 @@
+//! The secrets a redactor knows by value, and the automaton that finds them all in
+//! one pass (Aho-Corasick); the secrets a connection learns while it runs.
+
+use std::sync::Arc;
+
+use super::RedactionFailed;
+use super::render::Hit;
+use super::{MIN_SECRET_LEN, plain_label};
+
+/// One known secret value and the name it is shown under.
+#[derive(Clone, PartialEq, Eq)]
+pub(super) struct Secret {
+    pub(super) name: Arc<str>,
+    pub(super) value: String,
+}
+
+/// Secrets and the automaton that finds every one of them in a single pass over a text
+/// (Aho-Corasick): the cost of a search grows with the text and its matches, not with
+/// the text times the number of secrets, which a result with thousands of sensitive
+/// keys would otherwise make minutes.
+#[derive(Default)]
+pub(super) struct Known {
+    /// Longest first; an automaton pattern's index is its index here.
+    pub(super) secrets: Vec<Secret>,
+    pub(super) finder: Option<aho_corasick::AhoCorasick>,
+    /// The secrets are more than [`MAX_SECRET_BYTES`], or the automaton could not be
+    /// built: nothing can be redacted (fail closed), never "no secret found".
+    pub(super) broken: bool,
+}
+
+/// Most bytes of secret values one redactor searches for (a contiguous NFA holds some
+/// tens of bytes per byte of pattern): a result revealing more fails closed.
+pub const MAX_SECRET_BYTES: usize = 1024 * 1024;
+
+/// Most secret matches in one text, beyond one a byte: past it redaction fails closed
+/// (secrets nested in one another, each occurrence matching many of them).
+pub(super) const MAX_MATCHES_PER_BYTE: usize = 4;
+
+impl Known {
+    pub(super) fn new(mut secrets: Vec<Secret>) -> Known {
+        secrets.sort_by(|a, b| b.value.len().cmp(&a.value.len()).then(a.name.cmp(&b.name)));
+        if secrets.is_empty() {
+            return Known::default();
+        }
+        if secrets.iter().map(|s| s.value.len()).sum::<usize>() > MAX_SECRET_BYTES {
+            return Known {
+                secrets,
+                finder: None,
+                broken: true,
+            };
+        }
+        // Every match is reported, overlapping ones too, so each occurrence of every
+        // secret is hidden whatever else overlaps it; a contiguous NFA, never a DFA,
+        // whose size could be the patterns' times the alphabet.
+        let finder = aho_corasick::AhoCorasick::builder()
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .match_kind(aho_corasick::MatchKind::Standard)
+            .build(secrets.iter().map(|s| s.value.as_str()))
+            .ok();
+        let broken = finder.is_none();
+        // A name is shown in every marker of its secret: one that holds any secret
+        // value of the set (a declared `X_<value of Y>`) is shown as `secret`.
+        if let Some(finder) = &finder {
+            for secret in &mut secrets {
+                if finder.is_match(secret.name.as_ref()) {
+                    secret.name = "secret".into();
+                }
+            }
+        }
+        Known {
+            secrets,
+            finder,
+            broken,
+        }
+    }
+
+    /// Every occurrence of every secret in `text`, overlapping ones included (in no
+    /// particular order; [`merged`] makes them hits).
+    pub(super) fn find(&self, text: &str, hits: &mut Vec<Hit>) -> Result<(), RedactionFailed> {
+        if self.broken {
+            return Err(RedactionFailed);
+        }
+        let Some(finder) = &self.finder else {
+            return Ok(());
+        };
+        let bound = text.len().saturating_mul(MAX_MATCHES_PER_BYTE).max(1024);
+        for (n, m) in finder.find_overlapping_iter(text).enumerate() {
+            if n >= bound {
+                return Err(RedactionFailed);
+            }
+            hits.push(Hit {
+                start: m.start(),
+                end: m.end(),
+                name: Arc::clone(&self.secrets[m.pattern().as_usize()].name),
+                longest: m.len(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Occurrences merged into hits in order, none overlapping: every run of overlapping
+/// occurrences is one hit spanning them, named by its longest secret.
+pub(super) fn merged(mut found: Vec<Hit>) -> Vec<Hit> {
+    found.sort_unstable_by_key(|h| h.start);
+    let mut hits: Vec<Hit> = Vec::with_capacity(found.len());
+    for hit in found {
+        match hits.last_mut() {
+            Some(run) if hit.start < run.end => {
+                if hit.longest > run.longest {
+                    (run.name, run.longest) = (hit.name, hit.longest);
+                }
+                run.end = run.end.max(hit.end);
+            }
+            _ => hits.push(hit),
+        }
+    }
+    hits
+}
+
+impl std::fmt::Debug for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.secrets).finish()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Secret({})", self.name)
+    }
+}
+
+/// Most secrets one connection learns while it runs (tokens of refreshes and step-ups,
+/// the credentials of its OAuth flows); past it its redaction fails closed.
+pub const MAX_LEARNED: usize = 1024;
+
+/// Secrets a connection learns once it runs (OAuth tokens from a refresh or a step-up),
+/// shared by every redactor of that connection: what one learns, all hide at once.
+#[derive(Debug, Default)]
+pub struct Learned(pub(super) std::sync::RwLock<Arc<Known>>);
+
+impl Learned {
+    /// Adds a secret (ignored when shorter than [`MIN_SECRET_LEN`] or already known).
+    pub fn learn(&self, name: &str, value: &str) {
+        self.learn_all(std::iter::once((name, value)));
+    }
+
+    /// Adds several secrets with one rebuild of the automaton (each ignored when shorter
+    /// than [`MIN_SECRET_LEN`] or already known).
+    pub fn learn_all<'a>(&self, found: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let Ok(mut known) = self.0.write() else {
+            return;
+        };
+        let mut secrets = known.secrets.clone();
+        let before = secrets.len();
+        for (name, value) in found {
+            if value.chars().count() >= MIN_SECRET_LEN && !secrets.iter().any(|s| s.value == value)
+            {
+                secrets.push(Secret {
+                    name: plain_label(name),
+                    value: value.to_string(),
+                });
+            }
+        }
+        if secrets.len() > before {
+            let mut next = Known::new(secrets);
+            // Past the bound nothing of the connection can be shown any more (fail
+            // closed), never a connection that learns without end.
+            next.broken |= next.secrets.len() > MAX_LEARNED;
+            *known = Arc::new(next);
+        }
+    }
+}
