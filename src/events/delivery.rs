@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::log::{safe_file_name, write_logs};
+use super::log::{LogOp, safe_file_name, write_logs};
 use super::{Event, EventKind, EventSink};
 
 /// Fans events out to the host sink (synchronously) and the JSONL log of their session
@@ -78,15 +78,12 @@ struct Delivery {
 }
 
 /// The writer thread's queue. Senders never wake the thread: it wakes on its own every
-/// [`LOG_BATCH`] (or when unparked by a flush), so events on the hot path cost a queue
+/// [`LOG_BATCH`](super::LOG_BATCH) (or when unparked by a flush), so events on the hot path cost a queue
 /// push, not a context switch.
 struct Writer {
     tx: std::sync::mpsc::SyncSender<LogOp>,
     thread: std::thread::Thread,
 }
-
-/// How long events may wait in memory before reaching the log.
-pub const LOG_BATCH: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl std::fmt::Debug for EventHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,14 +91,6 @@ impl std::fmt::Debug for EventHub {
             .field("log_dir", &self.log_dir)
             .finish()
     }
-}
-
-/// What the writer thread is asked to do. Events travel boxed: the queue holds many,
-/// and the other operations are small.
-pub(super) enum LogOp {
-    Write(Box<Event>),
-    Close(String),
-    Flush(std::sync::mpsc::Sender<()>),
 }
 
 impl EventHub {

@@ -7,7 +7,18 @@ use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
-use super::delivery::{LOG_BATCH, LogOp};
+use super::Event;
+
+/// How long events may wait in memory before reaching the log.
+pub const LOG_BATCH: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What the writer thread is asked to do. Events travel boxed: the queue holds many,
+/// and the other operations are small.
+pub(super) enum LogOp {
+    Write(Box<Event>),
+    Close(String),
+    Flush(std::sync::mpsc::Sender<()>),
+}
 
 /// The writer thread: appends events to their session's file, flushing after each
 /// batch; a file that reaches `max_bytes` is rotated to `<name>.1`.

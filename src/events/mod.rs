@@ -14,7 +14,8 @@ mod delivery;
 mod log;
 
 pub(crate) use delivery::FLUSH_WAIT;
-pub use delivery::{EventDelivery, EventHub, EventLog, LOG_BATCH, LOG_QUEUE};
+pub use delivery::{EventDelivery, EventHub, EventLog, LOG_QUEUE};
+pub use log::LOG_BATCH;
 
 /// When a URL decision was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use super::RedactionFailed;
-use super::render::Hit;
 use super::{MIN_SECRET_LEN, plain_label};
 
 /// One known secret value and the name it is shown under.
@@ -170,4 +169,22 @@ impl Learned {
             *known = Arc::new(next);
         }
     }
+}
+
+/// What of one text a search of a longer, joined text found (see
+/// [`Redactor::crossing_spans`]): a byte range and its label.
+#[derive(Debug, Clone)]
+pub(crate) struct Span {
+    pub(super) range: std::ops::Range<usize>,
+    pub(super) label: Arc<str>,
+}
+
+/// A secret found in a text: its byte range and the name it is shown under. The value
+/// is the text's own bytes at that range.
+pub(super) struct Hit {
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) name: Arc<str>,
+    /// Length of the longest secret in the hit (what names it).
+    pub(super) longest: usize,
 }

@@ -19,9 +19,9 @@ mod known;
 mod render;
 mod shapes;
 
+pub(crate) use known::Span;
 use known::{Known, Secret};
 pub use known::{Learned, MAX_LEARNED, MAX_SECRET_BYTES};
-pub(crate) use render::Span;
 use shapes::{collect_sensitive, collect_strings, is_count};
 pub use shapes::{is_sensitive_field, sensitive_label};
 

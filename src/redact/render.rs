@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::known::merged;
+use super::known::{Hit, Span, merged};
 use super::shapes::*;
 use super::{MAX_REDACT_BYTES, REDACTION_FAILED, RedactionFailed, Redactor, View, Views, marker};
 
@@ -300,24 +300,6 @@ impl Redactor {
             || Value::String(REDACTION_FAILED.into()),
         )
     }
-}
-
-/// What of one text a search of a longer, joined text found (see
-/// [`Redactor::crossing_spans`]): a byte range and its label.
-#[derive(Debug, Clone)]
-pub(crate) struct Span {
-    pub(super) range: std::ops::Range<usize>,
-    pub(super) label: Arc<str>,
-}
-
-/// A secret found in a text: its byte range and the name it is shown under. The value
-/// is the text's own bytes at that range.
-pub(super) struct Hit {
-    pub(super) start: usize,
-    pub(super) end: usize,
-    pub(super) name: Arc<str>,
-    /// Length of the longest secret in the hit (what names it).
-    pub(super) longest: usize,
 }
 
 #[cfg(test)]

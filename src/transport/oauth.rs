@@ -1,40 +1,34 @@
-//! OAuth 2.1 for streamable HTTP servers, by rmcp's authorization state machine
-//! (protected resource metadata, authorization server metadata with OpenID fallback,
-//! dynamic registration or a client ID metadata document or a pre-registered client,
-//! PKCE, resource indicators, scope selection, refresh), every request of it carried by
-//! [`PinnedOAuth`] under the URL policy.
+//! OAuth 2.1 for streamable HTTP servers, by rmcp's authorization state machine (protected
+//! resource metadata, authorization server metadata with OpenID fallback, dynamic
+//! registration or a client ID metadata document or a pre-registered client, PKCE, resource
+//! indicators, scope selection, refresh), every request of it carried by [`PinnedOAuth`]
+//! under the URL policy.
 //!
 //! Tokens are secrets of their connection: the connect step adds every token, code and
 //! client secret it knows to the connection's redactor. They persist, 0600 under
-//! `<home>/oauth/`, one file per server identity and resource, so a restart does not
-//! ask again; a refresh token that no longer works asks again.
+//! `<home>/oauth/`, one file per server identity and resource, so a restart does not ask
+//! again; a refresh token that no longer works asks again.
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use oauth2::TokenResponse;
 use rmcp::transport::auth::{
     AuthError, AuthorizationManager, AuthorizationMetadata, AuthorizationRequest,
-    AuthorizationSession, ClientCredentialsConfig, CredentialStore, JwtSigningAlgorithm,
-    OAuthHttpClient, StoredCredentials,
+    AuthorizationSession, ClientCredentialsConfig, JwtSigningAlgorithm, OAuthHttpClient,
 };
-
-use futures::stream::BoxStream;
-use http::{HeaderName, HeaderValue};
-use rmcp::model::ClientJsonRpcMessage;
-use rmcp::transport::auth::AuthClient;
-use rmcp::transport::streamable_http_client::{
-    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
-    StreamableHttpResponseLimits,
-};
-use sse_stream::{Error as SseError, Sse};
 
 use crate::authority::{AuthorizationPrompt, Authorizer};
 use crate::core::{OAuthDeclared, OAuthGrant, SigningAlgorithm, TokenAuthMethod};
+use crate::net::NetContext;
 use crate::net::oauth::{OAuthDecisionHook, PinnedOAuth};
-use crate::net::{NetContext, NetError, PinnedClient};
+
+mod step_up;
+mod store;
+
+pub(crate) use step_up::StepUp;
+use store::FileStore;
+pub use store::{token_file, token_files_of};
 
 /// The longest a user may take to authorize in a browser.
 pub const AUTHORIZATION_TIMEOUT: Duration = Duration::from_secs(300);
@@ -136,11 +130,10 @@ async fn manager(
     let mut manager = AuthorizationManager::new_with_oauth_http_client(base_url, client)
         .await
         .map_err(|e| failed("setup", &e))?;
-    manager.set_credential_store(FileStore {
-        path: launch.store.clone(),
-        learned: Arc::clone(&launch.learned),
-        memory: std::sync::Mutex::new(None),
-    });
+    manager.set_credential_store(FileStore::new(
+        launch.store.clone(),
+        Arc::clone(&launch.learned),
+    ));
     Ok(manager)
 }
 
@@ -589,348 +582,6 @@ fn scopes_of(url: &str) -> Vec<String> {
                 .map(|(_, v)| v.split_whitespace().map(str::to_string).collect())
         })
         .unwrap_or_default()
-}
-
-/// Where the tokens of `declaration`'s server, obtained for `principal`, live:
-/// `<home>/oauth/<A>-<B>.json`, `A` a digest of the principal and the server id (what
-/// `auth logout` removes), `B` of the declaration's fingerprint (a changed client or
-/// scope is a new token) and the resource URL. `None` for a stdio server.
-pub fn token_file(
-    home: &Path,
-    principal: &str,
-    declaration: &crate::core::Declaration,
-) -> Option<PathBuf> {
-    let crate::core::Endpoint::StreamableHttp { url, .. } = &declaration.endpoint else {
-        return None;
-    };
-    let rest = format!("{}\n{}", declaration.fingerprint, url.url().as_str());
-    let rest = crate::digest::sha256_hex(rest.as_bytes());
-    Some(home.join("oauth").join(format!(
-        "{}-{}.json",
-        server_prefix(principal, &declaration.server_id),
-        &rest[..16]
-    )))
-}
-
-/// Every token file of `server` for `principal`, whatever declaration obtained it.
-pub fn token_files_of(home: &Path, principal: &str, server: &str) -> Vec<PathBuf> {
-    let prefix = format!("{}-", server_prefix(principal, server));
-    std::fs::read_dir(home.join("oauth"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"))
-        })
-        .map(|e| e.path())
-        .collect()
-}
-
-fn server_prefix(principal: &str, server: &str) -> String {
-    crate::digest::sha256_hex(format!("{principal}\n{server}").as_bytes())[..16].to_string()
-}
-
-/// Credentials in one 0600 file (its directory 0700), written whole through a
-/// temporary file and a rename, never followed through a symlink; or in memory when no
-/// file is given. Every token that passes through is learned by the connection's
-/// redactor.
-struct FileStore {
-    path: Option<PathBuf>,
-    learned: Arc<crate::redact::Learned>,
-    memory: std::sync::Mutex<Option<StoredCredentials>>,
-}
-
-impl FileStore {
-    fn learn(&self, credentials: &StoredCredentials) {
-        if let Some(tokens) = &credentials.token_response {
-            self.learned
-                .learn("oauth_access_token", tokens.access_token().secret());
-            if let Some(refresh) = tokens.refresh_token() {
-                self.learned.learn("oauth_refresh_token", refresh.secret());
-            }
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl CredentialStore for FileStore {
-    async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        let Some(path) = self.path.clone() else {
-            return Ok(self.memory.lock().ok().and_then(|m| m.clone()));
-        };
-        let loaded = read_store(path).await?;
-        if let Some(credentials) = &loaded {
-            self.learn(credentials);
-        }
-        Ok(loaded)
-    }
-
-    async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
-        self.learn(&credentials);
-        let Some(path) = self.path.clone() else {
-            if let Ok(mut memory) = self.memory.lock() {
-                *memory = Some(credentials);
-            }
-            return Ok(());
-        };
-        let text = serde_json::to_vec(&credentials)
-            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
-        tokio::task::spawn_blocking(move || write_private(&path, &text))
-            .await
-            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
-            .map_err(|e| AuthError::CredentialStoreError(e.to_string()))
-    }
-
-    async fn clear(&self) -> Result<(), AuthError> {
-        if let Ok(mut memory) = self.memory.lock() {
-            *memory = None;
-        }
-        let Some(path) = &self.path else {
-            return Ok(());
-        };
-        match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(AuthError::CredentialStoreError(e.to_string()))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// Reads a token file: a regular file owned by this user and 0600, at most 1 MiB; a file
-/// that does not parse is as good as none (authorize again).
-async fn read_store(path: PathBuf) -> Result<Option<StoredCredentials>, AuthError> {
-    {
-        tokio::task::spawn_blocking(move || {
-            use std::io::Read;
-            use std::os::unix::fs::OpenOptionsExt;
-            use std::os::unix::fs::MetadataExt;
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags((nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits())
-                .open(&path);
-            let file = match file {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(e) => return Err(AuthError::CredentialStoreError(e.to_string())),
-            };
-            let meta = file
-                .metadata()
-                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
-            // The home's owner is this runtime's user (it made the directory 0700).
-            let owner = path
-                .parent()
-                .and_then(|dir| std::fs::metadata(dir).ok())
-                .map(|dir| dir.uid());
-            let mine = owner == Some(meta.uid());
-            if !meta.is_file() || !mine || meta.mode() & 0o077 != 0 {
-                return Err(AuthError::CredentialStoreError(
-                    "the token file is not a private regular file of this user; remove it with `demiurge auth logout`".into(),
-                ));
-            }
-            let mut text = String::new();
-            file.take(1024 * 1024)
-                .read_to_string(&mut text)
-                .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?;
-            Ok(serde_json::from_str(&text).ok())
-        })
-        .await
-        .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
-    }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = path.parent().unwrap_or(Path::new("."));
-    crate::process::private_dir(dir)?;
-    // A name of its own per save: two saves never write the same temporary file.
-    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let temporary = dir.join(format!(
-        ".{}.{}.{}.tmp",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("oauth"),
-        std::process::id(),
-        SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_file(&temporary);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-        .open(&temporary)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)
-}
-
-/// An authorized client that answers a 403 `insufficient_scope` by asking the user for
-/// the broader authorization (once per request) and retrying: the step-up of the MCP
-/// authorization specification. A 401 with a rejected token is refreshed by rmcp's
-/// `AuthClient` inside.
-#[derive(Clone)]
-pub(crate) struct StepUp {
-    inner: AuthClient<PinnedClient>,
-    base: String,
-    net: Arc<NetContext>,
-    launch: OAuthLaunch,
-    /// Step-ups of this connection so far, one at a time: a server answering every
-    /// request with `insufficient_scope` gets [`MAX_STEP_UPS`], then plain failures.
-    ups: Arc<tokio::sync::Mutex<usize>>,
-}
-
-/// Most step-up authorizations one connection asks for.
-pub const MAX_STEP_UPS: usize = 2;
-
-type HttpError = StreamableHttpError<NetError>;
-
-/// An authorization error of a request (a refresh the authorization server refused)
-/// in words of ours: rmcp's text can carry the server's `error_description`.
-fn described(error: HttpError) -> HttpError {
-    match error {
-        StreamableHttpError::Auth(e) => {
-            StreamableHttpError::UnexpectedServerResponse(failed("refresh", &e).0.into())
-        }
-        other => other,
-    }
-}
-
-impl StepUp {
-    pub(crate) fn new(
-        inner: AuthClient<PinnedClient>,
-        base: String,
-        net: Arc<NetContext>,
-        launch: OAuthLaunch,
-    ) -> Self {
-        StepUp {
-            inner,
-            base,
-            net,
-            launch,
-            ups: Arc::default(),
-        }
-    }
-
-    async fn step_up(&self, challenge: &str) -> Result<(), HttpError> {
-        let mut ups = self.ups.lock().await;
-        if *ups >= MAX_STEP_UPS {
-            return Err(StreamableHttpError::UnexpectedServerResponse(
-                format!(
-                    "the server asked for a broader authorization more than {MAX_STEP_UPS} times"
-                )
-                .into(),
-            ));
-        }
-        *ups += 1;
-        let manager = authorize(&self.base, challenge, &self.net, &self.launch)
-            .await
-            .map_err(|e| StreamableHttpError::UnexpectedServerResponse(e.0.into()))?;
-        *self.inner.auth_manager.lock().await = manager;
-        Ok(())
-    }
-}
-
-impl StreamableHttpClient for StepUp {
-    type Error = NetError;
-
-    async fn post_message(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<StreamableHttpPostResponse, HttpError> {
-        self.post_message_with_response_limits(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            custom_headers,
-            StreamableHttpResponseLimits::default(),
-        )
-        .await
-    }
-
-    async fn post_message_with_response_limits(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        limits: StreamableHttpResponseLimits,
-    ) -> Result<StreamableHttpPostResponse, HttpError> {
-        let send = || {
-            self.inner.post_message_with_response_limits(
-                Arc::clone(&uri),
-                message.clone(),
-                session_id.clone(),
-                auth_header.clone(),
-                custom_headers.clone(),
-                limits,
-            )
-        };
-        match send().await {
-            Err(StreamableHttpError::InsufficientScope(challenge)) => {
-                self.step_up(&challenge.www_authenticate_header).await?;
-                send().await.map_err(described)
-            }
-            answered => answered.map_err(described),
-        }
-    }
-
-    async fn delete_session(
-        &self,
-        uri: Arc<str>,
-        session_id: Arc<str>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<(), HttpError> {
-        self.inner
-            .delete_session(uri, session_id, auth_header, custom_headers)
-            .await
-            .map_err(described)
-    }
-
-    async fn get_stream(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-        self.inner
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
-            .map_err(described)
-    }
-
-    async fn get_stream_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-        self.inner
-            .get_stream_with_max_sse_event_size(
-                uri,
-                session_id,
-                last_event_id,
-                auth_header,
-                custom_headers,
-                max_sse_event_size,
-            )
-            .await
-            .map_err(described)
-    }
 }
 
 #[cfg(test)]
