@@ -1,13 +1,16 @@
 //! Agent Cores: `agent.yaml` and the MCP declarations under its MCP root.
 //!
-//! [`load`] reads a core from disk into an [`AgentCore`]; [`load_report`] keeps going
-//! after errors so `demiurge init --check` can list every problem at once. Nothing here
-//! starts processes or touches the network.
+//! [`load`] reads a core from disk into an [`AgentCore`]; [`load_report`] keeps going after
+//! errors so `demiurge init --check` can list every problem at once. Nothing here starts
+//! processes or touches the network.
 
+mod cache;
 mod declaration;
+mod entries;
 mod oauth;
 mod tree;
 mod validate;
+
 #[cfg(not(target_os = "linux"))]
 #[path = "watch_stat.rs"]
 mod watch;
@@ -15,7 +18,7 @@ mod watch;
 mod watch;
 mod yaml;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,6 +34,12 @@ pub use declaration::{
 pub use oauth::{OAuthDeclared, OAuthGrant, SigningAlgorithm, TokenAuthMethod};
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, MemoryTree, ReadRefusal};
 pub use yaml::YamlError;
+
+use cache::ManifestRead;
+pub use cache::{LoadCache, MAX_WATCHED_CORES, Stamp};
+pub(crate) use entries::declaration_extension;
+use entries::read_declarations;
+pub use entries::{broken_digest, parse_declaration_text};
 
 /// Default MCP root, relative to the core.
 pub const DEFAULT_MCP_ROOT: &str = "agent/mcp";
@@ -196,145 +205,6 @@ struct RawCapabilities {
 #[serde(deny_unknown_fields)]
 struct RawGrant {
     scope: String,
-}
-
-/// What identifies a file's content without reading it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Stamp {
-    /// The metadata of `path` (symlinks followed); `None` when it does not exist.
-    pub(crate) fn of(path: &Path) -> Option<Stamp> {
-        std::fs::metadata(path)
-            .ok()
-            .map(|m| Stamp::from_metadata(&m))
-    }
-
-    /// The stamp of metadata already read.
-    pub(crate) fn from_metadata(m: &std::fs::Metadata) -> Stamp {
-        use std::os::unix::fs::MetadataExt;
-        Stamp {
-            dev: m.dev(),
-            ino: m.ino(),
-            len: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
-        }
-    }
-
-    /// The stamp of a `stat` result.
-    pub(crate) fn from_stat(st: &nix::sys::stat::FileStat) -> Stamp {
-        Stamp {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            len: st.st_size.max(0) as u64,
-            mtime: (st.st_mtime, st.st_mtime_nsec),
-            ctime: (st.st_ctime, st.st_ctime_nsec),
-        }
-    }
-
-    /// Whether the file last changed at least a full second before now. Filesystem
-    /// clocks tick coarsely (a few milliseconds), so a file rewritten within one tick to
-    /// the same length, possibly in the same inode, can keep its stamp; a change made
-    /// after a settled stamp was taken always gets a later time. Only a settled stamp
-    /// may vouch for content read with it (git calls the other case "racily clean").
-    pub(crate) fn settled(&self) -> bool {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        self.ctime.0.saturating_add(2) <= now
-    }
-}
-
-/// What reading one declaration file gave: a declaration or why there is none.
-type Parsed = Result<Arc<Declaration>, Arc<Broken>>;
-
-/// What reading `agent.yaml` gave.
-type ManifestRead = Result<Manifest, Vec<LoadError>>;
-
-/// Parsed files reused while their metadata is unchanged. Failures are kept as well as
-/// successes: a hostile file costs its parse once, not once per turn.
-#[derive(Debug, Default)]
-pub struct LoadCache {
-    declarations: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, Parsed)>>,
-    manifests: std::sync::Mutex<BTreeMap<PathBuf, (Stamp, ManifestRead)>>,
-    /// Canonical core roots, resolved once per root.
-    roots: std::sync::Mutex<BTreeMap<PathBuf, PathBuf>>,
-    /// Watches by canonical core root, at most [`MAX_WATCHED_CORES`].
-    watches: std::sync::Mutex<HashMap<PathBuf, watch::CoreWatch>>,
-}
-
-/// Most cores whose directories are watched at once, one inotify instance each (Linux
-/// allows 128 per user by default, shared with every other program); a core beyond them
-/// is watched in place of the one watched longest. Without an instance a core is
-/// simply statted on every turn.
-pub const MAX_WATCHED_CORES: usize = 16;
-
-/// Most files a cache keeps per kind; a core that keeps renaming files cannot grow it.
-const MAX_CACHED_FILES: usize = 4096;
-
-impl LoadCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub(crate) fn canonical(&self, root: &Path) -> PathBuf {
-        if let Some(known) = self.roots.lock().ok().and_then(|m| m.get(root).cloned()) {
-            return known;
-        }
-        let real = root.canonicalize().unwrap_or_else(|_| root.to_path_buf());
-        if let Ok(mut m) = self.roots.lock() {
-            if m.len() >= MAX_CACHED_FILES {
-                m.clear();
-            }
-            m.insert(root.to_path_buf(), real.clone());
-        }
-        real
-    }
-
-    fn get(&self, file: &Path, stamp: Stamp) -> Option<Parsed> {
-        let map = self.declarations.lock().ok()?;
-        let (cached, parsed) = map.get(file)?;
-        (*cached == stamp).then(|| parsed.clone())
-    }
-
-    fn put(&self, file: &Path, stamp: Stamp, parsed: Parsed) {
-        if !stamp.settled() {
-            return;
-        }
-        if let Ok(mut map) = self.declarations.lock() {
-            if map.len() >= MAX_CACHED_FILES {
-                map.clear();
-            }
-            map.insert(file.to_path_buf(), (stamp, parsed));
-        }
-    }
-
-    fn manifest(&self, file: &Path, stamp: Stamp) -> Option<ManifestRead> {
-        let map = self.manifests.lock().ok()?;
-        map.get(file)
-            .filter(|(s, _)| *s == stamp)
-            .map(|(_, m)| m.clone())
-    }
-
-    fn put_manifest(&self, file: &Path, stamp: Stamp, m: ManifestRead) {
-        if !stamp.settled() {
-            return;
-        }
-        if let Ok(mut map) = self.manifests.lock() {
-            if map.len() >= MAX_CACHED_FILES {
-                map.clear();
-            }
-            map.insert(file.to_path_buf(), (stamp, m));
-        }
-    }
 }
 
 /// What the runtime reads from `agent.yaml`.
@@ -602,240 +472,4 @@ fn mcp_root_of(tree: &dyn CoreTree, slot: Option<&str>) -> Result<Option<String>
         }
     }
     Ok(Some(root))
-}
-
-/// `.yaml` or `.yml` when `name` ends with one (in any case), with whether it is the
-/// lowercase spelling the loader accepts.
-pub(crate) fn declaration_extension(name: &str) -> Option<(&str, bool)> {
-    let lower = name.to_ascii_lowercase();
-    for ext in [".yaml", ".yml"] {
-        if lower.ends_with(ext) && name.len() > ext.len() {
-            let stem = &name[..name.len() - ext.len()];
-            return Some((stem, name.ends_with(ext)));
-        }
-    }
-    None
-}
-
-/// What makes a file stem unusable as a server id, if anything.
-fn server_id_problem(id: &str) -> Option<&'static str> {
-    if id.chars().any(crate::text::is_unsafe) {
-        Some("the file name contains control or invisible characters; rename it to plain text")
-    } else if id.trim() != id || id.is_empty() {
-        Some("the file name starts or ends with spaces; rename it")
-    } else if !unicode_normalization::is_nfc(id) {
-        Some(
-            "the file name is not in Unicode normal form C (it could look like another id); rename it, typing it anew",
-        )
-    } else {
-        None
-    }
-}
-
-/// What two server ids are compared by: NFKC, lowercased, NFKC again (a
-/// compatibility form and case folding), so a look-alike spelling (`ｄｏｃｓ`, `DOCS`,
-/// `ﬁles` beside `files`) is the same id and refused as a duplicate.
-fn folded_id(id: &str) -> String {
-    use unicode_normalization::UnicodeNormalization;
-    // Lowercasing is not all of case folding: `ß` folds to `ss`, final sigma to sigma.
-    let lowered = id
-        .nfkc()
-        .collect::<String>()
-        .to_lowercase()
-        .replace('ß', "ss")
-        .replace('ς', "σ");
-    lowered.nfkc().collect()
-}
-
-fn read_declarations(
-    tree: &dyn CoreTree,
-    dir: &str,
-    cache: Option<&LoadCache>,
-) -> (Vec<Arc<Declaration>>, Vec<Arc<Broken>>) {
-    let mut declarations = Vec::new();
-    let mut broken = Vec::new();
-    let Ok(entries) = tree.list(dir) else {
-        return (declarations, broken);
-    };
-    let mut entries: Vec<(String, EntryKind)> = entries
-        .into_iter()
-        .filter_map(|(name, kind)| match name {
-            Ok(name) => Some((name, kind)),
-            Err(lossy) => {
-                let rel = tree::join(dir, &lossy);
-                broken.push(Arc::new(broken_entry(
-                    tree,
-                    &rel,
-                    lossy,
-                    "the file name is not valid UTF-8; rename it".into(),
-                    format!("invalid-name:{rel}").as_bytes(),
-                )));
-                None
-            }
-        })
-        .collect();
-    entries.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut seen: HashMap<String, String> = HashMap::new();
-    for (name, kind) in entries {
-        if name.starts_with('.') {
-            continue;
-        }
-        let Some((stem, lowercase)) = declaration_extension(&name) else {
-            continue;
-        };
-        let rel = tree::join(dir, &name);
-        let stamp = match admit_entry(tree, &rel, stem, lowercase, &kind, &mut seen) {
-            Ok(stamp) => stamp,
-            Err(refused) => {
-                broken.push(refused);
-                continue;
-            }
-        };
-        let file = tree.display(&rel);
-        let parsed = match (cache, stamp) {
-            (Some(c), Some(st)) => c.get(&file, st),
-            _ => None,
-        };
-        let parsed = parsed.unwrap_or_else(|| {
-            let parsed = parse_declaration(tree, &rel, stem, &file);
-            if let (Some(c), Some(st)) = (cache, stamp) {
-                c.put(&file, st, parsed.clone());
-            }
-            parsed
-        });
-        match parsed {
-            Ok(d) => declarations.push(d),
-            Err(b) => broken.push(b),
-        }
-    }
-    (declarations, broken)
-}
-
-/// Whether the declaration file `rel` (server id `id`) is read: a lowercase extension,
-/// a usable server id, a regular file, an id not `seen` already (compared without
-/// case or compatibility forms). Its stamp when it is; the refusal otherwise.
-fn admit_entry(
-    tree: &dyn CoreTree,
-    rel: &str,
-    id: &str,
-    lowercase: bool,
-    kind: &EntryKind,
-    seen: &mut HashMap<String, String>,
-) -> Result<Option<Stamp>, Arc<Broken>> {
-    let refuse = |message: String, what: &str| {
-        Arc::new(broken_entry(
-            tree,
-            rel,
-            id.to_string(),
-            message,
-            format!("{what}:{rel}").as_bytes(),
-        ))
-    };
-    if !lowercase {
-        return Err(refuse(
-            "declaration files end in lowercase `.yaml` or `.yml`; rename the file".into(),
-            "extension",
-        ));
-    }
-    if let Some(problem) = server_id_problem(id) {
-        return Err(refuse(problem.into(), "name"));
-    }
-    let stamp = match kind {
-        EntryKind::File { stamp, .. } => *stamp,
-        other => {
-            return Err(refuse(
-                format!(
-                    "this declaration is {}; only regular files are read (commit the declaration itself, not a link to it)",
-                    other.describe()
-                ),
-                other.describe(),
-            ));
-        }
-    };
-    if let Some(first) = seen.get(&folded_id(id)) {
-        let same = if first == rel {
-            ""
-        } else {
-            " (compared without case or compatibility forms)"
-        };
-        return Err(refuse(
-            format!(
-                "server id `{}` is declared twice{same} ({} and {}); rename or remove one",
-                crate::text::escape(id),
-                crate::text::escape(first),
-                crate::text::escape(rel),
-            ),
-            "duplicate",
-        ));
-    }
-    seen.insert(folded_id(id), rel.to_string());
-    Ok(stamp)
-}
-
-fn broken_entry(
-    tree: &dyn CoreTree,
-    rel: &str,
-    server_id: String,
-    message: String,
-    identity: &[u8],
-) -> Broken {
-    Broken {
-        server_id,
-        path: rel.to_string(),
-        errors: vec![LoadError::new(&tree.display(rel), None, None, message)],
-        digest: broken_digest(identity),
-    }
-}
-
-/// The digest a broken file is bound by in a review token: sha256 of its bytes (or of
-/// what it is, when it could not be read), domain-separated from every other digest.
-pub fn broken_digest(bytes: &[u8]) -> Fingerprint {
-    let mut input = b"demiurge-mcp-broken/v1\n".to_vec();
-    input.extend_from_slice(bytes);
-    Fingerprint::of(&input)
-}
-
-/// Reads and validates one declaration file.
-fn parse_declaration(tree: &dyn CoreTree, rel: &str, id: &str, file: &Path) -> Parsed {
-    let bytes = match tree.read(rel, MAX_FILE_BYTES) {
-        Ok(bytes) => bytes,
-        Err(refusal) => {
-            return Err(Arc::new(broken_entry(
-                tree,
-                rel,
-                id.to_string(),
-                refusal_message("the declaration", &refusal),
-                format!("unreadable:{rel}").as_bytes(),
-            )));
-        }
-    };
-    let text = String::from_utf8_lossy(&bytes);
-    parse_declaration_text(&text, id.to_string(), rel.to_string(), file)
-        .map(Arc::new)
-        .map_err(|errors| {
-            Arc::new(Broken {
-                server_id: id.to_string(),
-                path: rel.to_string(),
-                errors,
-                digest: broken_digest(&bytes),
-            })
-        })
-}
-
-/// Validates the text of one declaration. `rel` is its path relative to the core, `file`
-/// what error messages name.
-///
-/// # Errors
-/// Every problem found, each naming `file`, the field and the line.
-pub fn parse_declaration_text(
-    text: &str,
-    server_id: String,
-    rel: String,
-    file: &Path,
-) -> Result<Declaration, Vec<LoadError>> {
-    let raw = yaml::parse(text).map_err(|e| vec![LoadError::from_yaml(file, e)])?;
-    // The same text parsed again as plain data: the canonical input of the fingerprint.
-    let canonical: serde_json::Value =
-        yaml::parse(text).map_err(|e| vec![LoadError::from_yaml(file, e)])?;
-    Declaration::from_raw(raw, server_id, rel, file.to_path_buf(), &canonical)
 }
