@@ -1,21 +1,20 @@
 //! MCP call results converted into Demiurge tool results: what the call was (its
-//! [`Provenance`]), and the result in each of the five views, each with its text, its
-//! typed content [`Block`]s and its structured data, redacted for that view's audience.
+//! [`Provenance`]), and the result in each of the five views, each with its text, its typed
+//! content [`Block`]s and its structured data, redacted for that view's audience.
 //!
 //! The text of a view: when the result has text content, that text (blocks joined by
 //! newlines; images and audio as `[image <mime>]`, links as `[<title>] <uri>`);
-//! `structuredContent` as pretty JSON only when there is no text content, or when the
-//! host asks for it ([`ResultShape::prefer_structured`]). `structuredContent` is always
-//! the view's `data`. `isError` makes an error result; errors are redacted first, then
-//! capped at [`ERROR_TEXT_CAP`] characters.
+//! `structuredContent` as pretty JSON only when there is no text content, or when the host
+//! asks for it ([`ResultShape::prefer_structured`]). `structuredContent` is always the
+//! view's `data`. `isError` makes an error result; errors are redacted first, then capped
+//! at [`ERROR_TEXT_CAP`] characters.
 //!
-//! What reaches a model and the event log is capped ([`ResultShape::max_tokens`],
-//! 25,000 by default): text counts one token per [`CHARS_PER_TOKEN`] characters, an
-//! image or audio block [`MEDIA_TOKENS`] whatever its size. A result over the cap is
-//! cut in the model and event views, in block order, and ends with a marker saying so;
-//! the operator, durable and debug views keep it whole. Image, audio and blob data are
-//! not text and are not redacted; the event and durable views, which are logged, carry
-//! their size instead of their data.
+//! What reaches a model and the event log is capped ([`ResultShape::max_tokens`], 25,000 by
+//! default): text counts one token per [`CHARS_PER_TOKEN`] characters, an image or audio
+//! block [`MEDIA_TOKENS`] whatever its size. A result over the cap is cut in the model and
+//! event views, in block order, and ends with a marker saying so; the operator, durable and
+//! debug views keep it whole. Image, audio and blob data are not text and are not redacted;
+//! the event and durable views, which are logged, carry their size instead of their data.
 
 use std::sync::{Arc, OnceLock};
 
@@ -24,6 +23,13 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::redact::{REDACTION_FAILED, Redactor, View, Views};
+
+mod blocks;
+mod budget;
+
+use blocks::{block_strings, block_texts, block_view, render, sent_size};
+use budget::capped;
+pub use budget::{cap, cap_chars};
 
 /// Longest error text kept (after redaction).
 pub const ERROR_TEXT_CAP: usize = 500;
@@ -424,333 +430,9 @@ fn head(text: &str, room: Option<usize>) -> &str {
     }
 }
 
-/// The redacted strings of a block.
-fn block_strings(block: &Block) -> Vec<&str> {
-    match block {
-        Block::Text { text } => vec![text],
-        Block::Image { mime_type, .. } | Block::Audio { mime_type, .. } => vec![mime_type],
-        Block::ResourceLink {
-            uri,
-            name,
-            title,
-            mime_type,
-        } => [Some(uri), Some(name), title.as_ref(), mime_type.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .collect(),
-        Block::Resource {
-            uri,
-            mime_type,
-            text,
-            ..
-        } => [Some(uri), mime_type.as_ref(), text.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(String::as_str)
-            .collect(),
-        Block::Unknown { kind } => vec![kind],
-    }
-}
-
-/// The text of each content block as the view's text joins them (a text block's text,
-/// an embedded resource's text, nothing for the others).
-fn block_texts(content: Option<&Value>) -> Vec<&str> {
-    let Some(Value::Array(blocks)) = content else {
-        return Vec::new();
-    };
-    blocks
-        .iter()
-        .take(MAX_BLOCKS)
-        .map(|b| {
-            let text = match b.get("type").and_then(Value::as_str) {
-                Some("text") => b.get("text"),
-                Some("resource") => b.get("resource").and_then(|r| r.get("text")),
-                _ => None,
-            };
-            text.and_then(Value::as_str).unwrap_or("")
-        })
-        .collect()
-}
-
-/// The content blocks of a result in one view, each string redacted (texts cut to
-/// `room` characters first, for a capped view, and what `crossing` names of them
-/// hidden); binary data shared with the result.
-fn block_view(
-    content: Option<&Value>,
-    redactor: &Redactor,
-    v: View,
-    room: Option<usize>,
-    crossing: &[Vec<crate::redact::Span>],
-) -> Vec<Block> {
-    let Some(Value::Array(blocks)) = content else {
-        return Vec::new();
-    };
-    let logged = matches!(v, View::Event | View::Durable);
-    let mut made = Vec::with_capacity(blocks.len().min(MAX_BLOCKS) + 1);
-    for (index, block) in blocks.iter().take(MAX_BLOCKS).enumerate() {
-        let spans = crossing.get(index).map_or(&[][..], Vec::as_slice);
-        let field = |k: &str| block.get(k).and_then(Value::as_str);
-        let text = |k: &str| field(k).map(|s| redactor.text(head(s, room), v));
-        let one = |k: &str| text(k).unwrap_or_default();
-        let shared = |k: &str| field(k).map(Arc::<str>::from).filter(|_| !logged);
-        let kind = field("type").unwrap_or("");
-        made.push(match kind {
-            "text" => Block::Text {
-                text: field("text")
-                    .map(|s| redactor.text_hiding(head(s, room), spans, v))
-                    .unwrap_or_default(),
-            },
-            "image" | "audio" => {
-                let bytes = field("data").map_or(0, str::len);
-                let (mime_type, data) = (one("mimeType"), shared("data"));
-                if kind == "audio" {
-                    Block::Audio {
-                        mime_type,
-                        data,
-                        bytes,
-                    }
-                } else {
-                    Block::Image {
-                        mime_type,
-                        data,
-                        bytes,
-                    }
-                }
-            }
-            "resource_link" => Block::ResourceLink {
-                uri: one("uri"),
-                name: one("name"),
-                title: text("title"),
-                mime_type: text("mimeType"),
-            },
-            "resource" => {
-                let resource = block.get("resource");
-                let inner = |k: &str| resource.and_then(|r| r.get(k)).and_then(Value::as_str);
-                let redacted = |k: &str| inner(k).map(|s| redactor.text(head(s, room), v));
-                Block::Resource {
-                    uri: redacted("uri").unwrap_or_default(),
-                    mime_type: redacted("mimeType"),
-                    text: inner("text").map(|s| redactor.text_hiding(head(s, room), spans, v)),
-                    blob: inner("blob").map(Arc::<str>::from).filter(|_| !logged),
-                }
-            }
-            other => Block::Unknown {
-                kind: cap_chars(&redactor.text(other, v), 64),
-            },
-        });
-    }
-    if blocks.len() > MAX_BLOCKS {
-        made.push(Block::Text {
-            text: format!(
-                "[{} more content blocks dropped: at most {MAX_BLOCKS} are kept]",
-                blocks.len() - MAX_BLOCKS
-            ),
-        });
-    }
-    made
-}
-
-/// Tokens of a result as the server sent it, by the rule of [`tokens`], and characters
-/// of its structured data: what the cut marker reports, decided once for every view.
-fn sent_size(raw: &Value) -> (usize, usize) {
-    let chars = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, |s| s.chars().count());
-    let blocks: usize = raw
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|b| {
-            let inner = |k: &str| chars(b.get("resource").and_then(|r| r.get(k)));
-            1 + match b.get("type").and_then(Value::as_str) {
-                Some("image" | "audio") => MEDIA_TOKENS * CHARS_PER_TOKEN,
-                Some("resource") => inner("text").max(inner("uri")) + inner("blob"),
-                Some("resource_link") => chars(b.get("name")) + chars(b.get("uri")) + 3,
-                _ => chars(b.get("text")),
-            }
-        })
-        .sum();
-    let data = raw
-        .get("structuredContent")
-        .filter(|v| !v.is_null())
-        .map_or(0, data_chars);
-    let tokens = blocks.div_ceil(CHARS_PER_TOKEN) + data.div_ceil(CHARS_PER_TOKEN);
-    (tokens, data)
-}
-
-/// A view's text made from its blocks.
-fn render(blocks: &[Block]) -> String {
-    let parts: Vec<String> = blocks.iter().map(block_text).collect();
-    parts.join("\n")
-}
-
-fn block_text(block: &Block) -> String {
-    match block {
-        Block::Text { text } => text.clone(),
-        Block::Image { mime_type, .. } => format!("[image {mime_type}]"),
-        Block::Audio { mime_type, .. } => format!("[audio {mime_type}]"),
-        Block::ResourceLink {
-            uri, name, title, ..
-        } => format!("[{}] {uri}", title.as_deref().unwrap_or(name)),
-        Block::Resource { uri, text, .. } => match text {
-            Some(text) => text.clone(),
-            None => format!("[resource {uri}]"),
-        },
-        Block::Unknown { kind } => format!("[{kind} content]"),
-    }
-}
-
-/// What one block costs against the cap, in characters: its text (and one for the
-/// separator before it); an image or audio block [`MEDIA_TOKENS`] tokens; binary
-/// resource data by its length.
-fn cost(block: &Block) -> usize {
-    let chars = match block {
-        Block::Image { .. } | Block::Audio { .. } => MEDIA_TOKENS * CHARS_PER_TOKEN,
-        Block::Resource { blob: Some(b), .. } => block_text(block).chars().count() + b.len(),
-        other => block_text(other).chars().count(),
-    };
-    chars + 1
-}
-
-/// Tokens a view holds by the stated rule: its text or its blocks, whichever is more,
-/// and its structured data.
-fn tokens(view: &ResultView) -> usize {
-    let blocks: usize = view.blocks.iter().map(cost).sum();
-    let text = view.content.chars().count().max(blocks);
-    text.div_ceil(CHARS_PER_TOKEN) + data_chars(&view.data).div_ceil(CHARS_PER_TOKEN)
-}
-
-/// Characters of structured data as JSON (an empty object costs nothing), counted as
-/// it is written, never held.
-fn data_chars(data: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    match data {
-        Value::Object(m) if m.is_empty() => 0,
-        other => {
-            let mut count = Count(0);
-            let _ = serde_json::to_writer(&mut count, other);
-            count.0
-        }
-    }
-}
-
-/// `view` cut to `max_tokens`: its blocks in order, its text (the blocks' text, or the
-/// structured text cut by characters), its data replaced by a note when it alone is
-/// over the cap; a marker at the end says so.
-///
-/// `sent` is the result's size as the server sent it (its texts may have been cut to
-/// what the view can show before redaction); `skipped` the size of structured data left
-/// unredacted because it is over the cap alone.
-fn capped(
-    mut view: ResultView,
-    max_tokens: usize,
-    structured_text: bool,
-    sent: usize,
-    skipped: Option<usize>,
-) -> ResultView {
-    let total = sent.max(tokens(&view));
-    if total <= max_tokens {
-        return view;
-    }
-    let max_chars = max_tokens.saturating_mul(CHARS_PER_TOKEN);
-    let data = skipped.unwrap_or_else(|| data_chars(&view.data));
-    if data > max_chars / 2 {
-        view.data = serde_json::json!({
-            "cut": format!(
-                "structured content of about {} tokens is over the cap of {max_tokens}",
-                data.div_ceil(CHARS_PER_TOKEN)
-            )
-        });
-    }
-    let mut budget = max_chars.saturating_sub(data_chars(&view.data));
-    let mut kept = Vec::with_capacity(view.blocks.len().min(MAX_BLOCKS));
-    let mut left_out = 0usize;
-    for block in view.blocks {
-        let cost = cost(&block);
-        if cost <= budget {
-            budget -= cost;
-            kept.push(block);
-            continue;
-        }
-        match block {
-            Block::Text { text } if budget > 1 => {
-                kept.push(Block::Text {
-                    text: cut(&text, budget - 1),
-                });
-                budget = 0;
-            }
-            Block::Resource {
-                uri,
-                mime_type,
-                text: Some(text),
-                ..
-            } if budget > 1 => {
-                kept.push(Block::Resource {
-                    uri,
-                    mime_type,
-                    text: Some(cut(&text, budget - 1)),
-                    blob: None,
-                });
-                budget = 0;
-            }
-            _ => {
-                left_out += 1;
-                budget = 0;
-            }
-        }
-    }
-    let marker = format!(
-        "[output cut: this result is about {total} tokens and at most {max_tokens} are shown{}; ask the tool for less (a narrower query, a page) to see the rest]",
-        match left_out {
-            0 => String::new(),
-            n => format!("; {n} content block(s) left out"),
-        }
-    );
-    kept.push(Block::Text {
-        text: marker.clone(),
-    });
-    view.content = if structured_text {
-        let room = max_chars.saturating_sub(data_chars(&view.data));
-        format!("{}\n{marker}", cut(&view.content, room))
-    } else {
-        render(&kept)
-    };
-    view.blocks = kept;
-    view.cut = true;
-    view
-}
-
-/// The first `chars` characters of `text`.
-fn cut(text: &str, chars: usize) -> String {
-    text.chars().take(chars).collect()
-}
-
-/// Caps text at [`ERROR_TEXT_CAP`] characters.
-pub fn cap(text: &str) -> String {
-    cap_chars(text, ERROR_TEXT_CAP)
-}
-
-/// Caps text at `max` characters, marking a cut with `…`.
-pub fn cap_chars(text: &str, max: usize) -> String {
-    let mut chars = text.chars();
-    let head: String = chars.by_ref().take(max).collect();
-    if chars.next().is_some() {
-        format!("{head}…")
-    } else {
-        head
-    }
-}
 #[cfg(test)]
 mod tests {
+    use super::budget::{cost, data_chars};
     use super::*;
     use serde_json::json;
 
