@@ -27,7 +27,7 @@ use crate::redact::{REDACTION_FAILED, Redactor, View, Views};
 mod blocks;
 mod budget;
 
-use blocks::{block_strings, block_texts, block_view, render, sent_size};
+use blocks::{block_strings, block_texts, block_view, sent_size};
 use budget::capped;
 pub use budget::{cap, cap_chars};
 
@@ -398,6 +398,28 @@ impl Source {
         } else {
             made
         }
+    }
+}
+
+/// A view's text made from its blocks.
+fn render(blocks: &[Block]) -> String {
+    let parts: Vec<String> = blocks.iter().map(block_text).collect();
+    parts.join("\n")
+}
+
+fn block_text(block: &Block) -> String {
+    match block {
+        Block::Text { text } => text.clone(),
+        Block::Image { mime_type, .. } => format!("[image {mime_type}]"),
+        Block::Audio { mime_type, .. } => format!("[audio {mime_type}]"),
+        Block::ResourceLink {
+            uri, name, title, ..
+        } => format!("[{}] {uri}", title.as_deref().unwrap_or(name)),
+        Block::Resource { uri, text, .. } => match text {
+            Some(text) => text.clone(),
+            None => format!("[resource {uri}]"),
+        },
+        Block::Unknown { kind } => format!("[{kind} content]"),
     }
 }
 

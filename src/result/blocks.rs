@@ -163,25 +163,3 @@ pub(super) fn sent_size(raw: &Value) -> (usize, usize) {
     let tokens = blocks.div_ceil(CHARS_PER_TOKEN) + data.div_ceil(CHARS_PER_TOKEN);
     (tokens, data)
 }
-
-/// A view's text made from its blocks.
-pub(super) fn render(blocks: &[Block]) -> String {
-    let parts: Vec<String> = blocks.iter().map(block_text).collect();
-    parts.join("\n")
-}
-
-pub(super) fn block_text(block: &Block) -> String {
-    match block {
-        Block::Text { text } => text.clone(),
-        Block::Image { mime_type, .. } => format!("[image {mime_type}]"),
-        Block::Audio { mime_type, .. } => format!("[audio {mime_type}]"),
-        Block::ResourceLink {
-            uri, name, title, ..
-        } => format!("[{}] {uri}", title.as_deref().unwrap_or(name)),
-        Block::Resource { uri, text, .. } => match text {
-            Some(text) => text.clone(),
-            None => format!("[resource {uri}]"),
-        },
-        Block::Unknown { kind } => format!("[{kind} content]"),
-    }
-}

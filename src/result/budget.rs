@@ -3,8 +3,10 @@
 
 use serde_json::Value;
 
-use super::blocks::{block_text, render};
-use super::{Block, CHARS_PER_TOKEN, ERROR_TEXT_CAP, MAX_BLOCKS, MEDIA_TOKENS, ResultView};
+use super::{
+    Block, CHARS_PER_TOKEN, ERROR_TEXT_CAP, MAX_BLOCKS, MEDIA_TOKENS, ResultView, block_text,
+    render,
+};
 
 /// What one block costs against the cap, in characters: its text (and one for the
 /// separator before it); an image or audio block [`MEDIA_TOKENS`] tokens; binary
