@@ -1,21 +1,21 @@
 //! Session lanes across machines (feature `cluster`): each runtime joins a cluster as a
 //! node ([`ClusterNode`]), and its lane directory keeps the one guarantee that spans
-//! sessions cluster-wide: a session started or resumed in a lane evicts the lane's previous
-//! incarnation, tracked, wherever it lives. The rules, and what stays per node, are in
-//! `docs/scale-out.md`.
+//! sessions cluster-wide: a session started or resumed in a lane evicts the lane's
+//! previous incarnation, tracked, wherever it lives. The rules, and what stays per
+//! node, are in `docs/scale-out.md`.
 //!
 //! Adversary: none is trusted more than the host: nodes authenticate with the cluster's
 //! cookie (ractor_cluster's handshake) and listen where the host says (loopback in the
 //! tests). What a peer sends is bounded: every message is one short JSON string, parsed
 //! into a fixed shape, and a lane or node name longer than [`MAX_NAME`] is ignored.
 //!
-//! The directory of each node is one actor in the process group [`GROUP`]. To claim a lane
-//! it asks every other directory to release it (`Release`, answered once that node's
-//! eviction is done, with its report) and waits at most the claim timeout. It remembers the
-//! last owner of each lane it heard of (node and epoch). When that owner does not answer,
-//! the claim fails closed ([`RuntimeError::LaneUnreachable`]) unless the spec says to
-//! proceed; when a node comes back it announces its lanes, and a node holding a lane
-//! another claimed later evicts its own session there.
+//! The directory of each node is one actor in the process group [`GROUP`]. To claim a
+//! lane it asks every other directory to release it (`Release`, answered once that
+//! node's eviction is done, with its report) and waits at most the claim timeout. It
+//! remembers the last owner of each lane it heard of (node and epoch). When that owner
+//! does not answer, the claim fails closed ([`RuntimeError::LaneUnreachable`]) unless
+//! the spec says to proceed; when a node comes back it announces its lanes, and a node
+//! holding a lane another claimed later evicts its own session there.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,20 +1,21 @@
 //! MCP call results converted into Demiurge tool results: what the call was (its
-//! [`Provenance`]), and the result in each of the five views, each with its text, its typed
-//! content [`Block`]s and its structured data, redacted for that view's audience.
+//! [`Provenance`]), and the result in each of the five views, each with its text, its
+//! typed content [`Block`]s and its structured data, redacted for that view's audience.
 //!
 //! The text of a view: when the result has text content, that text (blocks joined by
 //! newlines; images and audio as `[image <mime>]`, links as `[<title>] <uri>`);
-//! `structuredContent` as pretty JSON only when there is no text content, or when the host
-//! asks for it ([`ResultShape::prefer_structured`]). `structuredContent` is always the
-//! view's `data`. `isError` makes an error result; errors are redacted first, then capped
-//! at [`ERROR_TEXT_CAP`] characters.
+//! `structuredContent` as pretty JSON only when there is no text content, or when the
+//! host asks for it ([`ResultShape::prefer_structured`]). `structuredContent` is always
+//! the view's `data`. `isError` makes an error result; errors are redacted first, then
+//! capped at [`ERROR_TEXT_CAP`] characters.
 //!
-//! What reaches a model and the event log is capped ([`ResultShape::max_tokens`], 25,000 by
-//! default): text counts one token per [`CHARS_PER_TOKEN`] characters, an image or audio
-//! block [`MEDIA_TOKENS`] whatever its size. A result over the cap is cut in the model and
-//! event views, in block order, and ends with a marker saying so; the operator, durable and
-//! debug views keep it whole. Image, audio and blob data are not text and are not redacted;
-//! the event and durable views, which are logged, carry their size instead of their data.
+//! What reaches a model and the event log is capped ([`ResultShape::max_tokens`],
+//! 25,000 by default): text counts one token per [`CHARS_PER_TOKEN`] characters, an
+//! image or audio block [`MEDIA_TOKENS`] whatever its size. A result over the cap is
+//! cut in the model and event views, in block order, and ends with a marker saying so;
+//! the operator, durable and debug views keep it whole. Image, audio and blob data are
+//! not text and are not redacted; the event and durable views, which are logged, carry
+//! their size instead of their data.
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,10 +1,10 @@
 //! The host's handles: [`Runtime`] on the actor system, [`Session`] on one session,
-//! [`ChildSession`] on a delegated run. Each method is one typed message to the actor that
-//! owns the state (the root or a session actor): the root's are the public [`RuntimeMsg`]
-//! protocol a ractor host may send itself, so the two faces share one implementation. None
-//! of them holds a lock across an await. Control-plane calls are bounded by
-//! [`CONTROL_BOUND`], so a wedged actor turns into [`RuntimeError::Unavailable`], never a
-//! hang.
+//! [`ChildSession`] on a delegated run. Each method is one typed message to the actor
+//! that owns the state (the root or a session actor): the root's are the public
+//! [`RuntimeMsg`] protocol a ractor host may send itself, so the two faces share one
+//! implementation. None of them holds a lock across an await. Control-plane calls are
+//! bounded by [`CONTROL_BOUND`], so a wedged actor turns into
+//! [`RuntimeError::Unavailable`], never a hang.
 
 use std::path::PathBuf;
 use std::sync::Arc;

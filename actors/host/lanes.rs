@@ -1,6 +1,6 @@
-//! Lanes beyond this process: what the root asks of whoever claims a lane for it across
-//! nodes (the `cluster` feature's lane directory implements [`LaneClaims`]). Without one, a
-//! lane is this runtime's alone, and the root claims nothing.
+//! Lanes beyond this process: what the root asks of whoever claims a lane for it
+//! across nodes (the `cluster` feature's lane directory implements [`LaneClaims`]).
+//! Without one, a lane is this runtime's alone, and the root claims nothing.
 
 use std::time::Duration;
 

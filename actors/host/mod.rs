@@ -1,8 +1,8 @@
-//! The host's face of the actor system: the root's message protocol ([`RuntimeMsg`]) and
-//! its replies, the root actor (`root.rs`, one method per message), the handles a host
-//! holds (`handles.rs`, each method one message), and the trait through which the root
-//! claims lanes beyond this process (`lanes.rs`, implemented by the `cluster` feature).
-//! Nothing below this floor knows of it.
+//! The host's face of the actor system: the root's message protocol ([`RuntimeMsg`])
+//! and its replies, the root actor (`root.rs`, one method per message), the handles a
+//! host holds (`handles.rs`, each method one message), and the trait through which the
+//! root claims lanes beyond this process (`lanes.rs`, implemented by the `cluster`
+//! feature). Nothing below this floor knows of it.
 
 use std::time::Duration;
 

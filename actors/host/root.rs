@@ -1,14 +1,14 @@
-//! The runtime root actor: it supervises the sessions and the two runtime-wide helpers (the
-//! discovery limiter and the approval broker, restarted when they die), tracks one current
-//! session per lane, and schedules the tracked eviction of the previous one when another
-//! starts or resumes. With [`LaneClaims`] set (a cluster node), a lane is claimed across
-//! nodes before its session opens.
+//! The runtime root actor: it supervises the sessions and the two runtime-wide helpers
+//! (the discovery limiter and the approval broker, restarted when they die), tracks one
+//! current session per lane, and schedules the tracked eviction of the previous one
+//! when another starts or resumes. With [`LaneClaims`] set (a cluster node), a lane is
+//! claimed across nodes before its session opens.
 //!
 //! Its messages ([`RuntimeMsg`]) are the host protocol: a ractor host sends them itself
-//! (`call!`), and the handles in `handles.rs` send the very same ones. Each message has one
-//! method here. Nothing the root does waits on a server: an eviction, a turn or a shutdown
-//! runs on a task of its own that answers the reply port, so the root keeps taking
-//! messages.
+//! (`call!`), and the handles in `handles.rs` send the very same ones. Each message has
+//! one method here. Nothing the root does waits on a server: an eviction, a turn or a
+//! shutdown runs on a task of its own that answers the reply port, so the root keeps
+//! taking messages.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -1,9 +1,9 @@
 //! `demiurge mcp add|list|get|remove|enable|disable`: manage declarations the way other
-//! hosts' `mcp` commands do, without hand-editing YAML. A core is usually committed, so
-//! `add` never writes a secret: an env or header value is kept as written only when its
-//! name is not sensitive and the value has no secret shape ([`keeps_literal`]); any other
-//! becomes a `${NAME}` reference and the command says which host variables to set. Edits of
-//! existing files are line edits: the user's comments and order stay.
+//! hosts' `mcp` commands do, without hand-editing YAML. A core is usually committed,
+//! so `add` never writes a secret: an env or header value is kept as written only when
+//! its name is not sensitive and the value has no secret shape ([`keeps_literal`]);
+//! any other becomes a `${NAME}` reference and the command says which host variables
+//! to set. Edits of existing files are line edits: the user's comments and order stay.
 
 use std::path::PathBuf;
 

@@ -1,8 +1,8 @@
 //! Agent Cores: `agent.yaml` and the MCP declarations under its MCP root.
 //!
-//! [`load`] reads a core from disk into an [`AgentCore`]; [`load_report`] keeps going after
-//! errors so `demiurge init --check` can list every problem at once. Nothing here starts
-//! processes or touches the network.
+//! [`load`] reads a core from disk into an [`AgentCore`]; [`load_report`] keeps going
+//! after errors so `demiurge init --check` can list every problem at once. Nothing here
+//! starts processes or touches the network.
 
 mod cache;
 mod declaration;

@@ -2,11 +2,12 @@
 //!
 //! For every request and every redirect hop (at most [`MAX_REDIRECTS`]) it resolves the
 //! name with our [`Resolver`], checks every answer with the [`UrlPolicy`], reports the
-//! decision, then connects to a validated address while keeping the URL's hostname in the
-//! `Host` header and in TLS SNI. Connections are pooled per (origin, validated address), so
-//! a later, rebinding answer can neither reuse nor redirect a pooled socket. Cross-origin
-//! hops drop `Authorization`, cookies and the declared headers. Proxy environment variables
-//! are never read. Response bodies and SSE events are bounded.
+//! decision, then connects to a validated address while keeping the URL's hostname in
+//! the `Host` header and in TLS SNI. Connections are pooled per (origin, validated
+//! address), so a later, rebinding answer can neither reuse nor redirect a pooled
+//! socket. Cross-origin hops drop `Authorization`, cookies and the declared headers.
+//! Proxy environment variables are never read. Response bodies and SSE events are
+//! bounded.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

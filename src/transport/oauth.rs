@@ -1,13 +1,13 @@
-//! OAuth 2.1 for streamable HTTP servers, by rmcp's authorization state machine (protected
-//! resource metadata, authorization server metadata with OpenID fallback, dynamic
-//! registration or a client ID metadata document or a pre-registered client, PKCE, resource
-//! indicators, scope selection, refresh), every request of it carried by [`PinnedOAuth`]
-//! under the URL policy.
+//! OAuth 2.1 for streamable HTTP servers, by rmcp's authorization state machine
+//! (protected resource metadata, authorization server metadata with OpenID fallback,
+//! dynamic registration or a client ID metadata document or a pre-registered client,
+//! PKCE, resource indicators, scope selection, refresh), every request of it carried by
+//! [`PinnedOAuth`] under the URL policy.
 //!
 //! Tokens are secrets of their connection: the connect step adds every token, code and
 //! client secret it knows to the connection's redactor. They persist, 0600 under
-//! `<home>/oauth/`, one file per server identity and resource, so a restart does not ask
-//! again; a refresh token that no longer works asks again.
+//! `<home>/oauth/`, one file per server identity and resource, so a restart does not
+//! ask again; a refresh token that no longer works asks again.
 
 use std::path::PathBuf;
 use std::sync::Arc;
