@@ -19,29 +19,26 @@ use ractor::{
     Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, RpcReplyPort, SupervisionEvent,
 };
 
-use connect::{Outcome, Pipeline};
-use plan::Failure;
-use preparation::Ending;
-
 use crate::actors::connection::{Connected, Live, LivePeer, close_all};
 use crate::actors::shared::Shared;
-use crate::actors::turn::{
-    Binding, Denial, Diagnostic, Entries, PrepareError, ServerEntry, TurnCatalog, Warm, bind,
-    required,
-};
+use crate::actors::turn::{Denial, Diagnostic, PrepareError, Warm};
 use crate::authority::{CapabilitySet, DenyReason, HostPolicy};
-use crate::core::{AgentCore, Declaration, Fingerprint};
+use crate::core::{Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::naming::Names;
 use crate::redact::View;
 use crate::transport::{ConnectErrorKind, ListedTools};
 
+mod assemble;
 mod connect;
 mod inbound;
 mod plan;
 mod preparation;
 mod status;
 
+use connect::{Outcome, Pipeline};
+use plan::Failure;
+use preparation::Ending;
 pub(crate) use preparation::{Resolution, TurnRequest};
 pub use status::{ServerState, ServerStatus};
 
@@ -491,104 +488,6 @@ impl CatalogState {
             cached_for_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         });
         Diagnostic::of(declaration, message)
-    }
-
-    /// The turn's catalog: the last turn's entries when nothing they depend on changed
-    /// (same connections, same tool lists, same declarations), else built anew.
-    fn build_turn(
-        &mut self,
-        core: &AgentCore,
-        scope: Option<&Vec<String>>,
-        turn: u64,
-        kept: &HashSet<String>,
-        mut diagnostics: Vec<Diagnostic>,
-        denied: Vec<Denial>,
-    ) -> Result<TurnCatalog, PrepareError> {
-        let covered =
-            |d: &&Arc<crate::core::Declaration>| scope.is_none_or(|s| s.contains(&d.server_id));
-        if let Some(missing) = core
-            .enabled()
-            .filter(covered)
-            .find(|d| d.required && !self.by_server.contains_key(&d.server_id))
-        {
-            return Err(required(missing, &diagnostics, &denied));
-        }
-        let connected: Vec<&Live> = core
-            .enabled()
-            .filter(covered)
-            .filter_map(|d| self.live.get(self.by_server.get(&d.server_id)?))
-            .collect();
-        for live in &connected {
-            let d = &live.declaration;
-            diagnostics.extend(live.notes.iter().map(|n| Diagnostic::of(d, n.clone())));
-        }
-        let key: Vec<(ActorId, u64, Fingerprint)> = connected
-            .iter()
-            .map(|l| (l.actor.get_id(), l.generation, l.declaration.fingerprint))
-            .collect();
-        let shared = match self.last.as_ref().and_then(|warm| warm.reuse(&key)) {
-            Some(entries) => entries,
-            None => {
-                let (entries, names) = self.entries(&connected, kept)?;
-                self.names = names;
-                self.last = Some(Warm::new(key, &entries));
-                entries
-            }
-        };
-        for (server, note) in plan::collision_notes(&shared.0) {
-            if let Some(live) = connected.iter().find(|l| l.declaration.server_id == server) {
-                diagnostics.push(Diagnostic::of(&live.declaration, note));
-            }
-        }
-        Ok(TurnCatalog::from_parts(
-            Arc::clone(&self.shared),
-            self.identity.session.clone(),
-            self.catalog_id,
-            turn,
-            self.identity.policy,
-            shared,
-            diagnostics,
-            denied,
-        ))
-    }
-
-    /// Entries built anew through `plan::entries`, each bound to its connection, and
-    /// the names they took.
-    fn entries(
-        &self,
-        connected: &[&Live],
-        kept: &HashSet<String>,
-    ) -> Result<(Entries, Names), PrepareError> {
-        let binding = |l: &Live| Binding {
-            session: self.identity.session.clone(),
-            catalog_id: self.catalog_id,
-            declaration: Arc::clone(&l.declaration),
-            redactor: l.redactor.clone(),
-            dispatch: l.dispatch.clone(),
-            call_allowed: self.capabilities.allows(&l.declaration.call_capability),
-            approval_identity: l
-                .declaration
-                .approval_identity(&self.identity.workspace, None),
-        };
-        let servers: Vec<plan::Connected<'_, Binding>> = connected
-            .iter()
-            .map(|l| plan::Connected {
-                declaration: &l.declaration,
-                tools: &l.tools,
-                kept: kept.contains(&l.declaration.server_id),
-                binding: binding(l),
-            })
-            .collect();
-        let offers = connected
-            .iter()
-            .map(|l| ServerEntry {
-                offered: Arc::clone(&l.offer),
-                binding: binding(l),
-            })
-            .collect();
-        let (entries, names) = plan::entries(&servers, &self.names, &self.shared.config.host_tools)
-            .map_err(PrepareError::Collision)?;
-        Ok((bind(entries, offers), names))
     }
 
     /// A connection actor stopped: a failure when it ended on its own or crashed,
