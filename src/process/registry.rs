@@ -31,11 +31,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+mod reaper;
+
 use super::tree::{self, Proc};
+use reaper::{restart_reaper, spawn_reaper, tell};
 
 /// Every registry of this process: a host may run several runtimes, even on one home,
 /// and one runtime's sweep must not take another's server for an orphan.
@@ -112,114 +115,6 @@ fn uptime_ticks() -> u64 {
 
 /// How often descendants are recorded and adopted orphans looked at.
 pub const SWEEP: Duration = Duration::from_millis(250);
-
-/// The reaper (`$1`: the servers' `HOME=` entry, `$2`: the start of a confined
-/// server's): reads `+pid:start` and `-pid:start`
-/// lines until end of file, then ends every recorded process still alive (same start
-/// time), with every process below it, freezing before killing; a recorded process
-/// that leads its own group takes the group with it. A `.` line means the host is
-/// closing on purpose. Without it the host died: once the reaper is reparented (the
-/// kernel closes a dying process's files before it reparents its children), the host's
-/// former children carrying the servers' HOME are taken too: orphans adopted since the
-/// last sweep, reparented with the reaper.
-const REAPER: &str = r#"
-trap '' HUP INT TERM QUIT PIPE
-marker=$1
-confined=$2
-host=$PPID
-entries=' '
-clean=0
-# carries DIR: whether the environment of /proc/PID has the servers' HOME: exactly
-# $marker, or one under $confined (a confined server's own home).
-carries() {
-    tr '\0' '\n' 2>/dev/null < "$1/environ" | {
-        while IFS= read -r kv; do
-            [ "$kv" = "$marker" ] && exit 0
-            case $kv in "$confined"*) exit 0 ;; esac
-        done
-        exit 1
-    }
-}
-# info PID: state, ppid, pgrp and start of a live process; fails for a zombie, a gone
-# process or a stat it cannot read. The name (field 2) may hold anything, newlines
-# included: every line is read, and fields are counted from the last ") ".
-info() {
-    s=''
-    part=''
-    { while IFS= read -r part || [ -n "$part" ]; do s="$s $part"; part=''; done; } \
-        2>/dev/null < "/proc/$1/stat" || [ -n "$s" ] || return 1
-    rest=${s##*) }
-    set -- $rest
-    [ $# -ge 20 ] || return 1
-    state=$1
-    ppid=$2
-    pgrp=$3
-    shift 19
-    start=$1
-    [ "$state" != Z ]
-}
-while IFS= read -r line; do
-    case $line in
-        +*) entries="$entries${line#+} " ;;
-        .) clean=1 ;;
-        -*)
-            kept=' '
-            for e in $entries; do [ "$e" = "${line#-}" ] || kept="$kept$e "; done
-            entries=$kept
-            ;;
-    esac
-done
-found=$entries
-waited=0
-while [ "$clean" = 0 ] && [ "$waited" -lt 40 ]; do
-    info $$
-    [ "$ppid" = "$host" ] || break
-    sleep 0.05 2>/dev/null || sleep 1
-    waited=$((waited + 1))
-done
-info $$
-now=$ppid
-if [ "$clean" = 0 ] && [ "$now" != "$host" ]; then
-    for d in /proc/[0-9]*; do
-        p=${d#/proc/}
-        info "$p" || continue
-        [ "$ppid" = "$now" ] || continue
-        if carries "$d"; then
-            found="$found$p:$start "
-        fi
-    done
-fi
-stopped=' '
-round=0
-while [ "$round" -lt 64 ]; do
-    round=$((round + 1))
-    grew=0
-    for e in $found; do
-        case $stopped in *" $e "*) continue ;; esac
-        pid=${e%%:*}
-        info "$pid" || continue
-        [ "$start" = "${e#*:}" ] || continue
-        kill -STOP "$pid" 2>/dev/null
-        stopped="$stopped$e "
-        grew=1
-        for f in /proc/"$pid"/task/*/children; do
-            kids=''
-            read -r kids 2>/dev/null < "$f"
-            for k in $kids; do
-                info "$k" || continue
-                case $found in *" $k:$start "*) ;; *) found="$found$k:$start " ;; esac
-            done
-        done
-    done
-    [ "$grew" = 1 ] || break
-done
-for e in $stopped; do
-    pid=${e%%:*}
-    if info "$pid" && [ "$pgrp" = "$pid" ]; then kill -KILL -"$pid" 2>/dev/null; fi
-    kill -KILL "$pid" 2>/dev/null
-    kill -CONT "$pid" 2>/dev/null
-done
-"#;
 
 /// The processes of one server: its own, and every descendant a sweep has seen.
 #[derive(Debug)]
@@ -504,86 +399,6 @@ impl Registry {
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
-        }
-    }
-}
-
-/// Tells the reaper about `p` (`+` to watch, `-` to forget). The pipe is
-/// non-blocking: a reaper that does not read (stopped, stuck) or died is killed and
-/// started again, told everything recorded, and the registry never waits on it.
-fn tell(inner: &mut Inner, sign: char, p: &Proc) {
-    let line = format!("{sign}{}:{}\n", p.pid, p.start);
-    let written = inner
-        .reaper
-        .as_mut()
-        .is_some_and(|(_, stdin)| stdin.write_all(line.as_bytes()).is_ok());
-    if !written && (sign == '+' || inner.reaper.is_some()) {
-        restart_reaper(inner);
-    }
-}
-
-/// Replaces the reaper with a fresh one that knows every recorded process.
-fn restart_reaper(inner: &mut Inner) {
-    if let Some((mut old, stdin)) = inner.reaper.take() {
-        drop(stdin);
-        let _ = old.kill();
-        let _ = old.wait();
-    }
-    let Some((marker, confined)) = inner.marker.clone() else {
-        return;
-    };
-    inner.reaper = spawn_reaper(&marker, &confined);
-    let everything: Vec<Proc> = inner
-        .trees
-        .values()
-        .flat_map(|t| std::iter::once(t.root).chain(t.members.values().copied()))
-        .collect();
-    let mut lines = String::new();
-    for q in everything {
-        lines.push_str(&format!("+{}:{}\n", q.pid, q.start));
-    }
-    if let Some((_, stdin)) = inner.reaper.as_mut()
-        && stdin.write_all(lines.as_bytes()).is_err()
-    {
-        tracing::warn!(
-            "the process reaper does not take its list; servers may outlive a killed host"
-        );
-    }
-}
-
-fn spawn_reaper(marker: &[u8], confined: &[u8]) -> Option<(Child, ChildStdin)> {
-    use std::os::unix::process::CommandExt;
-    let marker = String::from_utf8_lossy(marker).into_owned();
-    let confined = String::from_utf8_lossy(confined).into_owned();
-    let spawned = Command::new("/bin/sh")
-        .args(["-c", REAPER, "demiurge-reaper", &marker, &confined])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn();
-    match spawned {
-        Ok(mut child) => {
-            let stdin = child.stdin.take()?;
-            let nonblocking = nix::fcntl::fcntl(
-                &stdin,
-                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-            );
-            if nonblocking.is_err() {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-            Some((child, stdin))
-        }
-        Err(e) => {
-            tracing::warn!(
-                "cannot start the process reaper ({e}); servers may outlive a killed host"
-            );
-            None
         }
     }
 }
