@@ -21,7 +21,7 @@ use rmcp::model::Tool;
 
 use crate::actors::shared::Shared;
 use crate::core::{Declaration, Fingerprint};
-use crate::events::{EventHub, EventKind};
+use crate::events::{EventHub, EventKind, ListKind};
 use crate::offer::{Offered, SchemaPool, shape_listing};
 use crate::redact::Redactor;
 use crate::transport::{
@@ -397,9 +397,11 @@ impl Actor for Connection {
                         .hub
                         .emit(&state.session, EventKind::ToolsChanged { server: server() });
                 }
-                for (bit, list) in [(RESOURCES, "resources"), (PROMPTS, "prompts")] {
+                for (bit, list) in [
+                    (RESOURCES, ListKind::Resources),
+                    (PROMPTS, ListKind::Prompts),
+                ] {
                     if changed & bit != 0 {
-                        let list = list.to_string();
                         state.hub.emit(
                             &state.session,
                             EventKind::ListChanged {

@@ -79,5 +79,6 @@ pub use host::{
 pub use limiter::{LimiterStats, Permit};
 pub use session::{EvictionReport, InlineServers, LIVE_REVISION, SessionSpec};
 pub use turn::{
-    CallError, Denial, Diagnostic, PrepareError, StaleReason, ToolEntry, ToolHints, TurnCatalog,
+    CallError, Denial, Diagnostic, NameCollision, PrepareError, StaleReason, ToolEntry, ToolHints,
+    TurnCatalog,
 };

@@ -80,7 +80,7 @@ pub mod limits {
 
 pub use actors::{
     ApprovalAnswer, ApprovalRequest, Approver, CallError, ChildSession, Clock, DenyReason,
-    Eviction, EvictionReport, FixedApprover, ManualClock, OpenReply, Opened, PrepareError, Runtime,
-    RuntimeConfig, RuntimeError, RuntimeMsg, Session, SessionSpec, StaleReason, SystemClock,
-    ToolEntry, ToolHints, TurnCatalog,
+    Eviction, EvictionReport, FixedApprover, ManualClock, NameCollision, OpenReply, Opened,
+    PrepareError, Runtime, RuntimeConfig, RuntimeError, RuntimeMsg, Session, SessionSpec,
+    StaleReason, SystemClock, ToolEntry, ToolHints, TurnCatalog,
 };

@@ -11,7 +11,7 @@ use rmcp::model::Tool;
 
 use crate::actors::config::HostTool;
 use crate::actors::connection::LivePeer;
-use crate::actors::turn::{Entry, ToolEntry};
+use crate::actors::turn::{Entry, NameCollision, ToolEntry};
 use crate::core::{AgentCore, Declaration, Fingerprint};
 use crate::naming::{self, Names, ServerTools};
 
@@ -124,7 +124,7 @@ pub(super) fn entries<'a, B: Clone>(
     servers: &'a [Connected<'a, B>],
     previous: &Names,
     host_tools: &[HostTool],
-) -> Result<(Vec<Entry<'a, B>>, Names), String> {
+) -> Result<(Vec<Entry<'a, B>>, Names), NameCollision> {
     let views: Vec<ServerTools<'_>> = servers
         .iter()
         .map(|s| ServerTools {
@@ -155,10 +155,13 @@ pub(super) fn entries<'a, B: Clone>(
                 .iter()
                 .find(|h| h.name.eq_ignore_ascii_case(name))
             {
-                return Err(format!(
-                    "tool name `{name}` is claimed by {} and mcp:{}:{}/{}; rename one of them or filter the MCP tool out",
-                    host.provenance, decl.path, decl.server_id, tool.name
-                ));
+                return Err(NameCollision {
+                    name: name.clone(),
+                    host_tool: host.provenance.to_string(),
+                    path: decl.path.to_string(),
+                    server: decl.server_id.clone(),
+                    tool: tool.name.to_string(),
+                });
             }
             out.push(Entry {
                 name: name.clone(),
@@ -411,9 +414,18 @@ mod tests {
             provenance: "builtin:search".into(),
         }];
         let err = entries(&servers, &Names::default(), &host).err().unwrap();
+        assert_eq!(
+            (
+                err.host_tool.as_str(),
+                err.server.as_str(),
+                err.tool.as_str()
+            ),
+            ("builtin:search", "docs", "search")
+        );
+        let text = err.to_string();
         assert!(
-            err.contains("builtin:search") && err.contains("mcp:agent/mcp/docs.yaml:docs/search"),
-            "{err}"
+            text.contains("builtin:search") && text.contains("mcp:agent/mcp/docs.yaml:docs/search"),
+            "{text}"
         );
     }
 }

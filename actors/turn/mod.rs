@@ -47,10 +47,36 @@ pub enum PrepareError {
     },
     /// An MCP tool name collides with a tool of another source.
     #[error("tool name collision: {0}")]
-    Collision(String),
+    Collision(NameCollision),
     /// The runtime is shutting down or an actor is gone.
     #[error("the runtime is not running: {0}")]
     Unavailable(String),
+}
+
+/// An MCP tool whose exposed name a host tool already has: neither is renamed, so the
+/// turn fails until the core or the host changes one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameCollision {
+    /// The exposed name both claim.
+    pub name: String,
+    /// Where the host tool comes from (its provenance, as the host declared it).
+    pub host_tool: String,
+    /// The declaration file of the MCP server.
+    pub path: String,
+    /// The MCP server's id.
+    pub server: String,
+    /// The server's own name for the tool.
+    pub tool: String,
+}
+
+impl std::fmt::Display for NameCollision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "tool name `{}` is claimed by {} and mcp:{}:{}/{}; rename one of them or filter the MCP tool out",
+            self.name, self.host_tool, self.path, self.server, self.tool
+        )
+    }
 }
 
 /// Why a call was refused before reaching a server: a host tells the cases apart by

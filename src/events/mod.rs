@@ -87,6 +87,16 @@ pub enum ElicitAction {
     Cancel,
 }
 
+/// Which of a server's lists changed (serialized `resources`, `prompts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ListKind {
+    /// Its resources (and resource templates).
+    Resources,
+    /// Its prompts.
+    Prompts,
+}
+
 /// How a session became live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -225,8 +235,8 @@ pub enum EventKind {
     ListChanged {
         /// Server id.
         server: String,
-        /// `resources` or `prompts`.
-        list: String,
+        /// Which list.
+        list: ListKind,
     },
     /// A server sent a log message (`notifications/message`), redacted and capped.
     #[serde(rename = "mcp.server_log")]

@@ -277,11 +277,6 @@ impl UrlPolicy {
         }
     }
 
-    /// The trusted networks.
-    pub fn trusted(&self) -> &[IpNet] {
-        &self.trusted
-    }
-
     /// Parses `url` and checks what needs no DNS: scheme, host syntax, port, metadata
     /// names, literal addresses.
     ///
