@@ -70,7 +70,7 @@ pub use crate::offer::{
     ServerIdentity, TemplateInfo,
 };
 pub use broker::Approval;
-pub use catalog::{ServerState, ServerStatus};
+pub use catalog::{MAX_NOTICE_TEXT, ServerState, ServerStatus};
 pub use config::{HostTool, RuntimeConfig};
 pub use host::{
     CONTROL_BOUND, ChildSession, Eviction, OpenReply, Opened, RESUMABLE, Runtime, RuntimeError,

@@ -70,11 +70,20 @@ pub use transport::{
 /// The bounds the runtime holds every server to, for hosts that document or test them.
 /// Each is enforced where its input arrives; `docs/threats.md` names the adversary.
 pub mod limits {
-    pub use crate::process::{ENV_ALLOWLIST, STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS};
+    pub use crate::actors::MAX_NOTICE_TEXT;
+    pub use crate::core::{MAX_BLOCK_DEPTH, MAX_FILE_BYTES, MAX_FLOW_DEPTH};
+    pub use crate::offer::{
+        MAX_DESCRIPTION, MAX_INSTRUCTIONS, MAX_PROMPT_ARGUMENTS, MAX_PROMPT_MESSAGES,
+        MAX_PROMPT_TEXT, MAX_TITLE, MAX_URI,
+    };
+    pub use crate::process::{
+        ENV_ALLOWLIST, STDERR_CAPTURE_CAP, STDERR_TAIL_CHARS, STDERR_TAIL_LINES,
+        STDERR_WINDOW_CHARS, SWEEP,
+    };
     pub use crate::transport::{
-        MAX_BYTES_PER_SECOND, MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_SECOND,
-        MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, MAX_TOOL_PAGES, MAX_TOOLS, NOTICE_BURST,
-        NOTICES_PER_SECOND,
+        AUTHORIZATION_TIMEOUT, MAX_BYTES_PER_SECOND, MAX_MESSAGE_BYTES, MAX_MESSAGES_PER_SECOND,
+        MAX_PENDING_SERVER_REQUESTS, MAX_REQUEST_ID_BYTES, MAX_STEP_UPS, MAX_TOOL_PAGES, MAX_TOOLS,
+        NOTICE_BURST, NOTICES_PER_SECOND, OAUTH_PHASE_TIMEOUT,
     };
 }
 

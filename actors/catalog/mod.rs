@@ -37,6 +37,7 @@ mod preparation;
 mod status;
 
 use connect::{Outcome, Pipeline};
+pub use inbound::MAX_NOTICE_TEXT;
 use plan::Failure;
 use preparation::Ending;
 pub(crate) use preparation::{Resolution, TurnRequest};

@@ -33,7 +33,7 @@ pub use declaration::{
 };
 pub use oauth::{OAuthDeclared, OAuthGrant, SigningAlgorithm, TokenAuthMethod};
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, MemoryTree, ReadRefusal};
-pub use yaml::YamlError;
+pub use yaml::{MAX_BLOCK_DEPTH, MAX_FLOW_DEPTH, YamlError};
 
 use cache::ManifestRead;
 pub use cache::{LoadCache, MAX_WATCHED_CORES, Stamp};

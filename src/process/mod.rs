@@ -14,8 +14,11 @@ use std::path::Path;
 
 pub(crate) use child::ChildProcess;
 pub use child::{CloseReport, StderrLog};
-pub use registry::Registry;
-pub use stderr::{STDERR_CAPTURE_CAP, STDERR_WINDOW_CHARS, StderrCapture, append_stderr_log};
+pub use registry::{Registry, SWEEP};
+pub use stderr::{
+    STDERR_CAPTURE_CAP, STDERR_TAIL_CHARS, STDERR_TAIL_LINES, STDERR_WINDOW_CHARS, StderrCapture,
+    append_stderr_log,
+};
 
 /// Host variables a child may inherit (when set): nothing else of the host leaks.
 pub const ENV_ALLOWLIST: &[&str] = &[

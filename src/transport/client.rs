@@ -46,11 +46,11 @@ pub type ElicitRoute =
     Arc<dyn Fn(ElicitRequestParams) -> BoxFuture<'static, ElicitResult> + Send + Sync>;
 
 /// A server's tool list changed (a bit of [`ServerSignals::take_lists_changed`]).
-pub const TOOLS: u8 = 1;
+pub(crate) const TOOLS: u8 = 1;
 /// A server's resource list changed.
-pub const RESOURCES: u8 = 2;
+pub(crate) const RESOURCES: u8 = 2;
 /// A server's prompt list changed.
-pub const PROMPTS: u8 = 4;
+pub(crate) const PROMPTS: u8 = 4;
 
 /// What a server told us outside a request, kept as flags so that no number of
 /// notifications can queue anything: a storm of `list_changed` sets one bit and wakes

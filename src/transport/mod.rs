@@ -18,7 +18,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use client::{ElicitRoute, McpClient, PROMPTS, RESOURCES, ServerSignals, TOOLS};
+pub use client::{ElicitRoute, McpClient, ServerSignals};
+pub(crate) use client::{PROMPTS, RESOURCES, TOOLS};
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
     MAX_BYTES_PER_SECOND, MAX_MESSAGES_PER_SECOND, MAX_PENDING_SERVER_REQUESTS,
@@ -30,7 +31,9 @@ pub use notices::{
     ProgressSink,
 };
 pub(crate) use oauth::OAuthLaunch;
-pub use oauth::{token_file, token_files_of};
+pub use oauth::{
+    AUTHORIZATION_TIMEOUT, MAX_STEP_UPS, OAUTH_PHASE_TIMEOUT, token_file, token_files_of,
+};
 pub use requests::{
     CallFailure, CallTiming, Identity, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, Offer, call_tool,
     get_prompt, list_tools, read_resource, set_level, subscribe,

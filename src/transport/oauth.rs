@@ -26,6 +26,7 @@ use crate::net::oauth::{OAuthDecisionHook, PinnedOAuth};
 mod step_up;
 mod store;
 
+pub use step_up::MAX_STEP_UPS;
 pub(crate) use step_up::StepUp;
 use store::FileStore;
 pub use store::{token_file, token_files_of};
