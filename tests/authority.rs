@@ -16,8 +16,7 @@ async fn missing_connect_capability_prevents_spawn_and_approval() {
         .grant(&["mcp.call:docs"])
         .server("docs", &demo_counting(&started, ""));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(catalog.tools().is_empty());
     assert_eq!(catalog.denied()[0].server, "docs");
     assert!(
@@ -62,8 +61,7 @@ async fn a_grant_added_between_turns_is_picked_up_and_reauthorizes_everything() 
         .server("ok", &demo_counting(&started, ""))
         .server("late", &demo(""));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let first = session.prepare_turn().await.unwrap();
+    let (session, first) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(first.denied()[0].server, "late");
     let before = common::pid_of(&first, "ok__whoami").await;
 
@@ -93,8 +91,7 @@ async fn cwd_outside_the_workspace_is_denied_before_approval() {
     std::os::unix::fs::symlink(outside.path(), core.root().join("sneaky")).unwrap();
     core.write("link", &demo_counting(&started, "cwd: sneaky\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(catalog.denied().len(), 2, "{:?}", catalog.denied());
     assert!(
         catalog
@@ -114,8 +111,7 @@ async fn cwd_inside_the_workspace_is_where_the_server_runs() {
         .server("docs", &demo("cwd: sub/dir\n"));
     std::fs::create_dir_all(core.root().join("sub/dir")).unwrap();
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let result = catalog
         .call("docs__cwd", serde_json::json!({}))
         .await
@@ -139,8 +135,7 @@ async fn connect_is_never_weaker_than_prompt_and_deny_always_denies() {
         .server("auto", &demo("approval_policy: auto\n"))
         .server("never", &demo("approval_policy: deny\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let asked = h.approver.requests();
     assert_eq!(
         asked.len(),
@@ -160,8 +155,7 @@ async fn connect_is_never_weaker_than_prompt_and_deny_always_denies() {
 async fn allow_for_session_is_cached_until_the_declaration_changes() {
     let core = Core::new().grant_servers(&["a"]).server("a", &demo(""));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    session.prepare_turn().await.unwrap();
+    let (session, _) = common::open(&h.runtime, core.spec()).await;
     session.prepare_turn().await.unwrap();
     assert_eq!(h.approver.asked_for("a"), 1);
     core.write("a", &demo("risk: high\n"));
@@ -249,8 +243,7 @@ async fn an_approver_that_panics_denies_and_the_broker_lives_on() {
         ApprovalAnswer::AllowOnce
     }))
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let first = session.prepare_turn().await.unwrap();
+    let (session, first) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(first.denied().len(), 1, "{:?}", first.denied());
     assert_eq!(
         first.denied()[0].cause,
@@ -284,8 +277,7 @@ async fn a_call_approval_shows_the_arguments_redacted_and_the_prompt_escapes_and
         _ => ApprovalAnswer::AllowOnce,
     }))
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let long = "x".repeat(5_000);
     let message = format!("fetch https://example.test/a?b=c \u{1b}[2J tok-7f3a9c2e1b {long}");
     let args = serde_json::json!({"message": message, "api_key": "k-99887766"});
@@ -390,8 +382,7 @@ async fn an_always_answer_survives_a_restart_until_the_declaration_changes() {
         c
     })
     .await;
-    let (session, _) = denying.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&denying.runtime, core.spec()).await;
     assert!(catalog.denied().is_empty(), "{:?}", catalog.denied());
     assert_eq!(denying.approver.asked_for("docs"), 0);
     denying.runtime.flush_events().await;
@@ -453,10 +444,8 @@ async fn an_always_answer_does_not_cover_a_copy_of_the_declaration_in_another_co
         },
     )
     .await;
-    let (one, _) = h.runtime.start_session(first.spec_in("one")).await.unwrap();
-    one.prepare_turn().await.unwrap();
-    let (two, _) = h.runtime.start_session(copy.spec_in("two")).await.unwrap();
-    two.prepare_turn().await.unwrap();
+    let (_one, _) = common::open(&h.runtime, first.spec_in("one")).await;
+    let (_two, _) = common::open(&h.runtime, copy.spec_in("two")).await;
     // The same declaration, byte for byte, in another core: asked again.
     assert_eq!(asked.load(Ordering::SeqCst), 2);
     h.finish().await;
@@ -483,8 +472,7 @@ async fn arguments_are_interpolated_after_approval_and_their_values_are_secrets(
         .server("args", &declared(""));
     // Without the variable: skipped by name, nothing started, no failure cached.
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(
         catalog.diagnostics()[0].message,
         "missing environment variable: ARG_SECRET"
@@ -497,8 +485,7 @@ async fn arguments_are_interpolated_after_approval_and_their_values_are_secrets(
         c.with_host_env(common::host_env(&[("ARG_SECRET", value)]))
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(
         std::fs::read_to_string(&seen).unwrap(),
         format!("nobody|--key={value}")

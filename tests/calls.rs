@@ -16,8 +16,7 @@ async fn each_entry_calls_its_own_connection() {
         .server("one", &demo(""))
         .server("two", &demo(""));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let (p1, p2) = (
         pid_of(&catalog, "one__whoami").await,
         pid_of(&catalog, "two__whoami").await,
@@ -48,8 +47,7 @@ async fn results_are_converted() {
         .grant_servers(&["d"])
         .server("d", &demo("approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let echo = catalog
         .call("d__echo", json!({"message": "hi"}))
         .await
@@ -86,8 +84,7 @@ async fn a_call_without_the_call_capability_never_reaches_the_server() {
         .grant(&["mcp.connect:d"])
         .server("d", &demo("approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let err = catalog
         .call("d__stderr", json!({"text": "reached"}))
         .await
@@ -115,8 +112,7 @@ async fn a_custom_call_capability_is_honoured() {
             &demo("capability: tools.docs:read\napproval_policy: auto\n"),
         );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(
         catalog
             .call("d__echo", json!({"message": "x"}))
@@ -140,8 +136,7 @@ async fn call_approval_follows_the_manifest_policy() {
         }
     });
     let h = harness(approver).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let denied = catalog
         .call("ask__echo", json!({"message": "x"}))
         .await
@@ -173,8 +168,7 @@ async fn a_call_timeout_ends_the_call_and_keeps_the_server() {
         .grant_servers(&["d"])
         .server("d", &demo("approval_policy: auto\ntimeout_seconds: 1\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let started = Instant::now();
     let slow = catalog
         .call("d__sleep", json!({"ms": 30_000}))
@@ -200,16 +194,14 @@ async fn a_call_timeout_ends_the_call_and_keeps_the_server() {
     );
     // The timed-out request was cancelled on the server, not left running.
     let mut sleeping = u64::MAX;
-    for _ in 0..100 {
+    common::eventually_async(Duration::from_secs(5), async || {
         let r = catalog.call("d__in_flight", json!({})).await.unwrap();
         sleeping = r.view(demiurge_mcp::redact::View::Operator).data["sleeping"]
             .as_u64()
             .unwrap();
-        if sleeping == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        sleeping == 0
+    })
+    .await;
     assert_eq!(sleeping, 0, "the server still runs the timed-out call");
     h.finish().await;
 }
@@ -256,8 +248,7 @@ async fn serial_servers_never_overlap_calls_and_parallel_ones_do() {
             &demo("approval_policy: auto\nsupports_parallel_tool_calls: true\n"),
         );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let burst = |tool: &'static str| {
         let c = catalog.clone();
         async move {

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Core, Harness, Recorder, demo, demo_fault, eventually, harness_with};
+use common::{
+    Core, Harness, Recorder, demo, demo_fault, eventually, eventually_async, harness_with,
+};
 use demiurge_mcp::{
     ApprovalAnswer, ApprovalRequest, Approver, CallError, DenyReason, PrepareError, SessionSpec,
 };
@@ -129,17 +131,12 @@ async fn reach(h: &Harness, stall: &Stall, stage: Stage) {
         }
         // `h` and `w` are asked (and allowed) before they queue for the permit.
         Stage::Permit | Stage::Initialize | Stage::List => {
-            let mut ok = false;
-            for _ in 0..1000 {
+            let waiting = matches!(stage, Stage::Permit).then_some(1).unwrap_or(0);
+            let ok = eventually_async(Duration::from_secs(20), async || {
                 let stats = h.runtime.limiter_stats().await;
-                let waiting = matches!(stage, Stage::Permit).then_some(1).unwrap_or(0);
-                if stats.in_use == 1 && stats.waiting == waiting && !server_processes(h).is_empty()
-                {
-                    ok = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+                stats.in_use == 1 && stats.waiting == waiting && !server_processes(h).is_empty()
+            })
+            .await;
             // tools/list hangs after initialize answered: give it the time to get there.
             if matches!(stage, Stage::List) {
                 tokio::time::sleep(Duration::from_millis(300)).await;
@@ -408,8 +405,7 @@ async fn a_dropped_call_is_cancelled_on_its_server() {
         .grant_servers(&["d"])
         .server("d", &demo("approval_policy: auto\ntimeout_seconds: 120\n"));
     let h = harness_with(Recorder::allow(), |c| c).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let dropped = tokio::time::timeout(
         Duration::from_millis(500),
         catalog.call("d__sleep", json!({"ms": 60_000})),

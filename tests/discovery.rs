@@ -19,8 +19,7 @@ async fn tools_are_prefixed_filtered_and_ordered() {
         )
         .server("a.search", &demo("tools:\n  include: [whoami]\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     // Servers in file order (a.search < b-docs), tools in listing order.
     assert_eq!(
         names(&catalog),
@@ -94,8 +93,7 @@ async fn a_server_that_cannot_start_is_a_diagnostic() {
             "command: sh\nargs: [-c, \"echo boom >&2; exit 3\"]\n",
         );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let msg = |id: &str| {
         catalog
             .diagnostics()
@@ -161,8 +159,7 @@ async fn the_limit_is_host_configurable() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    session.prepare_turn().await.unwrap();
+    let (_session, _) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(h.runtime.limiter_stats().await.max_in_use, 1);
     h.finish().await;
 }
@@ -235,8 +232,7 @@ async fn disabled_declarations_are_skipped_entirely() {
         .server("off", &demo_counting(&started, "enabled: false\n"))
         .server("on", &demo(""));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(catalog.diagnostics().is_empty() && catalog.denied().is_empty());
     assert!(names(&catalog).iter().all(|n| n.starts_with("on__")));
     assert_eq!(count(&started), 0);

@@ -45,8 +45,7 @@ async fn a_slow_sink_loses_counted_events_and_never_slows_calls() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     // 200 calls emit 200+ events; delivered in order they would take 4 s or more.
     let started = Instant::now();
     for _ in 0..200 {
@@ -85,8 +84,7 @@ async fn the_session_log_rotates_at_its_cap_or_is_not_written() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     for _ in 0..50 {
         catalog
             .call("demo__echo", json!({"message": "a line of some length"}))
@@ -106,8 +104,7 @@ async fn the_session_log_rotates_at_its_cap_or_is_not_written() {
         c
     })
     .await;
-    let (session, _) = off.runtime.start_session(core.spec()).await.unwrap();
-    session.prepare_turn().await.unwrap();
+    let (session, _) = common::open(&off.runtime, core.spec()).await;
     off.runtime.flush_events().await;
     assert!(off.runtime.event_log_path(session.id()).is_none());
     assert!(!off.runtime.home().join("runtime/session-events").exists());

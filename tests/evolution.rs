@@ -416,8 +416,7 @@ async fn a_session_that_follows_the_live_revision_runs_that_commit_not_the_worki
     let h = harness(Recorder::allow()).await;
     let mut spec = SessionSpec::new(repo.path());
     spec.core_revision = demiurge_mcp::actors::LIVE_REVISION.into();
-    let (session, _) = h.runtime.start_session(spec).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (session, turn) = common::open(&h.runtime, spec).await;
     let servers: std::collections::BTreeSet<&str> =
         turn.tools().iter().map(|t| t.server.as_str()).collect();
     assert_eq!(servers, ["a"].into_iter().collect());

@@ -497,8 +497,7 @@ async fn a_failed_start_shows_the_last_stderr_lines_redacted_and_escaped() {
         &common::shell(script, &format!("env:\n  TOKEN: \"{secret}\"\n")),
     );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let message = &catalog.diagnostics()[0].message;
     assert!(
         message.contains("(the server exited: exit status: 3)"),

@@ -81,8 +81,7 @@ fn fixed_labels(text: &str) -> usize {
 async fn a_label_never_repeats_what_it_hides() {
     let core = secret_core();
     let h = harness_with(Recorder::allow(), |c| c.with_host_env(host_env(&[]))).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec()).await;
     let keys = [
         format!("token_{DECLARED}"),
         format!("sessionToken{DECLARED}"),
@@ -172,8 +171,7 @@ async fn a_label_never_repeats_what_it_hides() {
 async fn counts_under_sensitive_names_and_neighbours_stay() {
     let core = secret_core();
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec()).await;
     for (key, count) in [
         ("token_count", 424242),
         ("max_tokens", 8192),
@@ -213,8 +211,7 @@ async fn secrets_across_content_block_joins_are_hidden() {
         &demo("env:\n  PEM: \"line-one-abcdef\\nline-two-ghijkl\"\napproval_policy: auto\n"),
     );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec()).await;
     let cases: [(&[&str], &[&str]); 4] = [
         (
             &["Authorization:", "Bearer hidden-bearer-77"],
@@ -269,8 +266,7 @@ async fn tool_names_holding_a_normalized_secret_are_hidden() {
         ),
     );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec()).await;
     let exposed = common::names(&turn);
     assert!(exposed.contains(&"w__safe_tool".to_string()), "{exposed:?}");
     for name in &exposed {
@@ -391,8 +387,7 @@ async fn approvals_follow_the_tool_not_its_exposed_name() {
     let core = Core::new().grant_servers(&["w"]).server("w", &yaml);
     let h = harness(Recorder::new(|_| ApprovalAnswer::AllowAlways)).await;
 
-    let (session, _) = h.runtime.start_session(core.spec_in("one")).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec_in("one")).await;
     assert_eq!(ran(&turn, "w__a-b").await, "ran a-b");
     // Allowed for the session and always: asked once.
     turn.call("w__a-b", json!({})).await.unwrap();
@@ -411,8 +406,7 @@ async fn approvals_follow_the_tool_not_its_exposed_name() {
     // The server drops `a-b`: in a new session `w__a-b` is `a.b`, which nobody
     // approved; the "always" given for `a-b` does not cover it.
     write_tools(&file, &[("a.b", "dot")]);
-    let (session2, _) = h.runtime.start_session(core.spec_in("two")).await.unwrap();
-    let turn = session2.prepare_turn().await.unwrap();
+    let (_session2, turn) = common::open(&h.runtime, core.spec_in("two")).await;
     assert_eq!(ran(&turn, "w__a-b").await, "ran a.b");
     assert_eq!(call_questions(&h.approver), ["a-b", "a.b"]);
     drop(turn);
@@ -462,8 +456,7 @@ async fn a_remembered_approval_covers_one_workspace() {
     ] {
         let mut spec = core.spec_in(&format!("lane{round}"));
         spec.workspace = workspace;
-        let (session, _) = h.runtime.start_session(spec).await.unwrap();
-        let turn = session.prepare_turn().await.unwrap();
+        let (_session, turn) = common::open(&h.runtime, spec).await;
         turn.call("w__echo", json!({"message": "hi"}))
             .await
             .unwrap();
@@ -570,8 +563,7 @@ async fn elicitation_text_is_redacted_before_anyone_sees_it() {
         ),
     );
     let (h, shown) = eliciting_harness().await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec()).await;
     let result = turn.call("w__ask", json!({})).await.unwrap();
     let asked = shown.0.lock().unwrap().clone();
     assert_eq!(asked.len(), 1, "{:?}", result.view(View::Operator));
@@ -608,8 +600,7 @@ async fn odd_elicitation_schemas_are_answered_not_fatal() {
         &common::demo_fault("odd-elicitations", "approval_policy: auto\n"),
     );
     let (h, shown) = eliciting_harness().await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec()).await;
     let reply = |tool: &'static str| {
         let turn = &turn;
         async move {
@@ -638,8 +629,7 @@ async fn odd_elicitation_schemas_are_answered_not_fatal() {
 async fn a_read_approval_covers_its_exact_uri() {
     let core = Core::new().grant_servers(&["w"]).server("w", &demo(""));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (_session, turn) = common::open(&h.runtime, core.spec()).await;
     let reads = || {
         h.approver
             .requests()

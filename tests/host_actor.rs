@@ -192,8 +192,7 @@ async fn a_killed_root_ends_every_server_and_a_new_one_serves_the_session_again(
         .server("b", &demo("approval_policy: auto\n"));
     let home = tempfile::tempdir().unwrap();
     let (runtime, host, mut rx) = linked(home.path()).await;
-    let (session, _) = runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (session, turn) = common::open(&runtime, core.spec()).await;
     let pids = [
         pid_of(&turn, "a__whoami").await,
         pid_of(&turn, "b__whoami").await,
@@ -229,8 +228,7 @@ async fn a_killed_root_ends_every_server_and_a_new_one_serves_the_session_again(
         .unwrap();
     let mut spec = core.spec();
     spec.id = Some(session.id().to_string());
-    let (again, _) = runtime.start_session(spec).await.unwrap();
-    let turn = again.prepare_turn().await.unwrap();
+    let (_again, turn) = common::open(&runtime, spec).await;
     assert!(
         !turn
             .call("a__echo", json!({"message": "back"}))
@@ -255,8 +253,7 @@ async fn a_second_shutdown_waits_for_the_first_and_nothing_starts_meanwhile() {
     let home = tempfile::tempdir().unwrap();
     let (runtime, host, mut rx) = linked(home.path()).await;
     let root = runtime.actor().clone();
-    let (session, _) = runtime.start_session(core.spec()).await.unwrap();
-    let turn = session.prepare_turn().await.unwrap();
+    let (session, turn) = common::open(&runtime, core.spec()).await;
     let pid = pid_of(&turn, "slow__whoami").await;
 
     // Queued before anything below, so the root takes it first.

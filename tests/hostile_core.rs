@@ -323,8 +323,7 @@ async fn broken_declarations_are_diagnostics_and_their_neighbours_run() {
     )
     .unwrap();
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(catalog.get("good__echo").is_some());
     let broken: Vec<(&str, &str)> = catalog
         .diagnostics()

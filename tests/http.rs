@@ -63,8 +63,7 @@ async fn an_http_server_works_end_to_end_through_the_pinned_client() {
         )
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(
         catalog.diagnostics().is_empty(),
         "{:?}",
@@ -226,8 +225,7 @@ async fn an_untrusted_certificate_fails_the_handshake() {
         &format!("transport: streamable_http\nurl: https://mcp.test:{}/mcp\nconnect_timeout_seconds: 5\n", server.port()),
     );
     let h = harness_with(Recorder::allow(), trusting(resolver, &["127.0.0.0/8"])).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let d = &catalog.diagnostics()[0];
     assert!(
         d.message.contains("TLS handshake failed")
@@ -260,8 +258,7 @@ async fn a_blocked_url_never_reaches_the_approver() {
             "transport: streamable_http\nurl: https://unknown.test/mcp\n",
         );
     let h = harness_with(Recorder::allow(), trusting(StaticResolver::new(), &[])).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let reason = |id: &str| {
         catalog
             .denied()
@@ -457,8 +454,7 @@ async fn dns_rebinding_between_two_requests_of_one_session_is_refused() {
         trusting(resolver.clone(), &["127.0.0.1/32"]),
     )
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(
         catalog
             .call("web__echo", json!({"message": "first"}))
@@ -557,8 +553,7 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
             c
         })
         .await;
-        let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-        let catalog = session.prepare_turn().await.unwrap();
+        let (session, catalog) = common::open(&h.runtime, core.spec()).await;
         let first = catalog
             .call("web__echo", json!({"message": "one"}))
             .await
@@ -595,15 +590,13 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
                 // The server is failed at once: status says so, the next turns say so,
                 // and once the failure expires a new session is made.
                 let mut state = Vec::new();
-                for _ in 0..100 {
+                common::eventually_async(std::time::Duration::from_secs(2), async || {
                     state = session.servers().await;
-                    if state.iter().any(|s| {
+                    state.iter().any(|s| {
                         !matches!(s.state, demiurge_mcp::actors::ServerState::Connected { .. })
-                    }) {
-                        break;
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                }
+                    })
+                })
+                .await;
                 assert!(
                     state.iter().all(|s| !matches!(
                         s.state,

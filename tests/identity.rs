@@ -45,8 +45,7 @@ async fn a_changed_declaration_reconnects_only_that_server() {
 async fn everything_reconnects_after(change: impl FnOnce(&mut demiurge_mcp::SessionSpec)) {
     let core = two_servers();
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let first = session.prepare_turn().await.unwrap();
+    let (session, first) = common::open(&h.runtime, core.spec()).await;
     let (a1, b1) = pids(&first).await;
     session.update(change).unwrap();
     let second = session.prepare_turn().await.unwrap();

@@ -24,8 +24,7 @@ async fn inline_servers_join_the_core_and_are_checked_like_files() {
             .with("bad", demo("approval_polcy: auto\n"))
             .with("docs", demo("")),
     ));
-    let (session, _) = h.runtime.start_session(spec).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, spec).await;
     let names = common::names(&catalog);
     assert!(names.contains(&"mem__echo".to_string()), "{names:?}");
     assert!(names.contains(&"docs__echo".to_string()), "{names:?}");
@@ -79,8 +78,7 @@ async fn inline_servers_alone_need_no_core_on_disk() {
         "mcp.connect:mem".to_string(),
         "mcp.call:mem".to_string(),
     ]));
-    let (session, _) = h.runtime.start_session(spec).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, spec).await;
     assert!(
         catalog.diagnostics().is_empty(),
         "{:?}",

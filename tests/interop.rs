@@ -293,8 +293,7 @@ async fn everything_over_stdio(prefix: &Path, extra: &str, confined: bool) -> co
         &node_server(prefix, "mcp-server-everything", "stdio", extra),
     );
     let h = harness_with(Recorder::allow(), |c| product_sandbox(c, confined)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     exercise_everything(&catalog).await;
     h
 }
@@ -406,20 +405,22 @@ async fn the_everything_server_beyond_tools() {
     // Roots: registered only for a client that advertises them.
     let workspace = url::Url::from_directory_path(core.root()).unwrap();
     let mut roots = String::new();
-    for _ in 0..50 {
-        let listed = catalog
-            .call(&exposed(&catalog, "get-roots-list"), json!({}))
-            .await
-            .unwrap();
-        roots = listed
-            .view(demiurge_mcp::redact::View::Operator)
-            .content
-            .clone();
-        if roots.contains(workspace.as_str().trim_end_matches('/')) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::eventually_every(
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+        async || {
+            let listed = catalog
+                .call(&exposed(&catalog, "get-roots-list"), json!({}))
+                .await
+                .unwrap();
+            roots = listed
+                .view(demiurge_mcp::redact::View::Operator)
+                .content
+                .clone();
+            roots.contains(workspace.as_str().trim_end_matches('/'))
+        },
+    )
+    .await;
     assert!(
         roots.contains(workspace.as_str().trim_end_matches('/')),
         "{roots}"
@@ -611,8 +612,7 @@ async fn the_reference_everything_server_over_http_and_its_restart() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     exercise_everything(&catalog).await;
 
     // The server restarts and forgets its sessions: a call is answered (a new session)
@@ -632,17 +632,17 @@ async fn the_reference_everything_server_over_http_and_its_restart() {
     );
     let answered = after.as_ref().is_ok_and(|r| !r.is_error);
     if !answered {
-        let mut recovered = false;
-        for _ in 0..50 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let next = session.prepare_turn().await.unwrap();
-            if let Ok(r) = next.call(&echo, json!({"message": "after restart"})).await
-                && !r.is_error
-            {
-                recovered = true;
-                break;
-            }
-        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let recovered = common::eventually_every(
+            Duration::from_secs(5),
+            Duration::from_millis(100),
+            async || {
+                let next = session.prepare_turn().await.unwrap();
+                let r = next.call(&echo, json!({"message": "after restart"})).await;
+                r.is_ok_and(|r| !r.is_error)
+            },
+        )
+        .await;
         assert!(
             recovered,
             "the runtime never reconnected after the restart: {after:?}"
@@ -1080,8 +1080,7 @@ async fn fetched_through_the_proxy_only_when_trusted(
     h.finish().await;
     let before = served.load(Relaxed);
     let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(
         catalog.diagnostics().len(),
         1,

@@ -72,8 +72,7 @@ async fn shutdown_closes_every_server_of_every_session() {
     let h = harness(Recorder::allow()).await;
     let mut pids = Vec::new();
     for lane in ["a", "b", "c"] {
-        let (s, _) = h.runtime.start_session(core.spec_in(lane)).await.unwrap();
-        let c = s.prepare_turn().await.unwrap();
+        let (_s, c) = common::open(&h.runtime, core.spec_in(lane)).await;
         pids.push(pid_of(&c, "x__whoami").await);
         pids.push(pid_of(&c, "y__whoami").await);
     }
@@ -99,8 +98,7 @@ async fn a_server_that_forks_leaves_no_grandchild_after_close() {
         .grant_servers(&["forks"])
         .server("forks", &common::shell(&script, "approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    session.prepare_turn().await.unwrap();
+    let (session, _) = common::open(&h.runtime, core.spec()).await;
     let grandchild: u32 = std::fs::read_to_string(&pidfile)
         .unwrap()
         .trim()
@@ -137,8 +135,7 @@ async fn a_dead_server_is_noticed_by_its_supervisor_at_once() {
         .server("d", &demo("approval_policy: auto\n"))
         .server("peer", &demo("approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     let pid = pid_of(&catalog, "d__whoami").await;
     let peer = pid_of(&catalog, "peer__whoami").await;
     nix::sys::signal::kill(

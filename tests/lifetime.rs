@@ -159,8 +159,7 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
 async fn closing_a_connection_ends_its_whole_tree_while_the_host_lives() {
     let core = hostile_core();
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(catalog.diagnostics(), [], "{:?}", catalog.diagnostics());
     let marker = runtime_home(h.home.path());
     // Give the sweeps a moment to see every grandchild.
@@ -204,8 +203,7 @@ async fn a_daemon_that_leaves_every_tree_does_not_outlive_its_connection() {
             ),
         );
         let h = harness(Recorder::allow()).await;
-        let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-        session.prepare_turn().await.unwrap();
+        let (session, _) = common::open(&h.runtime, core.spec()).await;
         let marker = runtime_home(h.home.path());
         session.evict().await.unwrap();
         let clean = eventually(Duration::from_secs(3), || {

@@ -15,8 +15,7 @@ async fn a_changed_tool_list_is_applied_at_the_next_turn() {
         &demo("approval_policy: auto\ntools:\n  include: [add_tool, whoami, fresh*]\n"),
     );
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let turn1 = session.prepare_turn().await.unwrap();
+    let (session, turn1) = common::open(&h.runtime, core.spec()).await;
     assert_eq!(names(&turn1), ["d__add_tool", "d__whoami"]);
     let pid = pid_of(&turn1, "d__whoami").await;
 

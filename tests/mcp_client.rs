@@ -34,8 +34,7 @@ async fn a_server_sees_the_workspace_or_its_declared_roots_inside_it() {
         .server("docs", &demo("roots: [docs/a, notes.txt]\n"))
         .server("none", &demo("roots: []\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let ws = catalog.call("ws__roots", json!({})).await.unwrap();
     let url = |p: &std::path::Path| url::Url::from_directory_path(p).unwrap().to_string();
     assert_eq!(text_of(&ws), url(&root));
@@ -75,8 +74,7 @@ async fn a_root_outside_the_workspace_denies_the_server() {
         core = core.server(&format!("climb{i}"), &demo(&format!("roots: [{root:?}]\n")));
     }
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let denied: Vec<&str> = catalog.denied().iter().map(|d| d.server.as_str()).collect();
     assert_eq!(denied, ids, "{:?}", catalog.denied());
     assert!(catalog.tools().is_empty());
@@ -103,8 +101,7 @@ async fn progress_reaches_the_caller_and_the_events_and_may_extend_a_call() {
         )
         .server("strict", &demo("timeout_seconds: 2\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&seen);
     // Five steps 600 ms apart: 3 s in all, longer than the 2 s timeout, each step
@@ -174,8 +171,7 @@ async fn log_messages_are_redacted_events_and_the_declared_level_holds() {
         c.with_host_env(common::host_env(&[("TOKEN", TOKEN)]))
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let said = catalog
         .call(
             "chatty__log",
@@ -225,8 +221,7 @@ async fn resources_are_listed_filtered_and_read_through_their_connection_redacte
         c.with_host_env(common::host_env(&[("TOKEN", TOKEN)]))
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let of = |server: &str| -> Vec<String> {
         catalog
             .resources()
@@ -312,8 +307,7 @@ async fn reading_and_prompting_need_the_call_capability_and_approval() {
         _ => ApprovalAnswer::Deny,
     });
     let h = harness(approver).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(matches!(
         catalog.read_resource("nocall", "demo://readme").await,
         Err(CallError::MissingCapability { .. })
@@ -359,8 +353,7 @@ async fn prompts_are_listed_and_got_with_arguments_redacted() {
         c.with_host_env(common::host_env(&[("TOKEN", TOKEN)]))
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let prompts: Vec<_> = catalog.prompts().collect();
     assert_eq!(prompts.len(), 1);
     assert_eq!(prompts[0].name, "demo__greet");
@@ -395,8 +388,7 @@ async fn list_changes_apply_at_the_next_turn_and_updates_become_events() {
         .grant_servers(&["demo"])
         .server("demo", &demo("approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let first = session.prepare_turn().await.unwrap();
+    let (session, first) = common::open(&h.runtime, core.spec()).await;
     first
         .call("demo__add_resource", json!({"uri": "demo://new"}))
         .await
@@ -430,8 +422,7 @@ async fn each_server_identity_and_instructions_are_on_the_turn() {
         .grant_servers(&["demo"])
         .server("demo", &demo(""));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let servers: Vec<_> = catalog.servers().collect();
     assert_eq!(servers.len(), 1);
     assert_eq!(servers[0].server, "demo");

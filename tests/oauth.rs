@@ -58,8 +58,7 @@ async fn first_turn(url: &str, id: &str, extra: &str, env: &[(&str, &str)]) -> F
     let home = tempfile::tempdir().unwrap();
     let follow = Follow::new();
     let h = runtime_with_env(home.path(), &follow, env).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     FirstTurn {
         h,
         follow,
@@ -114,8 +113,7 @@ async fn the_flow_runs_once_tokens_never_leak_and_persist_across_restarts() {
     let home = tempfile::tempdir().unwrap();
     let follow = Follow::new();
     let h = runtime_at(home.path(), &follow).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(
         catalog.diagnostics().is_empty(),
         "{:?}",
@@ -283,8 +281,7 @@ async fn an_authorization_server_the_policy_blocks_is_never_contacted() {
         let home = tempfile::tempdir().unwrap();
         let follow = Follow::new();
         let h = runtime_at(home.path(), &follow).await;
-        let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-        let catalog = session.prepare_turn().await.unwrap();
+        let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
         assert_eq!(
             catalog.diagnostics().len(),
             1,
@@ -332,8 +329,7 @@ async fn an_authorization_server_the_policy_blocks_is_never_contacted() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let message = &catalog.diagnostics()[0].message;
     assert!(message.contains("demiurge auth login docs"), "{message}");
     tokio::time::sleep(Duration::from_millis(10)).await;
@@ -849,8 +845,7 @@ async fn a_code_for_another_flows_redirect_uri_is_never_exchanged() {
         url.to_string()
     });
     let h = runtime_at(home.path(), &follow).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let message = &catalog.diagnostics()[0].message;
     assert!(message.contains("another redirect URI"), "{message}");
     assert!(!server.seen.requests().iter().any(|r| r.contains("/token")));

@@ -147,8 +147,7 @@ async fn a_confined_server_reads_and_writes_only_what_it_may_and_still_works() {
             serde_json::to_string(exe()).unwrap()
         ),
     );
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(
         catalog.diagnostics().is_empty(),
         "{:?}",
@@ -444,8 +443,7 @@ async fn a_host_default_confines_undeclared_servers_and_a_floor_refuses_unconfin
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let mut denied: Vec<(&str, &str)> = catalog
         .denied()
         .iter()
@@ -475,8 +473,7 @@ async fn a_declared_tree_that_a_link_moves_outside_the_workspace_fails_closed() 
     // can write the workspace could plant one).
     std::os::unix::fs::symlink(outside.path(), core.root().join("data")).unwrap();
     let h = harness_with(Recorder::allow(), |c| c).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let message = &catalog.diagnostics()[0].message;
     assert!(
         message

@@ -52,8 +52,7 @@ async fn no_canary_leaves_the_runtime_through_any_output() {
         c.with_host_env(host_env(&[("HOST_SECRET", HOST_SECRET)]))
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     assert!(
         catalog.get("canary__echo").is_some(),
         "{:?}",
@@ -270,8 +269,7 @@ async fn a_server_sees_exactly_the_allowlist_home_and_its_declared_names() {
         ("AWS_SECRET_ACCESS_KEY", "nope"),
     ]);
     let h = harness_with(Recorder::allow(), |c| c.with_host_env(env)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let names = catalog
         .call("d__env_names", json!({}))
         .await
@@ -305,8 +303,7 @@ async fn no_canary_leaves_through_a_side_door() {
         c.with_host_env(host_env(&[("HOST_SECRET", HOST_SECRET)]))
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     // Tool names that carry a known secret or a secret shape.
     for name in [
         format!("lookup_{HOST_SECRET}"),

@@ -56,8 +56,7 @@ async fn a_child_prepares_under_its_narrower_scope_and_releases_on_finish() {
         .server("b", &demo("approval_policy: auto\n"))
         .server("c", &demo("approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let (parent, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let parent_turn = parent.prepare_turn().await.unwrap();
+    let (parent, parent_turn) = common::open(&h.runtime, core.spec()).await;
     let parent_a = pid_of(&parent_turn, "a__whoami").await;
 
     // The scope asks for c too, which the parent does not have: it cannot widen.
@@ -140,8 +139,7 @@ async fn in_flight_calls_fail_clearly_when_the_server_dies_and_it_reconnects_aft
     let clock = Arc::new(ManualClock::new());
     let c2 = Arc::clone(&clock);
     let h = harness_with(Recorder::allow(), move |c| c.with_clock(c2)).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (session, catalog) = common::open(&h.runtime, core.spec()).await;
     let pid = pid_of(&catalog, "d__whoami").await;
     let peer = pid_of(&catalog, "peer__whoami").await;
 
@@ -150,15 +148,11 @@ async fn in_flight_calls_fail_clearly_when_the_server_dies_and_it_reconnects_aft
         async move { c.call("d__sleep", json!({"ms": 60_000})).await }
     });
     // Wait until the server really runs the call, then kill it.
-    let mut running = false;
-    for _ in 0..100 {
+    let running = common::eventually_async(Duration::from_secs(2), async || {
         let r = catalog.call("d__in_flight", json!({})).await.unwrap();
-        if r.view(demiurge_mcp::redact::View::Operator).data["sleeping"] == 1 {
-            running = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        r.view(demiurge_mcp::redact::View::Operator).data["sleeping"] == 1
+    })
+    .await;
     assert!(running, "the long call never reached the server");
     let started = Instant::now();
     kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
@@ -210,8 +204,7 @@ async fn a_broken_transport_is_noticed_while_the_process_lives() {
         .grant_servers(&["d"])
         .server("d", &common::shell(&script, "approval_policy: auto\n"));
     let h = harness(Recorder::allow()).await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let server = pid_of(&catalog, "d__whoami").await;
     kill(Pid::from_raw(server as i32), Signal::SIGKILL).unwrap();
     assert!(

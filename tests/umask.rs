@@ -27,8 +27,7 @@ async fn private_files_and_directories_ignore_a_permissive_umask() {
         c
     })
     .await;
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     catalog
         .call("d__stderr", json!({"text": "to the log"}))
         .await

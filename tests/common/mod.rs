@@ -287,8 +287,7 @@ pub async fn harness(approver: Recorder) -> Harness {
 
 /// One session's first turn of `core`, which must have no diagnostics.
 pub async fn clean_turn(h: &Harness, core: &Core) -> demiurge_mcp::TurnCatalog {
-    let (session, _) = h.runtime.start_session(core.spec()).await.unwrap();
-    let catalog = session.prepare_turn().await.unwrap();
+    let (_session, catalog) = open(&h.runtime, core.spec()).await;
     assert!(
         catalog.diagnostics().is_empty(),
         "{:?}",
@@ -415,16 +414,41 @@ pub fn alive(pid: u32) -> bool {
 
 /// Polls `f` until it holds or `within` passes.
 pub async fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    eventually_async(within, async || f()).await
+}
+
+/// Polls the async check `f` (a call, a turn, the limiter's stats) until it holds or
+/// `within` passes, `every` apart.
+pub async fn eventually_every(
+    within: Duration,
+    every: Duration,
+    mut f: impl AsyncFnMut() -> bool,
+) -> bool {
     let deadline = std::time::Instant::now() + within;
     loop {
-        if f() {
+        if f().await {
             return true;
         }
         if std::time::Instant::now() > deadline {
             return false;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(every).await;
     }
+}
+
+/// [`eventually_every`] at the usual pace (20 ms).
+pub async fn eventually_async(within: Duration, f: impl AsyncFnMut() -> bool) -> bool {
+    eventually_every(within, Duration::from_millis(20), f).await
+}
+
+/// A session started on `runtime` with `spec`, and its first turn (both must succeed).
+pub async fn open(
+    runtime: &Runtime,
+    spec: SessionSpec,
+) -> (demiurge_mcp::Session, demiurge_mcp::TurnCatalog) {
+    let (session, _) = runtime.start_session(spec).await.unwrap();
+    let catalog = session.prepare_turn().await.unwrap();
+    (session, catalog)
 }
 
 /// The pid a demo-server tool reports through `whoami`.
