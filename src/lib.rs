@@ -5,35 +5,41 @@
 //! tools (authorized, namespaced, filtered, bound to their connections) and calls them.
 //!
 //! # Layout
-//! Layers go one way: each module below uses only modules above it (and `actors`
-//! uses them all); nothing outside `actors/` imports it.
+//! The modules stand on floors, and a module uses only modules on lower floors (two on
+//! one floor do not know each other); `src/` never uses `actors/`. `tests/floors.rs`
+//! reads every `use` line and fails on a tie that goes up.
 //!
-//! - [`text`], `digest`, [`clock`]: escaping untrusted text for terminals, hex and
-//!   SHA-256, the clock the caches read (pure).
-//! - [`core`]: an Agent Core read from disk or a git tree, without following links:
-//!   `agent.yaml`, `agent/mcp/*.yaml` validated into [`core::Declaration`]s or kept
-//!   as broken ones.
-//! - [`redact`]: secret detection and the views of a text (pure).
-//! - [`naming`]: tool filters and exposed names (pure).
-//! - [`authority`]: capability sets, policy floors, the cwd rule, the approval
-//!   vocabulary and the connect preview (pure).
-//! - [`evolution`]: the security review of a changed core and its token, the live
-//!   revision of a core repository.
-//! - [`net`]: the URL policy (verdict and audit view), pinned DNS, the HTTP client every
-//!   request and redirect goes through.
-//! - `process` (crate-private): child environment, interpolation, private files,
-//!   the stderr log, process groups, the orphan reaper.
-//! - `transport` (crate-private): stdio and streamable HTTP MCP clients behind one
-//!   `connect`, and the bounds on what a server may send ([`limits`]).
-//! - [`result`]: MCP results converted into tool results with their views.
-//! - [`sandbox`]: the confinement of stdio servers (`sandbox:`; the rules, the
-//!   launcher that applies them, the egress proxy).
-//! - [`events`]: typed events, the host sink, the JSONL session log.
-//! - [`actors`] (in `actors/`): the runtime root, sessions, catalogs, connections, the
-//!   discovery limiter and the approval broker, behind the host's handles.
-//! - `demo_server` (feature `demo-server`): the built-in MCP server used by `demo`, the
-//!   tests and the benches.
-//! - `cli` (binary only, feature `cli`): the `demiurge` command.
+//! 1. [`text`], `digest`, [`clock`]: escaping untrusted text for terminals, hex and
+//!    SHA-256, the clock the caches read (pure).
+//! 2. [`redact`]: known secrets, secret shapes, and the views of a text (pure).
+//! 3. [`result`]: MCP results converted into tool results with their views, within
+//!    their budget.
+//! 4. [`net`]: the URL policy (verdict and audit view), pinned DNS, the HTTP client
+//!    every request and redirect goes through.
+//! 5. [`sandbox`]: the confinement of stdio servers (`sandbox:`; the rules, the
+//!    launcher that applies them, the egress proxy).
+//! 6. `process` (crate-private): child environment, interpolation, private files, the
+//!    stderr log, process groups, the orphan reaper.
+//! 7. [`core`]: an Agent Core read from disk or a git tree, without following links:
+//!    `agent.yaml`, `agent/mcp/*.yaml` validated into [`core::Declaration`]s or kept
+//!    as broken ones.
+//! 8. [`naming`]: tool filters and exposed names (pure); [`authority`]: capability
+//!    sets, policy floors, the cwd rule, the approval vocabulary, the connect preview,
+//!    a connection's declared secrets.
+//! 9. [`evolution`]: the security review of a changed core and its token, the live
+//!    revision of a core repository; `transport` (crate-private): stdio and
+//!    streamable HTTP MCP clients behind one `connect`, every MCP request
+//!    (`requests.rs`), OAuth, and the bounds on what a server may send ([`limits`]).
+//! 10. [`offer`]: what a server offers (tools, resources, templates, prompts, its
+//!     identity), shaped once per listing (pure); [`events`]: typed events, delivery
+//!     to the host sink, the JSONL session log.
+//! 11. `demo_server` (feature `demo-server`): the built-in MCP server used by `demo`,
+//!     the tests and the benches.
+//! 12. [`actors`] (in `actors/`, floors of its own): the runtime root, sessions,
+//!     catalogs, turns, connections, the discovery limiter and the approval broker,
+//!     behind the host's handles.
+//!
+//! The `cli` module (binary only, feature `cli`) is the `demiurge` command, on top.
 //!
 //! The design rules the code relies on are in `docs/design.md`; what each input path
 //! is bounded by, and against whom, in `docs/threats.md`.
