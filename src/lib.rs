@@ -78,6 +78,7 @@ pub use transport::{
 pub mod limits {
     pub use crate::actors::MAX_NOTICE_TEXT;
     pub use crate::core::{MAX_BLOCK_DEPTH, MAX_FILE_BYTES, MAX_FLOW_DEPTH};
+    pub use crate::events::{LOG_QUEUE, MAX_OPEN_LOGS};
     pub use crate::offer::{
         MAX_DESCRIPTION, MAX_INSTRUCTIONS, MAX_PROMPT_ARGUMENTS, MAX_PROMPT_MESSAGES,
         MAX_PROMPT_TEXT, MAX_TITLE, MAX_URI,

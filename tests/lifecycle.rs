@@ -183,3 +183,43 @@ async fn only_the_latest_ended_sessions_stay_resumable() {
     assert!(h.runtime.resume_session(&ids[ids.len() - 5]).await.is_ok());
     h.finish().await;
 }
+
+/// Open files of this process under `dir`.
+fn open_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter(|target| target.starts_with(dir))
+        .collect()
+}
+
+#[tokio::test]
+async fn sessions_replaced_and_resumed_in_their_lane_leave_no_open_file_behind() {
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    // Starts, and resumes of the session before last (each replaces the last one).
+    let mut ids: Vec<String> = Vec::new();
+    for n in 0..400 {
+        let (session, _) = match ids.len() {
+            len if n % 2 == 1 && len >= 2 => h.runtime.resume_session(&ids[len - 2]).await,
+            _ => h.runtime.start_session(core.spec()).await,
+        }
+        .unwrap();
+        if !ids.contains(&session.id().to_string()) {
+            ids.push(session.id().to_string());
+        }
+    }
+    // Evictions run on tasks: only the lane's current session keeps its log open.
+    let home = h.runtime.home().to_path_buf();
+    let mut open = Vec::new();
+    let settled = eventually(Duration::from_secs(10), || {
+        open = open_under(&home);
+        open.len() <= 1
+    })
+    .await;
+    assert!(settled, "{} files still open: {open:?}", open.len());
+    h.finish().await;
+}

@@ -15,7 +15,7 @@ mod log;
 
 pub(crate) use delivery::FLUSH_WAIT;
 pub use delivery::{EventDelivery, EventHub, EventLog, LOG_QUEUE};
-pub use log::LOG_BATCH;
+pub use log::{LOG_BATCH, MAX_OPEN_LOGS};
 
 /// When a URL decision was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
