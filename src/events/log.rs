@@ -176,7 +176,7 @@ mod tests {
         // Sessions that end without their close reaching the writer (a full queue).
         for n in 0..MAX_OPEN_LOGS + 100 {
             let event = Event::new(
-                &format!("s-{n}"),
+                format!("s-{n}"),
                 crate::events::EventKind::EventsDropped { count: 1 },
             );
             tx.send(LogOp::Write(Box::new(event))).unwrap();
