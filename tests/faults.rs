@@ -449,7 +449,7 @@ async fn a_modern_only_server_is_named_as_such_and_its_tools_say_why() {
             .expect("a diagnostic for the modern-only server");
         assert!(
             d.message.starts_with(
-                "the server requires MCP 2026-07-28, which this runtime does not speak yet"
+                "the server requires MCP 2026-07-28, and this declaration speaks 2025-11-25: declare `protocol: 2026-07-28`"
             ),
             "{}",
             d.message

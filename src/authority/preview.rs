@@ -30,6 +30,8 @@ pub struct ConnectPreview {
     pub connect_capability: String,
     /// The call capability.
     pub call_capability: String,
+    /// The protocol era asked for (`2025-11-25`, `2026-07-28`, `auto`).
+    pub protocol: crate::core::Protocol,
     /// Stdio: the program.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
@@ -157,6 +159,7 @@ impl ConnectPreview {
             effective_policy: effective,
             connect_capability: decl.connect_capability(),
             call_capability: decl.call_capability.clone(),
+            protocol: decl.protocol,
             command: None,
             cwd_declared: None,
             cwd: None,
@@ -220,10 +223,11 @@ impl ConnectPreview {
     pub fn render(&self) -> String {
         use crate::text::escape as e;
         let mut out = format!(
-            "MCP server `{}` ({}) wants to connect\n  transport: {}\n  risk: {}\n  policy: {} (declared {})\n  capabilities: {}, {}\n",
+            "MCP server `{}` ({}) wants to connect\n  transport: {} (MCP {})\n  risk: {}\n  policy: {} (declared {})\n  capabilities: {}, {}\n",
             e(&self.server),
             e(&self.path),
             self.transport.as_str(),
+            self.protocol.as_str(),
             self.risk.as_str(),
             self.effective_policy.as_str(),
             self.declared_policy.as_str(),

@@ -98,6 +98,36 @@ pub enum LogLevel {
     Emergency,
 }
 
+/// The MCP protocol era a server is spoken to in (`protocol:`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+pub enum Protocol {
+    /// `2025-11-25`: the `initialize` handshake and its session (the default).
+    #[default]
+    #[serde(rename = "2025-11-25")]
+    V2025_11_25,
+    /// `2026-07-28`: `server/discover`, then every request carries its version and the
+    /// client's capabilities; no handshake, no session.
+    #[serde(rename = "2026-07-28")]
+    V2026_07_28,
+    /// `auto`: `server/discover` first; `initialize` only when the server answered it
+    /// as a legacy server does (a JSON-RPC error that is not one of the modern era's
+    /// rejections). A failure of the transport, the URL policy, DNS, TLS or
+    /// authorization fails the server: it is never retried in the older era.
+    #[serde(rename = "auto")]
+    Auto,
+}
+
+impl Protocol {
+    /// How the declaration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::V2025_11_25 => "2025-11-25",
+            Protocol::V2026_07_28 => "2026-07-28",
+            Protocol::Auto => "auto",
+        }
+    }
+}
+
 /// Include/exclude globs over raw tool names (`*` is the only wildcard).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolFilter {
@@ -174,6 +204,8 @@ pub struct Declaration {
     pub roots: Option<Vec<String>>,
     /// The log level asked of the server after initialize.
     pub log_level: Option<LogLevel>,
+    /// The protocol era the server is spoken to in (`protocol:`).
+    pub protocol: Protocol,
     /// Which resources (by URI) and resource templates (by URI template) are visible.
     pub resources: ToolFilter,
     /// Which prompts (by name) are visible.

@@ -17,8 +17,8 @@ mod fields;
 
 use super::LoadError;
 use super::declaration::{
-    ApprovalPolicy, Declaration, DeclaredUrl, Endpoint, LogLevel, Risk, TransportKind, is_env_name,
-    is_header_name,
+    ApprovalPolicy, Declaration, DeclaredUrl, Endpoint, LogLevel, Protocol, Risk, TransportKind,
+    is_env_name, is_header_name,
 };
 use super::oauth::{OAuthDeclared, RawOAuth, is_reference};
 use fields::{call_capability, check_roots, declaration_fingerprint, sandbox_of, tool_filter};
@@ -48,6 +48,7 @@ pub(crate) struct RawDeclaration {
     supports_parallel_tool_calls: Option<bool>,
     roots: Option<Vec<String>>,
     log_level: Option<LogLevel>,
+    protocol: Option<Protocol>,
     resources: Option<RawToolFilter>,
     prompts: Option<RawToolFilter>,
     env_vars: Option<Vec<String>>,
@@ -190,6 +191,7 @@ impl RawDeclaration {
             supports_parallel_tool_calls,
             roots,
             log_level,
+            protocol,
             resources,
             prompts,
             env_vars,
@@ -204,6 +206,7 @@ impl RawDeclaration {
             approval_policy,
             supports_parallel_tool_calls,
             log_level,
+            protocol,
             required,
         };
         let endpoint = EndpointFields {
@@ -240,6 +243,7 @@ struct Settings {
     approval_policy: Option<ApprovalPolicy>,
     supports_parallel_tool_calls: Option<bool>,
     log_level: Option<LogLevel>,
+    protocol: Option<Protocol>,
     required: Option<bool>,
 }
 
@@ -305,6 +309,7 @@ impl Declaration {
             prompts,
             roots,
             log_level: settings.log_level,
+            protocol: settings.protocol.unwrap_or_default(),
             max_call_timeout: timeouts.max_call,
             tool_timeouts: timeouts.per_tool,
             required: settings.required.unwrap_or(false),

@@ -73,6 +73,9 @@ pub enum Fault {
     /// Refuse a legacy `initialize` with `-32022` and `2026-07-28` as the only
     /// supported version, as a modern-only server does, and stay up.
     ModernOnly,
+    /// Refuse `server/discover` as a 2025-11-25 server does (method not found): it
+    /// speaks only the legacy era.
+    LegacyOnly,
 }
 
 impl Fault {
@@ -114,9 +117,10 @@ impl Fault {
             "ignore-eof" => Fault::IgnoreEof,
             "odd-elicitations" => Fault::OddElicitations,
             "modern-only" => Fault::ModernOnly,
+            "legacy-only" => Fault::LegacyOnly,
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations, modern-only"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations, modern-only, legacy-only"
                 ));
             }
         })

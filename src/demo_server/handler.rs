@@ -26,6 +26,21 @@ impl ServerHandler for DemoServer {
         self.negotiate_initialize(&request)
     }
 
+    async fn discover(
+        &self,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
+        if self.options.fault == Some(Fault::LegacyOnly) {
+            return Err(ErrorData::method_not_found::<
+                rmcp::model::DiscoverRequestMethod,
+            >());
+        }
+        Ok(rmcp::model::DiscoverResult::from_server_info(
+            self.supported_protocol_versions().into_owned(),
+            self.get_info(),
+        ))
+    }
+
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
         if self.options.fault == Some(Fault::ListChangedStorm) {
             tokio::spawn(async move {

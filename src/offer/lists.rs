@@ -157,6 +157,10 @@ impl Shaper<'_> {
                 .instructions
                 .as_deref()
                 .map(|i| self.text(i, MAX_INSTRUCTIONS)),
+            // Only a version's shape is kept: it is the server's word.
+            protocol: Some(identity.protocol)
+                .filter(|p| p.len() <= 16 && p.bytes().all(|b| b.is_ascii_digit() || b == b'-'))
+                .unwrap_or_default(),
         }
     }
 }

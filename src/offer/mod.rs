@@ -52,6 +52,8 @@ pub struct ServerIdentity {
     /// `instructions`: what the server asks of its client, for a host's system prompt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// The MCP protocol version the connection speaks (`2025-11-25`, `2026-07-28`).
+    pub protocol: String,
 }
 
 /// One resource a server listed.

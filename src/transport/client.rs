@@ -15,7 +15,7 @@ use rmcp::model::{
     ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
     ResourceUpdatedNotificationParam, Root,
 };
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
@@ -23,6 +23,7 @@ use tokio::sync::{Notify, watch};
 use super::guard::TransportEnd;
 use super::notices::{Notice, Notices, Progress, token_key};
 use super::requests::{ListedTools, list_tools};
+use crate::core::Protocol;
 use crate::process::{ChildProcess, CloseReport};
 
 /// An elicitation's params that rmcp's typed form refused, repaired where the request is
@@ -318,12 +319,31 @@ pub(crate) enum StartError {
     TimedOut,
 }
 
+/// How a connection in `protocol` starts: `initialize` (2025-11-25), `server/discover`
+/// (2026-07-28), or discovery that falls back to `initialize` only when the server
+/// answered it as a legacy server does (rmcp's rule: a correlated JSON-RPC error that
+/// is not a modern rejection, or no answer in 10 s). A transport failure during
+/// discovery (HTTP status, policy, DNS, TLS, authorization) fails the start.
+fn lifecycle(protocol: Protocol) -> ClientLifecycleMode {
+    match protocol {
+        Protocol::V2025_11_25 => ClientLifecycleMode::Initialize,
+        Protocol::V2026_07_28 => ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        },
+        Protocol::Auto => ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        },
+    }
+}
+
 /// Initializes MCP over `transport` and lists every page of tools, within `timeout`.
 /// A transport ended on purpose ([`TransportEnd::Flooded`], seen on `ended`) fails the
 /// start at once: rmcp would otherwise wait for answers it can no longer send.
 pub(crate) async fn initialize_and_list<T>(
     transport: T,
     signals: Arc<ServerSignals>,
+    protocol: Protocol,
     timeout: Duration,
     mut ended: watch::Receiver<Option<TransportEnd>>,
 ) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), StartError>
@@ -344,7 +364,7 @@ where
     };
     let started = tokio::time::timeout(timeout, async {
         tokio::select! {
-            started = start(transport, signals) => started,
+            started = start(transport, signals, protocol) => started,
             Some(end) = flooded => Err(format!("the connection ended: {end}")),
         }
     })
@@ -392,7 +412,7 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
             format!("the server refused MCP {ours} and named no version this runtime speaks")
         } else {
             format!(
-                "the server requires MCP {}, which this runtime does not speak yet (it speaks {ours})",
+                "the server requires MCP {}, and this declaration speaks {ours}: declare `protocol: 2026-07-28` (or `protocol: auto`) to speak the newer one",
                 supported.join(" or ")
             )
         }
@@ -430,14 +450,19 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
 async fn start<T>(
     transport: T,
     signals: Arc<ServerSignals>,
+    protocol: Protocol,
 ) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), String>
 where
     T: Transport<RoleClient> + 'static,
 {
     {
-        let service = rmcp::ServiceExt::serve(ClientHandler::new(signals), transport)
-            .await
-            .map_err(|e| initialize_failure(&e))?;
+        let service = ClientServiceExt::serve_with_lifecycle(
+            ClientHandler::new(signals),
+            transport,
+            lifecycle(protocol),
+        )
+        .await
+        .map_err(|e| initialize_failure(&e))?;
         let listed = list_tools(service.peer())
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;

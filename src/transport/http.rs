@@ -30,6 +30,8 @@ pub(crate) struct HttpLaunch {
     pub on_decision: DecisionHook,
     /// How this connection is authorized when the server asks.
     pub oauth: super::oauth::OAuthLaunch,
+    /// The protocol era to speak.
+    pub protocol: crate::core::Protocol,
 }
 
 impl std::fmt::Debug for HttpLaunch {
@@ -98,9 +100,9 @@ pub(super) async fn connect(
                         Arc::clone(&launch.net),
                         launch.oauth.clone(),
                     );
-                    start(authorized, config, signals, timeout).await
+                    start(authorized, config, signals, (launch.protocol, timeout)).await
                 }
-                None => start(client, config, signals, timeout).await,
+                None => start(client, config, signals, (launch.protocol, timeout)).await,
             }
         }
     };
@@ -128,7 +130,7 @@ async fn start<C>(
     client: C,
     config: StreamableHttpClientTransportConfig,
     signals: Arc<ServerSignals>,
-    timeout: Duration,
+    (protocol, timeout): (crate::core::Protocol, Duration),
 ) -> Result<(McpClient, ListedTools), ConnectError>
 where
     C: rmcp::transport::streamable_http_client::StreamableHttpClient + Send + Sync + 'static,
@@ -140,7 +142,9 @@ where
         EndCause::default(),
     );
     let transport = transport.ending_on_send_error();
-    match super::client::initialize_and_list(transport, signals, timeout, closed.clone()).await {
+    match super::client::initialize_and_list(transport, signals, protocol, timeout, closed.clone())
+        .await
+    {
         Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
         Err(StartError::Failed(message)) => Err(ConnectError {
             kind: ConnectErrorKind::Failed,

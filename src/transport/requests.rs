@@ -41,6 +41,9 @@ pub struct Identity {
     pub title: Option<String>,
     /// `instructions`, for a host's system prompt.
     pub instructions: Option<String>,
+    /// The protocol version the connection speaks (the server's answer to `initialize`
+    /// or `server/discover`).
+    pub protocol: String,
 }
 
 /// Everything a server listed beside its tools.
@@ -104,6 +107,7 @@ pub async fn list_offer(peer: &Peer<RoleClient>) -> Result<Offer, String> {
             version: server.map(|s| s.version.clone()).unwrap_or_default(),
             title: server.and_then(|s| s.title.clone()),
             instructions: info.instructions.clone(),
+            protocol: info.protocol_version.to_string(),
         },
         logging: info.capabilities.logging.is_some(),
         ..Offer::default()

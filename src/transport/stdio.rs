@@ -32,6 +32,8 @@ pub(crate) struct StdioLaunch {
     pub sandbox: Option<crate::sandbox::Confinement>,
     /// The egress proxy's policy and reporting, for `network: proxy`.
     pub egress: Option<crate::sandbox::egress::Egress>,
+    /// The protocol era to speak.
+    pub protocol: crate::core::Protocol,
 }
 
 impl std::fmt::Debug for StdioLaunch {
@@ -79,9 +81,14 @@ pub(super) async fn connect(
     let (transport, transport_closed) = Guarded::new(framing, traffic, Arc::clone(&cause));
     // The framing waits for the pacing before each line.
     let transport = transport.paced_inside();
-    let started =
-        super::client::initialize_and_list(transport, signals, timeout, transport_closed.clone())
-            .await;
+    let started = super::client::initialize_and_list(
+        transport,
+        signals,
+        launch.protocol,
+        timeout,
+        transport_closed.clone(),
+    )
+    .await;
     if let (Ok(_), Some(confinement)) = (&started, &launch.sandbox) {
         confinement.prepare_next();
     }

@@ -50,6 +50,7 @@ impl Pipeline {
                         );
                     }),
                     oauth,
+                    protocol: declaration.protocol,
                 }))
             }
             (Endpoint::Stdio { .. }, Place::Addresses(_)) => Err(Outcome::Failed {
@@ -118,6 +119,7 @@ impl Pipeline {
             registry: Arc::clone(&self.shared.processes),
             sandbox,
             egress,
+            protocol: declaration.protocol,
         })
     }
 

@@ -1,0 +1,233 @@
+//! Both protocol eras: a declaration's `protocol:` (`2025-11-25`, the default;
+//! `2026-07-28`; `auto`) decides how a connection starts, against the demo server in
+//! its dual, modern-only and legacy-only modes.
+
+mod common;
+
+use serde_json::json;
+
+use common::{Core, Recorder, demo, demo_fault, harness};
+
+/// The echo of `tool` in `catalog`, through a real call.
+async fn echoes(catalog: &demiurge_mcp::TurnCatalog, tool: &str) -> String {
+    let result = catalog
+        .call(tool, json!({"message": "both eras"}))
+        .await
+        .unwrap();
+    assert!(
+        !result.is_error,
+        "{:?}",
+        result.view(demiurge_mcp::redact::View::Operator)
+    );
+    result
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone()
+}
+
+#[tokio::test]
+async fn a_declared_era_is_spoken_and_auto_finds_what_each_server_speaks() {
+    let core = Core::new()
+        .grant_servers(&["modern", "auto", "autolegacy", "automodern", "legacy"])
+        .server(
+            "modern",
+            &demo("approval_policy: auto\nprotocol: 2026-07-28\n"),
+        )
+        .server("auto", &demo("approval_policy: auto\nprotocol: auto\n"))
+        .server(
+            "autolegacy",
+            &demo_fault("legacy-only", "approval_policy: auto\nprotocol: auto\n"),
+        )
+        .server(
+            "automodern",
+            &demo_fault("modern-only", "approval_policy: auto\nprotocol: auto\n"),
+        )
+        .server("legacy", &demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    let catalog = common::clean_turn(&h, &core).await;
+    for server in ["modern", "auto", "autolegacy", "automodern", "legacy"] {
+        assert_eq!(
+            echoes(&catalog, &format!("{server}__echo")).await,
+            "both eras"
+        );
+    }
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_pinned_era_the_server_does_not_speak_fails_and_says_what_to_declare() {
+    let core = Core::new()
+        .grant_servers(&["old", "new"])
+        .server(
+            "old",
+            &demo_fault(
+                "legacy-only",
+                "approval_policy: auto\nprotocol: 2026-07-28\n",
+            ),
+        )
+        .server("new", &demo_fault("modern-only", "approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+    let said = |server: &str| {
+        catalog
+            .diagnostics()
+            .iter()
+            .find(|d| d.server == server)
+            .unwrap_or_else(|| panic!("no diagnostic for {server}: {:?}", catalog.diagnostics()))
+            .message
+            .clone()
+    };
+    assert!(
+        said("new").contains("declare `protocol: 2026-07-28`"),
+        "{}",
+        said("new")
+    );
+    assert!(!said("old").is_empty());
+    assert!(catalog.tools().is_empty(), "{:?}", catalog.tools());
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn the_declared_era_is_part_of_the_fingerprint_and_a_wrong_one_does_not_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agent/mcp/x.yaml");
+    let fingerprint = |yaml: &str| {
+        demiurge_mcp::core::parse_declaration_text(
+            yaml,
+            "x".into(),
+            "agent/mcp/x.yaml".into(),
+            &file,
+        )
+        .map(|d| d.fingerprint)
+    };
+    let plain = fingerprint("command: x\n").unwrap();
+    let modern = fingerprint("command: x\nprotocol: 2026-07-28\n").unwrap();
+    let auto = fingerprint("command: x\nprotocol: auto\n").unwrap();
+    assert_ne!(plain, modern);
+    assert_ne!(modern, auto);
+    for wrong in [
+        "protocol: 2024-11-05\n",
+        "protocol: latest\n",
+        "protocol: [a]\n",
+    ] {
+        let errors = fingerprint(&format!("command: x\n{wrong}")).unwrap_err();
+        let text = format!("{errors:?}");
+        assert!(text.contains("protocol"), "{text}");
+        assert!(
+            !text.contains("latest") && !text.contains("2024-11-05"),
+            "{text}"
+        );
+    }
+}
+
+/// A runtime that trusts loopback and resolves `mcp.test` and `evil.test` to it.
+async fn http_harness() -> common::Harness {
+    let resolver = demiurge_mcp::net::StaticResolver::new();
+    resolver.set("mcp.test", ["127.0.0.1".parse().unwrap()]);
+    resolver.set("evil.test", ["127.0.0.2".parse().unwrap()]);
+    common::harness_with(Recorder::allow(), |mut c| {
+        c.url_policy =
+            demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]);
+        c.resolver = std::sync::Arc::new(resolver);
+        c
+    })
+    .await
+}
+
+#[tokio::test]
+async fn over_http_auto_speaks_the_modern_era_without_a_session() {
+    let server = common::http::serve(
+        "127.0.0.1:0",
+        common::http::Behaviour::Mcp(vec!["mcp.test".into()]),
+        None,
+    )
+    .await;
+    let url = format!("http://mcp.test:{}/mcp", server.port());
+    let core = Core::new().grant_servers(&["web"]).server(
+        "web",
+        &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\nprotocol: auto\n"),
+    );
+    let h = http_harness().await;
+    let catalog = common::clean_turn(&h, &core).await;
+    assert_eq!(echoes(&catalog, "web__echo").await, "both eras");
+    let identity = catalog.servers().find(|s| s.server == "web").unwrap();
+    assert_eq!(identity.protocol, "2026-07-28");
+    // Stateless: the server never issued a session, so no request carried one.
+    for request in server.requests() {
+        assert!(
+            !request.headers.contains_key("mcp-session-id"),
+            "{} {}",
+            request.method,
+            request.path
+        );
+    }
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_discovery_the_url_policy_refuses_is_never_retried_in_the_older_era() {
+    // Every request is redirected to an address the policy refuses: discovery fails on
+    // the transport, which is not a version mismatch, so no `initialize` follows.
+    let server = common::http::serve(
+        "127.0.0.1:0",
+        common::http::Behaviour::Redirect(307, "http://evil.test:9/mcp".into()),
+        None,
+    )
+    .await;
+    let url = format!("http://mcp.test:{}/mcp", server.port());
+    let core = Core::new().grant_servers(&["web"]).server(
+        "web",
+        &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\nprotocol: auto\nconnect_timeout_seconds: 20\n"),
+    );
+    let h = http_harness().await;
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+    let diagnostic = catalog
+        .diagnostics()
+        .iter()
+        .find(|d| d.server == "web")
+        .expect("a diagnostic for the refused server")
+        .message
+        .clone();
+    let posts: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .collect();
+    assert_eq!(posts.len(), 1, "{diagnostic}: {posts:?}");
+    assert_eq!(
+        posts[0]
+            .headers
+            .get("mcp-method")
+            .and_then(|v| v.to_str().ok()),
+        Some("server/discover"),
+        "{posts:?}"
+    );
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn the_connect_preview_says_which_era_is_asked_for() {
+    let core = Core::new()
+        .grant_servers(&["modern", "legacy"])
+        .server("modern", &demo("protocol: 2026-07-28\n"))
+        .server("legacy", &demo(""));
+    let h = harness(Recorder::allow()).await;
+    let _ = common::clean_turn(&h, &core).await;
+    for (server, era) in [("modern", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let asked = h.approver.requests();
+        let request = asked
+            .iter()
+            .find(|r| r.server == server)
+            .expect("a connect approval");
+        assert_eq!(request.preview.protocol.as_str(), era);
+        assert!(
+            request
+                .preview
+                .render()
+                .contains(&format!("transport: stdio (MCP {era})")),
+            "{}",
+            request.preview.render()
+        );
+    }
+    h.finish().await;
+}
