@@ -886,3 +886,59 @@ async fn an_unreadable_token_answer_is_not_quoted_and_flow_values_stay_secret() 
     assert_no_canary(&h, &[format!("{:?}", catalog.diagnostics())]);
     h.finish().await;
 }
+
+#[tokio::test]
+async fn the_authorization_responses_issuer_must_be_the_one_whose_metadata_was_used() {
+    // RFC 9207: an `iss` in the authorization response is compared with the issuer the
+    // flow discovered, and one that advertises `iss` must send it. A mix-up (a response
+    // from another authorization server) is refused before its code is exchanged.
+    let (missing, other) = ("carries no issuer", "names another issuer (`iss`)");
+    for (iss, supported, refused) in [
+        (Some("ISSUER"), true, None),
+        (Some("ISSUER"), false, None),
+        (None, false, None),
+        (None, true, Some(missing)),
+        (Some("http://127.0.0.9:1"), false, Some(other)),
+        (Some("ISSUER/other"), true, Some(other)),
+        (Some(""), true, Some(other)),
+    ] {
+        let server = serve(AuthOptions {
+            response_iss: iss.map(str::to_string),
+            iss_supported: supported,
+            ..AuthOptions::default()
+        })
+        .await;
+        let FirstTurn {
+            h,
+            follow,
+            catalog,
+            _home,
+            ..
+        } = first_turn(&server.url(), "docs", "", &[]).await;
+        let case = format!("iss {iss:?}, advertised {supported}");
+        assert_eq!(follow.asked.load(Ordering::SeqCst), 1, "{case}");
+        let exchanged = server
+            .seen
+            .grants()
+            .contains(&"authorization_code".to_string());
+        match refused {
+            None => {
+                assert!(
+                    catalog.diagnostics().is_empty(),
+                    "{case}: {:?}",
+                    catalog.diagnostics()
+                );
+                assert!(exchanged, "{case}");
+            }
+            Some(why) => {
+                assert!(catalog.tools().is_empty(), "{case}");
+                assert!(!exchanged, "{case}: the code was exchanged");
+                let message = &catalog.diagnostics()[0].message;
+                assert!(message.contains(why), "{case}: {message}");
+                assert!(!message.contains("127.0.0.9"), "{case}: {message}");
+            }
+        }
+        assert_no_canary(&h, &[]);
+        h.finish().await;
+    }
+}

@@ -106,6 +106,13 @@ fn failed(step: &str, e: &AuthError) -> OAuthFailure {
         AuthError::AuthorizationServersUnavailable { .. } => {
             "none of the authorization servers the resource names published usable metadata".into()
         }
+        // RFC 9207: the authorization response's `iss` is checked when the code comes back.
+        AuthError::AuthorizationServerMismatch { .. } if step == "token exchange" => {
+            "issuer mismatch: the authorization response names another issuer (`iss`) than the authorization server this flow used; nothing was exchanged".into()
+        }
+        AuthError::AuthorizationServerMissingIssuer { .. } => {
+            "the authorization response carries no issuer (`iss`), which its authorization server says it sends; nothing was exchanged".into()
+        }
         AuthError::AuthorizationServerMismatch { .. } => {
             "issuer mismatch: the authorization server metadata names another issuer than the one it was fetched for".into()
         }

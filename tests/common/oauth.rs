@@ -42,6 +42,11 @@ pub struct AuthOptions {
     /// The token endpoint answers 200 with a body that is not JSON and repeats the code
     /// and the canary (a parse error that quotes its input would show them).
     pub unreadable_token_answer: bool,
+    /// The `iss` the authorization response carries (RFC 9207): `ISSUER` stands for the
+    /// issuer the metadata names; none when `None`.
+    pub response_iss: Option<String>,
+    /// Whether the metadata advertises `authorization_response_iss_parameter_supported`.
+    pub iss_supported: bool,
 }
 
 /// What the server saw.
@@ -206,6 +211,7 @@ async fn answer(
                 "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
                 "code_challenge_methods_supported": ["S256"],
                 "token_endpoint_auth_methods_supported": methods,
+                "authorization_response_iss_parameter_supported": options.iss_supported,
             }),
         ),
         "/register" => {
@@ -235,6 +241,11 @@ async fn answer(
                 .query_pairs_mut()
                 .append_pair("code", &format!("code-{CANARY}"))
                 .append_pair("state", &get("state"));
+            if let Some(iss) = &options.response_iss {
+                location
+                    .query_pairs_mut()
+                    .append_pair("iss", &iss.replace("ISSUER", &named_issuer));
+            }
             let mut resp = reply(StatusCode::FOUND, json!({}));
             resp.headers_mut()
                 .insert(http::header::LOCATION, location.as_str().parse().unwrap());
