@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     /// The sandbox's launchers, some made ahead of the starts that need them (none
     /// when no launcher is set: a confined server then fails closed).
     pub launchers: Option<Arc<crate::sandbox::Launchers>>,
+    /// The era each `protocol: auto` server last spoke.
+    pub eras: crate::transport::Eras,
     ids: AtomicU64,
 }
 
@@ -59,6 +61,7 @@ impl Shared {
             live_revisions: Arc::default(),
             live_cores: Arc::default(),
             schemas: Default::default(),
+            eras: Default::default(),
             limiter,
             broker,
             ids: AtomicU64::new(1),

@@ -231,3 +231,52 @@ async fn the_connect_preview_says_which_era_is_asked_for() {
     }
     h.finish().await;
 }
+
+/// How many times the legacy-only demo servers under `home` refused `server/discover`,
+/// from their stderr logs.
+fn discover_refusals(home: &std::path::Path) -> usize {
+    let mut count = 0;
+    let mut dirs = vec![home.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                count += text.matches("refused server/discover").count();
+            }
+        }
+    }
+    count
+}
+
+#[tokio::test]
+async fn auto_remembers_a_servers_era_and_probes_again_when_the_declaration_changes() {
+    let declaration = demo_fault("legacy-only", "approval_policy: auto\nprotocol: auto\n");
+    let core = Core::new()
+        .grant_servers(&["old"])
+        .server("old", &declaration);
+    let h = harness(Recorder::allow()).await;
+    let home = h.runtime.home().to_path_buf();
+    // Three sessions, three connections: only the first one asks.
+    for _ in 0..3 {
+        let (session, catalog) = common::open(&h.runtime, core.spec()).await;
+        assert_eq!(echoes(&catalog, "old__echo").await, "both eras");
+        session.evict().await.unwrap();
+    }
+    assert!(
+        common::eventually(std::time::Duration::from_secs(5), || discover_refusals(
+            &home
+        ) == 1)
+        .await,
+        "discover refused {} times",
+        discover_refusals(&home)
+    );
+    // A changed declaration is another server: it is asked again (its stderr reaches
+    // the log when its connection closes, here at shutdown).
+    core.write("old", &format!("{declaration}timeout_seconds: 30\n"));
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+    assert_eq!(echoes(&catalog, "old__echo").await, "both eras");
+    h.finish().await;
+    assert_eq!(discover_refusals(&home), 2);
+}

@@ -24,7 +24,7 @@ use crate::authority::{
     Action, ApprovalRequest, ApprovalSource, CapabilitySet, ConnectPreview, DenyReason, HostPolicy,
     connection_secrets, resolve_cwd,
 };
-use crate::core::{Declaration, Endpoint};
+use crate::core::{Declaration, Endpoint, Protocol};
 use crate::events::{EventKind, UrlPhase};
 use crate::net::Verdict;
 use crate::process::interpolate_all;
@@ -123,6 +123,15 @@ impl Pipeline {
             self.shared.config.close_grace,
         )
         .await;
+        if declaration.protocol == Protocol::Auto {
+            let eras = &self.shared.eras;
+            match &connected {
+                Ok((_, listed)) => {
+                    eras.learned(declaration.fingerprint, &listed.offer.identity.protocol)
+                }
+                Err(_) => eras.forget(declaration.fingerprint),
+            }
+        }
         match connected {
             Ok((client, listed)) => {
                 if let (Some(level), true) = (declaration.log_level, listed.offer.logging) {

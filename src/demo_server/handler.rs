@@ -31,6 +31,7 @@ impl ServerHandler for DemoServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
         if self.options.fault == Some(Fault::LegacyOnly) {
+            eprintln!("demo server: refused server/discover");
             return Err(ErrorData::method_not_found::<
                 rmcp::model::DiscoverRequestMethod,
             >());

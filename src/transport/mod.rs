@@ -6,6 +6,7 @@
 //! knows about sessions or authority.
 
 mod client;
+mod eras;
 mod framing;
 mod guard;
 mod http;
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 pub use client::{ElicitRoute, McpClient, ServerSignals};
 pub(crate) use client::{PROMPTS, RESOURCES, TOOLS};
+pub use eras::{Eras, MAX_REMEMBERED_ERAS};
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
     MAX_BYTES_PER_SECOND, MAX_MESSAGES_PER_SECOND, MAX_PENDING_SERVER_REQUESTS,

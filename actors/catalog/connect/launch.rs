@@ -50,7 +50,10 @@ impl Pipeline {
                         );
                     }),
                     oauth,
-                    protocol: declaration.protocol,
+                    protocol: self
+                        .shared
+                        .eras
+                        .choose(declaration.protocol, declaration.fingerprint),
                 }))
             }
             (Endpoint::Stdio { .. }, Place::Addresses(_)) => Err(Outcome::Failed {
@@ -119,7 +122,10 @@ impl Pipeline {
             registry: Arc::clone(&self.shared.processes),
             sandbox,
             egress,
-            protocol: declaration.protocol,
+            protocol: self
+                .shared
+                .eras
+                .choose(declaration.protocol, declaration.fingerprint),
         })
     }
 
