@@ -23,6 +23,9 @@ const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.1.16";
 const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 const MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
+/// The TypeScript SDK of both eras (`tests/interop/ts_echo.mjs` runs on it).
+const TS_SDK: &str = "@modelcontextprotocol/server@2.4.0";
+const ZOD: &str = "zod@4.6.7";
 
 /// Installs the packages once per test run under the target directory.
 fn npm_prefix() -> Option<&'static Path> {
@@ -53,7 +56,10 @@ fn npm_prefix() -> Option<&'static Path> {
                 "mcp-server-memory",
             ]
             .iter()
-            .all(|bin| prefix.join("node_modules/.bin").join(bin).exists());
+            .all(|bin| prefix.join("node_modules/.bin").join(bin).exists())
+                && prefix
+                    .join("node_modules/@modelcontextprotocol/server/package.json")
+                    .exists();
             if !ready {
                 std::fs::create_dir_all(&prefix).ok()?;
                 let mut npm = Command::new("npm");
@@ -65,9 +71,12 @@ fn npm_prefix() -> Option<&'static Path> {
                     "--prefix",
                 ])
                 .arg(&prefix)
-                .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY]);
+                .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY, TS_SDK, ZOD]);
                 install(npm, "npm install");
             }
+            // Beside its packages, so that node resolves them from it.
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/ts_echo.mjs");
+            std::fs::copy(script, prefix.join("ts_echo.mjs")).ok()?;
             Some(prefix)
         })
         .as_deref()
@@ -772,6 +781,116 @@ async fn the_python_time_server_works_confined() {
         .content
         .clone();
     assert!(!now.is_error && text.contains("Europe/Paris"), "{text}");
+    h.finish().await;
+}
+
+/// An echo server on the Python MCP SDK (`mcp` 2.3 from PyPI, dual-era by default),
+/// confined: `protocol: auto` speaks 2026-07-28 with it, the default 2025-11-25.
+#[tokio::test]
+async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = Core::new().grant_servers(&["modern", "legacy"]);
+    // The script lives in the workspace, which a confined server reads.
+    let script = core.root().join("sdk_echo.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_echo.py"),
+        &script,
+    )
+    .unwrap();
+    let python = serde_json::to_string(&venv.join("bin/python")).unwrap();
+    let script = serde_json::to_string(&script).unwrap();
+    let core = core
+        .server(
+            "modern",
+            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nprotocol: auto\nconnect_timeout_seconds: 60\n"),
+        )
+        .server(
+            "legacy",
+            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n"),
+        );
+    let (h, catalog) = confined_turn(&core).await;
+    for (server, era) in [("modern", "2026-07-28"), ("legacy", "2025-11-25")] {
+        let identity = catalog.servers().find(|s| s.server == server).unwrap();
+        assert_eq!(identity.protocol, era, "{server}");
+        let echoed = catalog
+            .call(
+                &format!("{server}__echo"),
+                json!({"message": "from both eras"}),
+            )
+            .await
+            .unwrap();
+        let text = echoed
+            .view(demiurge_mcp::redact::View::Operator)
+            .content
+            .clone();
+        assert!(
+            !echoed.is_error && text.contains("from both eras"),
+            "{server}: {text}"
+        );
+    }
+    h.finish().await;
+}
+
+/// An echo server on the TypeScript SDK (`@modelcontextprotocol/server` 2.4 from npm),
+/// confined, in its default mode (both eras) and modern-only: `protocol: auto` speaks
+/// 2026-07-28 with both; the default speaks 2025-11-25 with the first and tells what to
+/// declare for the second.
+#[tokio::test]
+async fn the_typescript_sdk_server_speaks_both_eras_and_modern_only() {
+    let Some(prefix) = npm_prefix() else { return };
+    let script = serde_json::to_string(&prefix.join("ts_echo.mjs")).unwrap();
+    let readable = serde_json::to_string(prefix).unwrap();
+    let declare = |mode: &str, protocol: &str| {
+        format!(
+            "command: node\nargs: [{script}{mode}]\napproval_policy: auto\n{protocol}connect_timeout_seconds: 60\nsandbox:\n  filesystem:\n    read: [{readable}]\n"
+        )
+    };
+    let core = Core::new()
+        .grant_servers(&["dual", "dualauto", "modern", "modernlegacy"])
+        .server("dual", &declare("", ""))
+        .server("dualauto", &declare("", "protocol: auto\n"))
+        .server("modern", &declare(", --modern-only", "protocol: auto\n"))
+        .server("modernlegacy", &declare(", --modern-only", ""));
+    let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+    for (server, era) in [
+        ("dual", "2025-11-25"),
+        ("dualauto", "2026-07-28"),
+        ("modern", "2026-07-28"),
+    ] {
+        let identity = catalog.servers().find(|s| s.server == server);
+        assert_eq!(
+            identity.map(|i| i.protocol.as_str()),
+            Some(era),
+            "{server}: {:?}",
+            catalog.diagnostics()
+        );
+        let echoed = catalog
+            .call(
+                &format!("{server}__echo"),
+                json!({"message": "from both eras"}),
+            )
+            .await
+            .unwrap();
+        let text = echoed
+            .view(demiurge_mcp::redact::View::Operator)
+            .content
+            .clone();
+        assert!(
+            !echoed.is_error && text.contains("from both eras"),
+            "{server}: {text}"
+        );
+    }
+    let refused = catalog
+        .diagnostics()
+        .iter()
+        .find(|d| d.server == "modernlegacy")
+        .expect("a diagnostic for the modern-only server spoken to in 2025-11-25");
+    assert!(
+        refused.message.contains("declare `protocol: 2026-07-28`"),
+        "{}",
+        refused.message
+    );
     h.finish().await;
 }
 
