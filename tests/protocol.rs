@@ -280,3 +280,38 @@ async fn auto_remembers_a_servers_era_and_probes_again_when_the_declaration_chan
     h.finish().await;
     assert_eq!(discover_refusals(&home), 2);
 }
+
+#[tokio::test]
+async fn over_http_a_legacy_servers_400_to_discovery_falls_back_and_is_remembered() {
+    let server = common::http::serve("127.0.0.1:0", common::http::Behaviour::McpLegacy, None).await;
+    let url = format!("http://127.0.0.1:{}/mcp", server.port());
+    let core = Core::new().grant_servers(&["old"]).server(
+        "old",
+        &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\nprotocol: auto\n"),
+    );
+    let h = http_harness().await;
+    for _ in 0..2 {
+        let (session, catalog) = common::open(&h.runtime, core.spec()).await;
+        assert!(
+            catalog.diagnostics().is_empty(),
+            "{:?}",
+            catalog.diagnostics()
+        );
+        assert_eq!(echoes(&catalog, "old__echo").await, "both eras");
+        let identity = catalog.servers().find(|s| s.server == "old").unwrap();
+        assert_eq!(identity.protocol, "2025-11-25");
+        session.evict().await.unwrap();
+    }
+    // One discovery, refused; the second connection went straight to `initialize`.
+    let discoveries = server
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.headers
+                .get("mcp-method")
+                .is_some_and(|v| v == "server/discover")
+        })
+        .count();
+    assert_eq!(discoveries, 1);
+    h.finish().await;
+}

@@ -28,6 +28,10 @@ pub enum Behaviour {
     Redirect(u16, String),
     /// A 200 with this content type and body.
     Canned(&'static str, Bytes),
+    /// The demo MCP server as a 2025-era server sees `server/discover`: a 400 whose
+    /// JSON-RPC error names no request (as the TypeScript SDK answers an unknown
+    /// protocol version); everything else served.
+    McpLegacy,
     /// A hostile MCP server: it answers initialize and tools/list, then floods `ping`
     /// requests on its SSE stream and never answers the POSTs that carry our answers.
     PingFlood,
@@ -153,10 +157,9 @@ pub async fn serve(
             Default::default(),
             hosts.clone(),
         )),
-        Behaviour::McpForgetting(_) => Some(demiurge_mcp::demo_server::http_service(
-            Default::default(),
-            Vec::new(),
-        )),
+        Behaviour::McpForgetting(_) | Behaviour::McpLegacy => Some(
+            demiurge_mcp::demo_server::http_service(Default::default(), Vec::new()),
+        ),
         _ => None,
     };
     // Session ids this run of the server issued.
@@ -248,6 +251,22 @@ async fn answer(
     req: Request<Incoming>,
     issued: Arc<Mutex<std::collections::HashSet<String>>>,
 ) -> Response<Body> {
+    if let Behaviour::McpLegacy = behaviour {
+        let discovery = req.method() == http::Method::POST
+            && req
+                .headers()
+                .get("mcp-method")
+                .is_some_and(|v| v == "server/discover");
+        if discovery {
+            let body = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Unsupported protocol version: 2026-07-28 (supported versions: 2025-11-25, 2025-06-18)"},"id":null}"#;
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "application/json",
+                Bytes::from_static(body.as_bytes()),
+            );
+        }
+        return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
+    }
     if let Behaviour::McpForgetting(status) = behaviour {
         let session = req
             .headers()

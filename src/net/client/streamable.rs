@@ -11,7 +11,9 @@ use futures::stream::BoxStream;
 use http::header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
 use http::{HeaderName, HeaderValue, Method, Response, StatusCode};
 use hyper::body::Incoming;
-use rmcp::model::{ClientJsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientRequest, ErrorData, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, InsufficientScopeError, StreamableHttpClient, StreamableHttpError,
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
@@ -52,6 +54,20 @@ pub(super) fn challenge_param(header: &str, name: &str) -> Option<String> {
         from = start + key.len();
     }
     None
+}
+
+/// What a 400 to `server/discover` means: a 2025-era server, which refuses the
+/// unknown protocol version in the request's headers that way (the TypeScript SDK
+/// names no request in its error). It becomes an error that names the discovery, so
+/// that `auto` falls back to `initialize`: a version mismatch, the only failure a
+/// fallback may follow. A 401, a 403, a redirect the policy refuses, DNS or TLS fail
+/// before this and fail the server.
+fn legacy_answer(id: RequestId) -> StreamableHttpPostResponse {
+    let error = ErrorData::invalid_request(
+        "the server answered server/discover with HTTP 400: it speaks an older MCP",
+        None,
+    );
+    StreamableHttpPostResponse::Json(ServerJsonRpcMessage::error(error, Some(id)), None)
 }
 
 impl PinnedClient {
@@ -177,6 +193,15 @@ impl StreamableHttpClient for PinnedClient {
                 ClientJsonRpcMessage::Request(request) => Some(&request.id),
                 _ => None,
             };
+            let discovery = matches!(&message, ClientJsonRpcMessage::Request(request)
+                if matches!(request.request, ClientRequest::DiscoverRequest(_)));
+            if discovery
+                && status == StatusCode::BAD_REQUEST
+                && session_id.is_none()
+                && let Some(id) = sent
+            {
+                return Ok(legacy_answer(id.clone()));
+            }
             return self.error_for(response, session_id.is_some(), sent).await;
         }
         // A notification or response expects nothing back; some servers still answer
