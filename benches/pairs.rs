@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 use common::runtime_cold;
 use criterion::{Criterion, criterion_group, criterion_main};
 use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::model::{CallToolRequestParams, ProtocolVersion};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ServiceExt, transport::TokioChildProcess};
 use serde_json::json;
@@ -313,9 +313,140 @@ fn calls(c: &mut Criterion) {
     });
 }
 
+/// A bare rmcp client of the modern era (`server/discover`, no handshake) over `transport`.
+async fn raw_modern<T, E, A>(transport: T) -> Client
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    ().serve_with_lifecycle(transport, lifecycle).await.unwrap()
+}
+
+/// A modern bare client of the demo server over stdio, or over HTTP at `url`.
+async fn raw_modern_demo(http: Option<&str>) -> Client {
+    match http {
+        Some(url) => raw_modern(StreamableHttpClientTransport::from_uri(url.to_string())).await,
+        None => {
+            let mut cmd = tokio::process::Command::new(common::EXE);
+            cmd.arg("demo-server");
+            raw_modern(TokioChildProcess::new(cmd).unwrap()).await
+        }
+    }
+}
+
+/// The 2026-07-28 pairs: the runtime with `protocol: 2026-07-28` against rmcp's own
+/// modern client, cold (connect and list everything) and warm (sequential calls), over
+/// stdio and HTTP; targets as for the legacy pairs.
+fn modern(_c: &mut Criterion) {
+    let rt = common::rt();
+    let dir = tempfile::tempdir().unwrap();
+    let server = rt.block_on(common::http_server());
+    let modern = "protocol: 2026-07-28\n";
+    let stdio_core = common::core_with(
+        dir.path(),
+        "modern-stdio",
+        &[format!(
+            "{}{modern}",
+            common::stdio_yaml("--extra-tools, \"0\"", false)
+        )],
+    );
+    let http_core = common::core_with(
+        dir.path(),
+        "modern-http",
+        &[format!(
+            "transport: http\nurl: {}\napproval_policy: auto\n{modern}",
+            server.url
+        )],
+    );
+    let runtime = rt.block_on(common::runtime(&dir.path().join("home"), 4));
+    let lanes = std::sync::atomic::AtomicUsize::new(0);
+    let lane = || {
+        format!(
+            "modern-{}",
+            lanes.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        )
+    };
+    rt.block_on(async {
+        for (name, http, core) in [
+            (
+                "connect/modern_raw_rmcp_1 vs prepare/modern_cold_1",
+                None,
+                &stdio_core,
+            ),
+            (
+                "connect/modern_http_raw_rmcp_1 vs prepare/modern_http_cold_1",
+                Some(server.url.as_str()),
+                &http_core,
+            ),
+        ] {
+            common::paired(
+                name,
+                "1.25x",
+                COLD_ROUNDS,
+                || async {
+                    let started = Instant::now();
+                    let client = raw_modern_demo(http).await;
+                    list_everything(&client).await;
+                    let took = started.elapsed();
+                    let _ = client.cancel().await;
+                    took
+                },
+                || runtime_cold(&runtime, core, lane(), common::DEMO_TOOLS),
+            )
+            .await;
+        }
+        for (name, http, core) in [
+            (
+                "call/modern_raw_rmcp vs call/modern_runtime",
+                None,
+                &stdio_core,
+            ),
+            (
+                "call/modern_http_raw_rmcp vs call/modern_http_runtime",
+                Some(server.url.as_str()),
+                &http_core,
+            ),
+        ] {
+            let client = raw_modern_demo(http).await;
+            let turn = warm(&runtime, core, &lane()).await;
+            let identity = turn.servers().next().map(|s| s.protocol.clone());
+            assert_eq!(identity.as_deref(), Some("2026-07-28"));
+            let value = json!({"message": "ping"});
+            common::paired(
+                name,
+                "1.10x",
+                CALL_ROUNDS,
+                || async {
+                    let started = Instant::now();
+                    for _ in 0..CALLS {
+                        echo(&client).await;
+                    }
+                    started.elapsed() / CALLS
+                },
+                || {
+                    let (turn, value) = (turn.clone(), value.clone());
+                    async move {
+                        let started = Instant::now();
+                        for _ in 0..CALLS {
+                            turn.call("s0__echo", value.clone()).await.unwrap();
+                        }
+                        started.elapsed() / CALLS
+                    }
+                },
+            )
+            .await;
+            let _ = client.cancel().await;
+        }
+        runtime.shutdown().await;
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
-    targets = cold, calls
+    targets = cold, calls, modern
 }
 criterion_main!(benches);
