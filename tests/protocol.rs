@@ -82,7 +82,12 @@ async fn a_pinned_era_the_server_does_not_speak_fails_and_says_what_to_declare()
         "{}",
         said("new")
     );
-    assert!(!said("old").is_empty());
+    // A legacy server asked for the modern era says so, in words of the discovery.
+    assert!(
+        said("old").contains("refused server/discover"),
+        "{}",
+        said("old")
+    );
     assert!(catalog.tools().is_empty(), "{:?}", catalog.tools());
     h.finish().await;
 }
@@ -314,4 +319,40 @@ async fn over_http_a_legacy_servers_400_to_discovery_falls_back_and_is_remembere
         .count();
     assert_eq!(discoveries, 1);
     h.finish().await;
+}
+
+#[tokio::test]
+async fn over_http_a_400_that_is_an_authorization_failure_or_a_modern_rejection_is_no_fallback() {
+    for challenge in [true, false] {
+        let server = common::http::serve(
+            "127.0.0.1:0",
+            common::http::Behaviour::McpDiscoverRefused { challenge },
+            None,
+        )
+        .await;
+        let url = format!("http://127.0.0.1:{}/mcp", server.port());
+        let core = Core::new().grant_servers(&["web"]).server(
+            "web",
+            &format!(
+                "transport: streamable_http\nurl: {url}\napproval_policy: auto\nprotocol: auto\n"
+            ),
+        );
+        let h = http_harness().await;
+        let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+        assert!(
+            catalog.tools().is_empty(),
+            "challenge {challenge}: it fell back"
+        );
+        assert!(
+            catalog.diagnostics().iter().any(|d| d.server == "web"),
+            "challenge {challenge}"
+        );
+        let posts = server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST")
+            .count();
+        assert_eq!(posts, 1, "challenge {challenge}: an initialize followed");
+        h.finish().await;
+    }
 }

@@ -387,7 +387,7 @@ where
 /// that speaks only a protocol version this runtime does not gets that said plainly.
 /// Not cut here: the caller redacts, then caps (a cut before redaction could leave
 /// the prefix of a secret that no longer matches).
-fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
+fn initialize_failure(error: &rmcp::service::ClientInitializeError, protocol: Protocol) -> String {
     use rmcp::service::ClientInitializeError as E;
     /// Versions a server names, kept only when they look like MCP versions.
     fn versions<'a>(names: impl Iterator<Item = &'a str>) -> Vec<String> {
@@ -406,16 +406,24 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
         out.dedup();
         out
     }
-    let requires = |supported: Vec<String>| {
-        let ours = rmcp::model::ProtocolVersion::V_2025_11_25.to_string();
-        if supported.is_empty() {
+    let ours = protocol.as_str();
+    let requires = |supported: Vec<String>| match (supported.is_empty(), protocol) {
+        (true, _) => {
             format!("the server refused MCP {ours} and named no version this runtime speaks")
-        } else {
-            format!(
-                "the server requires MCP {}, and this declaration speaks {ours}: declare `protocol: 2026-07-28` (or `protocol: auto`) to speak the newer one",
-                supported.join(" or ")
-            )
         }
+        (false, Protocol::V2025_11_25) => format!(
+            "the server requires MCP {}, and this declaration speaks {ours}: declare `protocol: 2026-07-28` (or `protocol: auto`) to speak the newer one",
+            supported.join(" or ")
+        ),
+        (false, _) => format!(
+            "the server requires MCP {}, which this runtime does not speak (it asked for {ours})",
+            supported.join(" or ")
+        ),
+    };
+    let opening = match protocol {
+        Protocol::V2025_11_25 => "initialize",
+        Protocol::V2026_07_28 => "server/discover",
+        Protocol::Auto => "server/discover and initialize",
     };
     match error {
         E::JsonRpcError(data)
@@ -434,8 +442,9 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError) -> String {
             server_supported, ..
         } => requires(versions(server_supported.iter().map(|v| v.as_str()))),
         E::JsonRpcError(data) => format!(
-            "the server refused initialize: {} (JSON-RPC error {})",
-            data.message, data.code.0
+            "the server refused {opening}: {} (JSON-RPC error {})",
+            crate::text::escape(&data.message),
+            data.code.0
         ),
         E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => {
             "initialize failed: the server answered something other than an initialize result"
@@ -462,7 +471,7 @@ where
             lifecycle(protocol),
         )
         .await
-        .map_err(|e| initialize_failure(&e))?;
+        .map_err(|e| initialize_failure(&e, protocol))?;
         let listed = list_tools(service.peer())
             .await
             .map_err(|e| format!("tools/list failed: {e}"))?;

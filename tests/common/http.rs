@@ -32,6 +32,10 @@ pub enum Behaviour {
     /// JSON-RPC error names no request (as the TypeScript SDK answers an unknown
     /// protocol version); everything else served.
     McpLegacy,
+    /// The demo MCP server, but `server/discover` answered 400: with a bearer challenge
+    /// (an authorization failure), or with a modern rejection that names the request
+    /// (`-32020`, a header mismatch).
+    McpDiscoverRefused { challenge: bool },
     /// A hostile MCP server: it answers initialize and tools/list, then floods `ping`
     /// requests on its SSE stream and never answers the POSTs that carry our answers.
     PingFlood,
@@ -157,9 +161,12 @@ pub async fn serve(
             Default::default(),
             hosts.clone(),
         )),
-        Behaviour::McpForgetting(_) | Behaviour::McpLegacy => Some(
-            demiurge_mcp::demo_server::http_service(Default::default(), Vec::new()),
-        ),
+        Behaviour::McpForgetting(_)
+        | Behaviour::McpLegacy
+        | Behaviour::McpDiscoverRefused { .. } => Some(demiurge_mcp::demo_server::http_service(
+            Default::default(),
+            Vec::new(),
+        )),
         _ => None,
     };
     // Session ids this run of the server issued.
@@ -251,6 +258,37 @@ async fn answer(
     req: Request<Incoming>,
     issued: Arc<Mutex<std::collections::HashSet<String>>>,
 ) -> Response<Body> {
+    if let Behaviour::McpDiscoverRefused { challenge } = behaviour {
+        let discovery = req.method() == http::Method::POST
+            && req
+                .headers()
+                .get("mcp-method")
+                .is_some_and(|v| v == "server/discover");
+        if discovery {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let id = serde_json::from_slice::<serde_json::Value>(&body)
+                .map(|v| v["id"].clone())
+                .unwrap_or_default();
+            let reply = if challenge {
+                serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": "Bad Request"}})
+            } else {
+                serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32020, "message": "header mismatch"}})
+            };
+            let mut resp = plain(
+                StatusCode::BAD_REQUEST,
+                "application/json",
+                Bytes::from(reply.to_string()),
+            );
+            if challenge {
+                resp.headers_mut().insert(
+                    http::header::WWW_AUTHENTICATE,
+                    "Bearer error=\"invalid_request\"".parse().unwrap(),
+                );
+            }
+            return resp;
+        }
+        return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
+    }
     if let Behaviour::McpLegacy = behaviour {
         let discovery = req.method() == http::Method::POST
             && req

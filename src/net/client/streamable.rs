@@ -56,12 +56,13 @@ pub(super) fn challenge_param(header: &str, name: &str) -> Option<String> {
     None
 }
 
-/// What a 400 to `server/discover` means: a 2025-era server, which refuses the
-/// unknown protocol version in the request's headers that way (the TypeScript SDK
-/// names no request in its error). It becomes an error that names the discovery, so
-/// that `auto` falls back to `initialize`: a version mismatch, the only failure a
-/// fallback may follow. A 401, a 403, a redirect the policy refuses, DNS or TLS fail
-/// before this and fail the server.
+/// What a 400 to `server/discover` without a challenge and without an error naming the
+/// request means: a 2025-era server, which refuses the unknown protocol version in the
+/// request's headers that way (the TypeScript SDK names no request in its error). It
+/// becomes an error that names the discovery, so that `auto` falls back to
+/// `initialize`: a version mismatch, the only failure a fallback may follow. A modern
+/// server's own 400 names the request and is passed on as it is; a 401, a 403, a 400
+/// with a challenge, a redirect the policy refuses, DNS or TLS fail the server.
 fn legacy_answer(id: RequestId) -> StreamableHttpPostResponse {
     let error = ErrorData::invalid_request(
         "the server answered server/discover with HTTP 400: it speaks an older MCP",
@@ -110,11 +111,18 @@ impl PinnedClient {
         response: Response<Incoming>,
         session_attached: bool,
         sent: Option<&RequestId>,
+        discovery: bool,
     ) -> HttpResult<StreamableHttpPostResponse> {
         let status = response.status();
         if let Some(challenged) = self.challenge_of(&response) {
             return challenged;
         }
+        // A 400 to `server/discover` may be a legacy server's (see `legacy_answer`);
+        // one that carries a challenge is an authorization failure, never that.
+        let legacy = discovery
+            && status == StatusCode::BAD_REQUEST
+            && !session_attached
+            && !response.headers().contains_key(WWW_AUTHENTICATE);
         if status == StatusCode::NOT_FOUND && session_attached {
             return Err(StreamableHttpError::SessionExpired);
         }
@@ -123,13 +131,21 @@ impl PinnedClient {
         let parsed = is_json
             .then(|| serde_json::from_slice::<ServerJsonRpcMessage>(&body).ok())
             .flatten();
+        if let Some(ServerJsonRpcMessage::Error(error)) = &parsed
+            && sent.is_some()
+            && error.id.as_ref() == sent
+        {
+            // A modern server's own rejection (a header mismatch, a missing capability,
+            // another version) names the request: rmcp decides on it.
+            return Ok(StreamableHttpPostResponse::Json(
+                ServerJsonRpcMessage::Error(error.clone()),
+                None,
+            ));
+        }
+        if legacy && let Some(id) = sent {
+            return Ok(legacy_answer(id.clone()));
+        }
         if let Some(ServerJsonRpcMessage::Error(error)) = &parsed {
-            if sent.is_some() && error.id.as_ref() == sent {
-                return Ok(StreamableHttpPostResponse::Json(
-                    ServerJsonRpcMessage::Error(error.clone()),
-                    None,
-                ));
-            }
             // Whole: the call's error result redacts it first, then caps it.
             let message = crate::text::escape(&error.error.message);
             return Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
@@ -195,14 +211,9 @@ impl StreamableHttpClient for PinnedClient {
             };
             let discovery = matches!(&message, ClientJsonRpcMessage::Request(request)
                 if matches!(request.request, ClientRequest::DiscoverRequest(_)));
-            if discovery
-                && status == StatusCode::BAD_REQUEST
-                && session_id.is_none()
-                && let Some(id) = sent
-            {
-                return Ok(legacy_answer(id.clone()));
-            }
-            return self.error_for(response, session_id.is_some(), sent).await;
+            return self
+                .error_for(response, session_id.is_some(), sent, discovery)
+                .await;
         }
         // A notification or response expects nothing back; some servers still answer
         // 200 with a body (even one that is not JSON-RPC). Drain it, bounded, move on.
