@@ -356,3 +356,25 @@ async fn over_http_a_400_that_is_an_authorization_failure_or_a_modern_rejection_
         h.finish().await;
     }
 }
+
+#[tokio::test]
+async fn one_workspaces_probe_never_decides_anothers() {
+    let declaration = demo_fault("legacy-only", "approval_policy: auto\nprotocol: auto\n");
+    let first = Core::new()
+        .grant_servers(&["old"])
+        .server("old", &declaration);
+    let second = Core::new()
+        .grant_servers(&["old"])
+        .server("old", &declaration);
+    let h = harness(Recorder::allow()).await;
+    let home = h.runtime.home().to_path_buf();
+    for core in [&first, &second, &first, &second] {
+        let (session, catalog) = common::open(&h.runtime, core.spec()).await;
+        assert_eq!(echoes(&catalog, "old__echo").await, "both eras");
+        session.evict().await.unwrap();
+    }
+    // Each workspace probed once: the same declaration in another workspace is asked
+    // again, and each one's answer is kept for its own next session.
+    h.finish().await;
+    assert_eq!(discover_refusals(&home), 2);
+}

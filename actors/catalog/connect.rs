@@ -124,12 +124,10 @@ impl Pipeline {
         )
         .await;
         if declaration.protocol == Protocol::Auto {
-            let eras = &self.shared.eras;
+            let (eras, key) = (&self.shared.eras, self.era_key(declaration));
             match &connected {
-                Ok((_, listed)) => {
-                    eras.learned(declaration.fingerprint, &listed.offer.identity.protocol)
-                }
-                Err(_) => eras.forget(declaration.fingerprint),
+                Ok((_, listed)) => eras.learned(key, &listed.offer.identity.protocol),
+                Err(_) => eras.forget(key),
             }
         }
         match connected {
@@ -351,6 +349,17 @@ impl Pipeline {
             path: declaration.path.clone(),
         });
         Ok(permit)
+    }
+
+    /// What the era memory knows this server by: its declaration, and whose session in
+    /// which workspace asked (one session's servers never decide another's probe).
+    pub(super) fn era_key(&self, declaration: &Declaration) -> crate::core::Fingerprint {
+        let key = serde_json::json!([
+            declaration.fingerprint.hex(),
+            self.principal,
+            self.workspace.to_string_lossy()
+        ]);
+        crate::core::Fingerprint::of(key.to_string().as_bytes())
     }
 
     fn emit(&self, kind: EventKind) {

@@ -1,7 +1,9 @@
-//! Which era each `protocol: auto` server answered in, by declaration fingerprint: its
-//! next connection speaks that era at once instead of probing again (a legacy server
-//! that ignores `server/discover` would otherwise cost every connect the probe's 10 s).
-//! A changed declaration is a new fingerprint and probes anew; a failed connect forgets.
+//! Which era each `protocol: auto` server answered in, by a key the connect step makes
+//! of its declaration's fingerprint, the principal and the workspace: its next
+//! connection speaks that era at once instead of probing again (a legacy server that
+//! ignores `server/discover` would otherwise cost every connect the probe's 10 s). A
+//! changed declaration is a new key and probes anew; a failed connect forgets; one
+//! session's servers never decide another workspace's probe.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

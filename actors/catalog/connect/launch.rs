@@ -53,7 +53,7 @@ impl Pipeline {
                     protocol: self
                         .shared
                         .eras
-                        .choose(declaration.protocol, declaration.fingerprint),
+                        .choose(declaration.protocol, self.era_key(declaration)),
                 }))
             }
             (Endpoint::Stdio { .. }, Place::Addresses(_)) => Err(Outcome::Failed {
@@ -125,7 +125,7 @@ impl Pipeline {
             protocol: self
                 .shared
                 .eras
-                .choose(declaration.protocol, declaration.fingerprint),
+                .choose(declaration.protocol, self.era_key(declaration)),
         })
     }
 
