@@ -378,3 +378,37 @@ async fn one_workspaces_probe_never_decides_anothers() {
     h.finish().await;
     assert_eq!(discover_refusals(&home), 2);
 }
+
+#[tokio::test]
+async fn over_http_a_discovery_that_never_answers_fails_without_a_fallback() {
+    // rmcp's own `auto` falls back after 10 s of silence; over the network silence is
+    // what an attacker on the path can make, so it fails the server instead.
+    let server = common::http::serve(
+        "127.0.0.1:0",
+        common::http::Behaviour::McpDiscoverSilent,
+        None,
+    )
+    .await;
+    let url = format!("http://127.0.0.1:{}/mcp", server.port());
+    let core = Core::new().grant_servers(&["web"]).server(
+        "web",
+        &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\nprotocol: auto\nconnect_timeout_seconds: 12\n"),
+    );
+    let h = http_harness().await;
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+    assert!(catalog.tools().is_empty());
+    let message = &catalog
+        .diagnostics()
+        .iter()
+        .find(|d| d.server == "web")
+        .expect("a diagnostic")
+        .message;
+    assert!(message.contains("connect timeout"), "{message}");
+    let posts = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .count();
+    assert_eq!(posts, 1, "an initialize followed the silence");
+    h.finish().await;
+}

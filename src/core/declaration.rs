@@ -111,8 +111,9 @@ pub enum Protocol {
     V2026_07_28,
     /// `auto`: `server/discover` first; `initialize` only when the server answered it
     /// as a legacy server does (a JSON-RPC error that is not one of the modern era's
-    /// rejections). A failure of the transport, the URL policy, DNS, TLS or
-    /// authorization fails the server: it is never retried in the older era.
+    /// rejections; over stdio also silence for 10 s, never over HTTP). A failure of the
+    /// transport, the URL policy, DNS, TLS or authorization fails the server: it is
+    /// never retried in the older era.
     #[serde(rename = "auto")]
     Auto,
 }

@@ -315,6 +315,10 @@ impl McpClient {
 pub(crate) enum StartError {
     /// The server answered with an error or the transport failed (unredacted).
     Failed(String),
+    /// Asked in the 2026-07-28 era only, the server answered `server/discover` as a
+    /// 2025-era server does (a JSON-RPC error naming the request that is not one of the
+    /// modern era's rejections): a version mismatch, which `auto` may follow.
+    Legacy(String),
     /// Nothing came back within the connect timeout.
     TimedOut,
 }
@@ -323,7 +327,8 @@ pub(crate) enum StartError {
 /// (2026-07-28), or discovery that falls back to `initialize` only when the server
 /// answered it as a legacy server does (rmcp's rule: a correlated JSON-RPC error that
 /// is not a modern rejection, or no answer in 10 s). A transport failure during
-/// discovery (HTTP status, policy, DNS, TLS, authorization) fails the start.
+/// discovery fails the start. HTTP never asks for `Auto`: it runs the two eras itself,
+/// without the fallback after silence (`http::start`).
 fn lifecycle(protocol: Protocol) -> ClientLifecycleMode {
     match protocol {
         Protocol::V2025_11_25 => ClientLifecycleMode::Initialize,
@@ -365,13 +370,14 @@ where
     let started = tokio::time::timeout(timeout, async {
         tokio::select! {
             started = start(transport, signals, protocol) => started,
-            Some(end) = flooded => Err(format!("the connection ended: {end}")),
+            Some(end) = flooded => Err((format!("the connection ended: {end}"), false)),
         }
     })
     .await;
     match started {
         Ok(Ok(pair)) => Ok(pair),
-        Ok(Err(message)) => {
+        Ok(Err((message, true))) => Err(StartError::Legacy(message)),
+        Ok(Err((message, false))) => {
             // rmcp may see the end first ("connection closed"); the flood is the reason.
             let flooded = seen.borrow().clone().filter(TransportEnd::on_purpose);
             Err(StartError::Failed(match flooded {
@@ -456,25 +462,49 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError, protocol: Pr
     }
 }
 
+/// A start's failure in words, and whether it was a legacy server's answer to a
+/// discovery (see [`StartError::Legacy`]).
+type Failure = (String, bool);
+
 async fn start<T>(
     transport: T,
     signals: Arc<ServerSignals>,
     protocol: Protocol,
-) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), String>
+) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), Failure>
 where
     T: Transport<RoleClient> + 'static,
 {
-    {
-        let service = ClientServiceExt::serve_with_lifecycle(
-            ClientHandler::new(signals),
-            transport,
-            lifecycle(protocol),
+    let service = ClientServiceExt::serve_with_lifecycle(
+        ClientHandler::new(signals),
+        transport,
+        lifecycle(protocol),
+    )
+    .await
+    .map_err(|e| {
+        (
+            initialize_failure(&e, protocol),
+            answered_as_legacy(&e, protocol),
         )
+    })?;
+    let listed = list_tools(service.peer())
         .await
-        .map_err(|e| initialize_failure(&e, protocol))?;
-        let listed = list_tools(service.peer())
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok::<_, String>((service, listed))
-    }
+        .map_err(|e| (format!("tools/list failed: {e}"), false))?;
+    Ok((service, listed))
+}
+
+/// Whether a discovery in the 2026-07-28 era failed the way it fails with a 2025-era
+/// server: a JSON-RPC error that names the request and is not a modern rejection
+/// (rmcp's own rule for its `Auto` mode, which then falls back on the same transport).
+fn answered_as_legacy(error: &rmcp::service::ClientInitializeError, protocol: Protocol) -> bool {
+    use rmcp::model::ErrorCode;
+    let rmcp::service::ClientInitializeError::JsonRpcError(data) = error else {
+        return false;
+    };
+    protocol == Protocol::V2026_07_28
+        && !matches!(
+            data.code,
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+                | ErrorCode::HEADER_MISMATCH
+                | ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        )
 }

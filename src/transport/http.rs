@@ -133,6 +133,46 @@ async fn start<C>(
     (protocol, timeout): (crate::core::Protocol, Duration),
 ) -> Result<(McpClient, ListedTools), ConnectError>
 where
+    C: rmcp::transport::streamable_http_client::StreamableHttpClient
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    C::Error: std::error::Error + Send + Sync + 'static,
+{
+    use crate::core::Protocol;
+    if protocol != Protocol::Auto {
+        return start_in(client, config, signals, (protocol, timeout))
+            .await
+            .map_err(|(e, _)| e);
+    }
+    // `auto` over HTTP: discovery, then `initialize` on a new transport only when the
+    // server answered the discovery as a 2025-era server does. Never after silence: a
+    // stalled network (DNS, connect, TLS, an authorization step-up) is a failure, not
+    // a reason to speak the older era. Both steps share the connect timeout.
+    let started = std::time::Instant::now();
+    let modern = (Protocol::V2026_07_28, timeout);
+    let first = start_in(client.clone(), config.clone(), Arc::clone(&signals), modern).await;
+    match first {
+        Err((_, true)) => {
+            let left = timeout.saturating_sub(started.elapsed());
+            start_in(client, config, signals, (Protocol::V2025_11_25, left))
+                .await
+                .map_err(|(e, _)| e)
+        }
+        other => other.map_err(|(e, _)| e),
+    }
+}
+
+/// One start in one era; a failure says whether it was a legacy server's answer to a
+/// discovery ([`StartError::Legacy`]).
+async fn start_in<C>(
+    client: C,
+    config: StreamableHttpClientTransportConfig,
+    signals: Arc<ServerSignals>,
+    (protocol, timeout): (crate::core::Protocol, Duration),
+) -> Result<(McpClient, ListedTools), (ConnectError, bool)>
+where
     C: rmcp::transport::streamable_http_client::StreamableHttpClient + Send + Sync + 'static,
     C::Error: std::error::Error + Send + Sync + 'static,
 {
@@ -142,24 +182,29 @@ where
         EndCause::default(),
     );
     let transport = transport.ending_on_send_error();
+    let failed = |message: String| ConnectError {
+        kind: ConnectErrorKind::Failed,
+        message,
+        logged: None,
+        stderr_tail: Vec::new(),
+    };
     match super::client::initialize_and_list(transport, signals, protocol, timeout, closed.clone())
         .await
     {
         Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
-        Err(StartError::Failed(message)) => Err(ConnectError {
-            kind: ConnectErrorKind::Failed,
-            message,
-            logged: None,
-            stderr_tail: Vec::new(),
-        }),
-        Err(StartError::TimedOut) => Err(ConnectError {
-            kind: ConnectErrorKind::TimedOut,
-            message: format!(
-                "no answer within the connect timeout of {:.1}s (initialize and tools/list)",
-                timeout.as_secs_f64()
-            ),
-            logged: None,
-            stderr_tail: Vec::new(),
-        }),
+        Err(StartError::Failed(message)) => Err((failed(message), false)),
+        Err(StartError::Legacy(message)) => Err((failed(message), true)),
+        Err(StartError::TimedOut) => Err((
+            ConnectError {
+                kind: ConnectErrorKind::TimedOut,
+                message: format!(
+                    "no answer within the connect timeout of {:.1}s (initialize and tools/list)",
+                    timeout.as_secs_f64()
+                ),
+                logged: None,
+                stderr_tail: Vec::new(),
+            },
+            false,
+        )),
     }
 }

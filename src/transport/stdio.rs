@@ -99,7 +99,9 @@ pub(super) async fn connect(
                 listed,
             ));
         }
-        Err(StartError::Failed(message)) => (ConnectErrorKind::Failed, message),
+        Err(StartError::Failed(message) | StartError::Legacy(message)) => {
+            (ConnectErrorKind::Failed, message)
+        }
         Err(StartError::TimedOut) => (
             ConnectErrorKind::TimedOut,
             format!(

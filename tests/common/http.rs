@@ -36,6 +36,8 @@ pub enum Behaviour {
     /// (an authorization failure), or with a modern rejection that names the request
     /// (`-32020`, a header mismatch).
     McpDiscoverRefused { challenge: bool },
+    /// The demo MCP server, but `server/discover` never answered (a stalled network).
+    McpDiscoverSilent,
     /// A hostile MCP server: it answers initialize and tools/list, then floods `ping`
     /// requests on its SSE stream and never answers the POSTs that carry our answers.
     PingFlood,
@@ -163,7 +165,8 @@ pub async fn serve(
         )),
         Behaviour::McpForgetting(_)
         | Behaviour::McpLegacy
-        | Behaviour::McpDiscoverRefused { .. } => Some(demiurge_mcp::demo_server::http_service(
+        | Behaviour::McpDiscoverRefused { .. }
+        | Behaviour::McpDiscoverSilent => Some(demiurge_mcp::demo_server::http_service(
             Default::default(),
             Vec::new(),
         )),
@@ -258,6 +261,17 @@ async fn answer(
     req: Request<Incoming>,
     issued: Arc<Mutex<std::collections::HashSet<String>>>,
 ) -> Response<Body> {
+    if let Behaviour::McpDiscoverSilent = behaviour {
+        let discovery = req.method() == http::Method::POST
+            && req
+                .headers()
+                .get("mcp-method")
+                .is_some_and(|v| v == "server/discover");
+        if discovery {
+            std::future::pending::<()>().await;
+        }
+        return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
+    }
     if let Behaviour::McpDiscoverRefused { challenge } = behaviour {
         let discovery = req.method() == http::Method::POST
             && req
