@@ -157,9 +157,15 @@ impl Shaper<'_> {
                 .instructions
                 .as_deref()
                 .map(|i| self.text(i, MAX_INSTRUCTIONS)),
-            // Only a version's shape is kept: it is the server's word.
+            // Only a version's shape (YYYY-MM-DD) is kept: it is the server's word.
             protocol: Some(identity.protocol)
-                .filter(|p| p.len() <= 16 && p.bytes().all(|b| b.is_ascii_digit() || b == b'-'))
+                .filter(|p| {
+                    p.len() == 10
+                        && p.bytes().enumerate().all(|(i, b)| match i {
+                            4 | 7 => b == b'-',
+                            _ => b.is_ascii_digit(),
+                        })
+                })
                 .unwrap_or_default(),
         }
     }
