@@ -123,18 +123,11 @@ impl Pipeline {
             self.shared.config.close_grace,
         )
         .await;
-        if declaration.protocol == Protocol::Auto {
-            let (eras, key) = (&self.shared.eras, self.era_key(declaration));
-            match &connected {
-                Ok((_, listed)) => eras.learned(key, &listed.offer.identity.protocol),
-                Err(_) => eras.forget(key),
-            }
-        }
+        self.remember_era(declaration, connected.as_ref().ok().map(|(_, l)| l));
         match connected {
             Ok((client, listed)) => {
                 if let (Some(level), true) = (declaration.log_level, listed.offer.logging) {
-                    let timeout = declaration.connect_timeout;
-                    crate::transport::set_level(&client.peer(), level, timeout).await;
+                    transport::set_level(&client.peer(), level, declaration.connect_timeout).await;
                 }
                 Ok(Connected {
                     declaration: Arc::clone(declaration),
@@ -349,6 +342,19 @@ impl Pipeline {
             path: declaration.path.clone(),
         });
         Ok(permit)
+    }
+
+    /// For an `auto` server, the era its connection speaks (`listed`), or that it must
+    /// probe again (a failed connect).
+    fn remember_era(&self, declaration: &Declaration, listed: Option<&ListedTools>) {
+        if declaration.protocol != Protocol::Auto {
+            return;
+        }
+        let (eras, key) = (&self.shared.eras, self.era_key(declaration));
+        match listed {
+            Some(listed) => eras.learned(key, &listed.offer.identity.protocol),
+            None => eras.forget(key),
+        }
     }
 
     /// What the era memory knows this server by: its declaration, and whose session in

@@ -20,6 +20,7 @@ use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient};
 use tokio::sync::{Notify, watch};
 
+use super::ConnectErrorKind;
 use super::guard::TransportEnd;
 use super::notices::{Notice, Notices, Progress, token_key};
 use super::requests::{ListedTools, list_tools};
@@ -321,6 +322,25 @@ pub(crate) enum StartError {
     Legacy(String),
     /// Nothing came back within the connect timeout.
     TimedOut,
+}
+
+impl StartError {
+    /// The kind and words of this failure; `stages` names what the connect timeout
+    /// covered.
+    pub(crate) fn described(self, timeout: Duration, stages: &str) -> (ConnectErrorKind, String) {
+        match self {
+            StartError::Failed(message) | StartError::Legacy(message) => {
+                (ConnectErrorKind::Failed, message)
+            }
+            StartError::TimedOut => (
+                ConnectErrorKind::TimedOut,
+                format!(
+                    "no answer within the connect timeout of {:.1}s ({stages})",
+                    timeout.as_secs_f64()
+                ),
+            ),
+        }
+    }
 }
 
 /// How a connection in `protocol` starts: `initialize` (2025-11-25), `server/discover`

@@ -182,29 +182,20 @@ where
         EndCause::default(),
     );
     let transport = transport.ending_on_send_error();
-    let failed = |message: String| ConnectError {
-        kind: ConnectErrorKind::Failed,
-        message,
-        logged: None,
-        stderr_tail: Vec::new(),
-    };
     match super::client::initialize_and_list(transport, signals, protocol, timeout, closed.clone())
         .await
     {
         Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
-        Err(StartError::Failed(message)) => Err((failed(message), false)),
-        Err(StartError::Legacy(message)) => Err((failed(message), true)),
-        Err(StartError::TimedOut) => Err((
-            ConnectError {
-                kind: ConnectErrorKind::TimedOut,
-                message: format!(
-                    "no answer within the connect timeout of {:.1}s (initialize and tools/list)",
-                    timeout.as_secs_f64()
-                ),
+        Err(e) => {
+            let legacy = matches!(e, StartError::Legacy(_));
+            let (kind, message) = e.described(timeout, "initialize and tools/list");
+            let error = ConnectError {
+                kind,
+                message,
                 logged: None,
                 stderr_tail: Vec::new(),
-            },
-            false,
-        )),
+            };
+            Err((error, legacy))
+        }
     }
 }

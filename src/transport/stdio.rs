@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::{McpClient, ServerSignals, StartError};
+use super::client::{McpClient, ServerSignals};
 use super::framing::StdioTransport;
 use super::guard::{EndCause, Guarded, Traffic};
 use super::requests::ListedTools;
@@ -99,16 +99,7 @@ pub(super) async fn connect(
                 listed,
             ));
         }
-        Err(StartError::Failed(message) | StartError::Legacy(message)) => {
-            (ConnectErrorKind::Failed, message)
-        }
-        Err(StartError::TimedOut) => (
-            ConnectErrorKind::TimedOut,
-            format!(
-                "no answer within the connect timeout of {:.1}s (start, initialize and tools/list)",
-                timeout.as_secs_f64()
-            ),
-        ),
+        Err(e) => e.described(timeout, "start, initialize and tools/list"),
     };
     let mut process = process;
     // A server that failed on its own is usually exiting: a moment for its status,
