@@ -784,6 +784,32 @@ async fn the_python_time_server_works_confined() {
     h.finish().await;
 }
 
+/// That `server` of `catalog` connected in `era` and its `echo` answers.
+async fn speaks_and_echoes(catalog: &demiurge_mcp::TurnCatalog, server: &str, era: &str) {
+    let identity = catalog.servers().find(|s| s.server == server);
+    assert_eq!(
+        identity.map(|i| i.protocol.as_str()),
+        Some(era),
+        "{server}: {:?}",
+        catalog.diagnostics()
+    );
+    let echoed = catalog
+        .call(
+            &format!("{server}__echo"),
+            json!({"message": "from both eras"}),
+        )
+        .await
+        .unwrap();
+    let text = echoed
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone();
+    assert!(
+        !echoed.is_error && text.contains("from both eras"),
+        "{server}: {text}"
+    );
+}
+
 /// An echo server on the Python MCP SDK (`mcp` 2.3 from PyPI, dual-era by default),
 /// confined: `protocol: auto` speaks 2026-07-28 with it, the default 2025-11-25.
 #[tokio::test]
@@ -810,23 +836,7 @@ async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
         );
     let (h, catalog) = confined_turn(&core).await;
     for (server, era) in [("modern", "2026-07-28"), ("legacy", "2025-11-25")] {
-        let identity = catalog.servers().find(|s| s.server == server).unwrap();
-        assert_eq!(identity.protocol, era, "{server}");
-        let echoed = catalog
-            .call(
-                &format!("{server}__echo"),
-                json!({"message": "from both eras"}),
-            )
-            .await
-            .unwrap();
-        let text = echoed
-            .view(demiurge_mcp::redact::View::Operator)
-            .content
-            .clone();
-        assert!(
-            !echoed.is_error && text.contains("from both eras"),
-            "{server}: {text}"
-        );
+        speaks_and_echoes(&catalog, server, era).await;
     }
     h.finish().await;
 }
@@ -858,28 +868,7 @@ async fn the_typescript_sdk_server_speaks_both_eras_and_modern_only() {
         ("dualauto", "2026-07-28"),
         ("modern", "2026-07-28"),
     ] {
-        let identity = catalog.servers().find(|s| s.server == server);
-        assert_eq!(
-            identity.map(|i| i.protocol.as_str()),
-            Some(era),
-            "{server}: {:?}",
-            catalog.diagnostics()
-        );
-        let echoed = catalog
-            .call(
-                &format!("{server}__echo"),
-                json!({"message": "from both eras"}),
-            )
-            .await
-            .unwrap();
-        let text = echoed
-            .view(demiurge_mcp::redact::View::Operator)
-            .content
-            .clone();
-        assert!(
-            !echoed.is_error && text.contains("from both eras"),
-            "{server}: {text}"
-        );
+        speaks_and_echoes(&catalog, server, era).await;
     }
     let refused = catalog
         .diagnostics()

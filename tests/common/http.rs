@@ -250,6 +250,15 @@ pub async fn serve(
     }
 }
 
+/// Whether `req` is a 2026-07-28 `server/discover` (rmcp names the method in a header).
+fn is_discovery(req: &Request<Incoming>) -> bool {
+    req.method() == http::Method::POST
+        && req
+            .headers()
+            .get("mcp-method")
+            .is_some_and(|v| v == "server/discover")
+}
+
 async fn answer(
     behaviour: Behaviour,
     mcp: Option<
@@ -262,23 +271,13 @@ async fn answer(
     issued: Arc<Mutex<std::collections::HashSet<String>>>,
 ) -> Response<Body> {
     if let Behaviour::McpDiscoverSilent = behaviour {
-        let discovery = req.method() == http::Method::POST
-            && req
-                .headers()
-                .get("mcp-method")
-                .is_some_and(|v| v == "server/discover");
-        if discovery {
+        if is_discovery(&req) {
             std::future::pending::<()>().await;
         }
         return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
     }
     if let Behaviour::McpDiscoverRefused { challenge } = behaviour {
-        let discovery = req.method() == http::Method::POST
-            && req
-                .headers()
-                .get("mcp-method")
-                .is_some_and(|v| v == "server/discover");
-        if discovery {
+        if is_discovery(&req) {
             let body = req.into_body().collect().await.unwrap().to_bytes();
             let id = serde_json::from_slice::<serde_json::Value>(&body)
                 .map(|v| v["id"].clone())
@@ -304,12 +303,7 @@ async fn answer(
         return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
     }
     if let Behaviour::McpLegacy = behaviour {
-        let discovery = req.method() == http::Method::POST
-            && req
-                .headers()
-                .get("mcp-method")
-                .is_some_and(|v| v == "server/discover");
-        if discovery {
+        if is_discovery(&req) {
             let body = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Unsupported protocol version: 2026-07-28 (supported versions: 2025-11-25, 2025-06-18)"},"id":null}"#;
             return plain(
                 StatusCode::BAD_REQUEST,
