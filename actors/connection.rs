@@ -25,8 +25,8 @@ use crate::events::{EventHub, EventKind, ListKind};
 use crate::offer::{Offered, SchemaPool, shape_listing};
 use crate::redact::Redactor;
 use crate::transport::{
-    CallFailure, CallTiming, CallWatch, ListedTools, McpClient, Notices, PROMPTS, RESOURCES,
-    ServerSignals, TOOLS, TransportEnd,
+    CallFailure, CallTiming, CallWatch, ListedTools, McpClient, PROMPTS, RESOURCES, ServerSignals,
+    TOOLS, TransportEnd,
 };
 
 /// A server that connected and listed its tools.
@@ -95,8 +95,9 @@ pub(crate) struct Dispatch {
     timing: CallTiming,
     /// `tool_timeouts`: per-tool call timeouts over `timing.timeout`.
     tool_timeouts: Arc<std::collections::BTreeMap<String, Duration>>,
-    /// Where the server's progress for a call is routed.
-    notices: Arc<Notices>,
+    /// Where the server's progress for a call is routed, and its requests for input
+    /// (2026-07-28) are answered.
+    signals: Arc<ServerSignals>,
     closed: watch::Receiver<bool>,
 }
 
@@ -105,7 +106,7 @@ impl Dispatch {
     pub(crate) fn new(
         client: &McpClient,
         declaration: &Declaration,
-        notices: Arc<Notices>,
+        signals: Arc<ServerSignals>,
     ) -> (Self, watch::Sender<bool>) {
         let (closer, closed) = watch::channel(false);
         let serial =
@@ -118,7 +119,7 @@ impl Dispatch {
                 max: declaration.max_call_timeout,
             },
             tool_timeouts: Arc::new(declaration.tool_timeouts.clone()),
-            notices,
+            signals,
             closed,
         };
         (dispatch, closer)
@@ -146,19 +147,26 @@ impl Dispatch {
         watch: CallWatch,
     ) -> Result<serde_json::Value, CallFailure> {
         let _turn = self.serial_turn().await?;
-        let progress = Some((&self.notices, watch));
         let mut timing = self.timing;
         if let Some(timeout) = self.tool_timeouts.get(tool) {
             timing.timeout = *timeout;
             timing.max = timing.max.map(|max| max.max(*timeout));
         }
-        crate::transport::call_tool(&self.peer, tool, arguments, timing, progress).await
+        crate::transport::call_tool(
+            &self.peer,
+            &self.signals,
+            tool,
+            arguments,
+            timing,
+            Some(watch),
+        )
+        .await
     }
 
     /// `resources/read`, under the same serial permit and timeout as a call.
     pub(crate) async fn read_resource(&self, uri: &str) -> Result<serde_json::Value, CallFailure> {
         let _turn = self.serial_turn().await?;
-        crate::transport::read_resource(&self.peer, uri, self.timing.timeout).await
+        crate::transport::read_resource(&self.peer, &self.signals, uri, self.timing.timeout).await
     }
 
     /// `resources/subscribe`, within the call timeout.
@@ -173,7 +181,8 @@ impl Dispatch {
         arguments: Option<JsonObject>,
     ) -> Result<rmcp::model::GetPromptResult, CallFailure> {
         let _turn = self.serial_turn().await?;
-        crate::transport::get_prompt(&self.peer, name, arguments, self.timing.timeout).await
+        let timeout = self.timing.timeout;
+        crate::transport::get_prompt(&self.peer, &self.signals, name, arguments, timeout).await
     }
 
     async fn serial_turn(&self) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, CallFailure> {
@@ -235,7 +244,7 @@ impl Live {
             signals,
         } = connected;
         let pid = client.pid();
-        let (dispatch, closer) = Dispatch::new(&client, &declaration, Arc::clone(&signals.notices));
+        let (dispatch, closer) = Dispatch::new(&client, &declaration, Arc::clone(&signals));
         let end = EndSlot::default();
         let args = ConnectionArgs {
             client,

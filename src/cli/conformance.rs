@@ -33,7 +33,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
     std::fs::write(
         core.join("agent/mcp/server.yaml"),
         format!(
-            "transport: streamable_http\nurl: {}\napproval_policy: auto\nconnect_timeout_seconds: 20\ntimeout_seconds: 20\n{oauth}",
+            "transport: streamable_http\nurl: {}\nprotocol: auto\napproval_policy: auto\nconnect_timeout_seconds: 20\ntimeout_seconds: 20\n{oauth}",
             serde_json::to_string(url)?
         ),
     )?;
@@ -54,7 +54,7 @@ pub(crate) async fn run(cli: &Cli, url: &str) -> anyhow::Result<u8> {
     config.elicitor = Arc::new(AcceptDefaults);
     let runtime = Runtime::start(config).await?;
     super::register(&runtime);
-    let outcome = act(&runtime, &core, &scenario, &events).await;
+    let outcome = act(&runtime, &core, &scenario, &context, &events).await;
     runtime.shutdown().await;
     outcome
 }
@@ -67,6 +67,7 @@ async fn act(
     runtime: &Runtime,
     core: &std::path::Path,
     scenario: &str,
+    context: &Value,
     events: &MemorySink,
 ) -> anyhow::Result<u8> {
     let (session, _) = runtime.start_session(SessionSpec::new(core)).await?;
@@ -108,31 +109,73 @@ async fn act(
     }
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let mut code = 0;
-    for tool in turn.tools() {
-        let args = arguments_for(&tool.input_schema);
-        match turn.call(&tool.name, args).await {
+    for (name, args) in planned_calls(&turn, scenario, context) {
+        match turn.call(&name, args).await {
             Ok(result) if !result.is_error => {
                 eprintln!(
-                    "{}: {}",
-                    tool.name,
+                    "{name}: {}",
                     super::t(&result.view(demiurge_mcp::redact::View::Operator).content)
                 )
             }
             Ok(result) => {
                 eprintln!(
-                    "{}: error {}",
-                    tool.name,
+                    "{name}: error {}",
                     super::t(&result.view(demiurge_mcp::redact::View::Operator).content)
                 );
                 code = 1;
             }
             Err(e) => {
-                eprintln!("{}: refused {}", tool.name, super::t(&e.to_string()));
+                eprintln!("{name}: refused {}", super::t(&e.to_string()));
                 code = 1;
             }
         }
     }
     Ok(code)
+}
+
+/// The calls a scenario asks for: the ones its context names (`toolCalls`, with their
+/// arguments), none where it only looks at the listing, the focal tool's schema echoed
+/// back where it checks what the client kept of it, and otherwise every listed tool
+/// with arguments made from its schema.
+fn planned_calls(
+    turn: &demiurge_mcp::TurnCatalog,
+    scenario: &str,
+    context: &Value,
+) -> Vec<(String, Value)> {
+    let exposed = |tool: &str| {
+        turn.tools()
+            .iter()
+            .find(|t| t.tool == tool)
+            .map(|t| t.name.clone())
+    };
+    if let Some(calls) = context.get("toolCalls").and_then(Value::as_array) {
+        return calls
+            .iter()
+            .filter_map(|call| {
+                let name = exposed(call.get("name")?.as_str()?)?;
+                Some((name, call.get("arguments").cloned().unwrap_or(json!({}))))
+            })
+            .collect();
+    }
+    if scenario == "json-schema-ref-no-deref" {
+        return Vec::new();
+    }
+    if scenario == "json-schema-2020-12-preservation" {
+        let focal = turn
+            .tools()
+            .iter()
+            .find(|t| t.tool != "json_schema_echo")
+            .map(|t| Value::Object((*t.input_schema).clone()));
+        return exposed("json_schema_echo")
+            .zip(focal)
+            .map(|(name, schema)| (name, json!({ "schema": schema })))
+            .into_iter()
+            .collect();
+    }
+    turn.tools()
+        .iter()
+        .map(|tool| (tool.name.clone(), arguments_for(&tool.input_schema)))
+        .collect()
 }
 
 /// The host variable the conformance client secret is passed in.

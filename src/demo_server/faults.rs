@@ -76,6 +76,8 @@ pub enum Fault {
     /// Refuse `server/discover` as a 2025-11-25 server does (method not found): it
     /// speaks only the legacy era.
     LegacyOnly,
+    /// Answer every modern-era call with `input_required` rounds that break a bound.
+    Asking(super::rounds::Asking),
 }
 
 impl Fault {
@@ -118,9 +120,10 @@ impl Fault {
             "odd-elicitations" => Fault::OddElicitations,
             "modern-only" => Fault::ModernOnly,
             "legacy-only" => Fault::LegacyOnly,
+            "asking" => Fault::Asking(super::rounds::Asking::parse(arg)?),
             other => {
                 return Err(format!(
-                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations, modern-only, legacy-only"
+                    "unknown fault `{other}`; modes: exit-at-start, hang-initialize, hang-list, crash-on-call, hang-call, garbage-stdout, huge-tools N, huge-result BYTES, huge-result-id-last BYTES, huge-structured BYTES, stderr-flood BYTES, slow-drip, fork-child, list-changed-storm, hostile-tools, bad-schema, nested-result, flood-unreadable, flood-pings, flood-notifications, flood-same-id, flood-cancelled, flood-long-ids, flood-at-connect, ignore-eof, odd-elicitations, modern-only, legacy-only, asking MODE"
                 ));
             }
         })

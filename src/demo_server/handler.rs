@@ -236,6 +236,15 @@ impl ServerHandler for DemoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if super::rounds::modern(&context) {
+            let answer = match self.options.fault {
+                Some(Fault::Asking(mode)) => super::rounds::hostile(mode, &request),
+                _ => self.rounds(&request),
+            };
+            if let Some(answer) = answer {
+                return Ok(answer);
+            }
+        }
         match self.options.fault {
             Some(Fault::CrashOnCall) => {
                 eprintln!("demo server: crashing in the middle of a call, as asked");

@@ -33,9 +33,11 @@ use serde_json::{Value, json};
 
 mod faults;
 mod handler;
+mod rounds;
 mod serve;
 
 pub use faults::Fault;
+pub use rounds::Asking;
 pub use serve::{http_service, serve_http, serve_stdio};
 
 /// How the demo server is shaped.

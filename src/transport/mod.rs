@@ -13,6 +13,7 @@ mod http;
 mod notices;
 mod oauth;
 mod requests;
+mod rounds;
 mod stdio;
 
 use std::path::PathBuf;
@@ -39,6 +40,9 @@ pub use oauth::{
 pub use requests::{
     CallFailure, CallTiming, Identity, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, Offer, call_tool,
     get_prompt, list_tools, read_resource, set_level, subscribe,
+};
+pub use rounds::{
+    MAX_INPUT_KEY_BYTES, MAX_INPUT_REQUESTS, MAX_INPUT_ROUNDS, MAX_REQUEST_STATE_BYTES,
 };
 pub(crate) use stdio::StdioLaunch;
 

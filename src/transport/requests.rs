@@ -23,7 +23,9 @@ use rmcp::model::{
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 
+use super::client::ServerSignals;
 use super::notices::{CallWatch, Notices, token_key};
+use super::rounds::with_rounds;
 
 /// Most pages of `tools/list` followed for one server.
 pub const MAX_TOOL_PAGES: usize = 100;
@@ -157,19 +159,20 @@ pub async fn list_offer(peer: &Peer<RoleClient>) -> Result<Offer, String> {
     Ok(offer)
 }
 
-/// `resources/read` of `uri`, its answer as JSON, within `timeout`.
+/// `resources/read` of `uri`, its answer as JSON, within `timeout` (answering the
+/// server's requests for input through `signals`).
 ///
 /// # Errors
 /// [`CallFailure`], unredacted.
 pub async fn read_resource(
     peer: &Peer<RoleClient>,
+    signals: &ServerSignals,
     uri: &str,
     timeout: Duration,
 ) -> Result<serde_json::Value, CallFailure> {
-    let request = ClientRequest::ReadResourceRequest(Request::new(ReadResourceRequestParams::new(
-        uri.to_string(),
-    )));
-    match send(peer, request, timeout).await? {
+    let params = ReadResourceRequestParams::new(uri.to_string());
+    let send = |request, left| send(peer, request, left);
+    match with_rounds(signals, params, timeout, send).await? {
         ServerResult::ReadResourceResult(result) => {
             serde_json::to_value(result).map_err(|e| CallFailure::Protocol(e.to_string()))
         }
@@ -179,25 +182,22 @@ pub async fn read_resource(
     }
 }
 
-/// `prompts/get` of `name` with `arguments`, within `timeout`.
+/// `prompts/get` of `name` with `arguments`, within `timeout` (answering the server's
+/// requests for input through `signals`).
 ///
 /// # Errors
 /// [`CallFailure`], unredacted.
 pub async fn get_prompt(
     peer: &Peer<RoleClient>,
+    signals: &ServerSignals,
     name: &str,
     arguments: Option<JsonObject>,
     timeout: Duration,
 ) -> Result<GetPromptResult, CallFailure> {
     let mut params = GetPromptRequestParams::new(name.to_string());
     params.arguments = arguments;
-    match send(
-        peer,
-        ClientRequest::GetPromptRequest(Request::new(params)),
-        timeout,
-    )
-    .await?
-    {
+    let send = |request, left| send(peer, request, left);
+    match with_rounds(signals, params, timeout, send).await? {
         ServerResult::GetPromptResult(result) => Ok(result),
         _ => Err(CallFailure::Protocol(
             "unexpected response to prompts/get".into(),
@@ -321,50 +321,64 @@ pub struct CallTiming {
     pub max: Option<Duration>,
 }
 
-/// Calls a tool with a timeout; on timeout rmcp sends `notifications/cancelled`.
+/// Calls a tool with a timeout; on timeout rmcp sends `notifications/cancelled`. The
+/// server's requests for input (2026-07-28) are answered through `signals`, each round
+/// within what is left of the timeout.
 ///
 /// # Errors
 /// [`CallFailure`], unredacted.
 pub async fn call_tool(
     peer: &Peer<RoleClient>,
+    signals: &ServerSignals,
     tool: &str,
     arguments: Option<JsonObject>,
     timing: CallTiming,
-    progress: Option<(&Arc<Notices>, CallWatch)>,
+    watch: Option<CallWatch>,
 ) -> Result<serde_json::Value, CallFailure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = arguments;
-    let request = ClientRequest::CallToolRequest(Request::new(params));
-    let mut options = PeerRequestOptions::with_timeout(timing.timeout);
-    if let Some(max) = timing.max {
-        options = options.reset_timeout_on_progress();
-        options.max_total_timeout = Some(max);
+    let budget = timing.max.unwrap_or(timing.timeout);
+    let send =
+        |request, left| call_round(peer, &signals.notices, request, timing, left, watch.clone());
+    match with_rounds(signals, params, budget, send).await? {
+        ServerResult::CallToolResult(result) => {
+            into_json(result).map_err(|e| CallFailure::Protocol(e.to_string()))
+        }
+        _ => Err(CallFailure::Protocol(
+            "unexpected response to tools/call".into(),
+        )),
     }
-    let timeout = timing.max.unwrap_or(timing.timeout);
+}
+
+/// One round of a call: sent with what is `left` of its time, its progress heard.
+async fn call_round(
+    peer: &Peer<RoleClient>,
+    notices: &Arc<Notices>,
+    request: ClientRequest,
+    timing: CallTiming,
+    left: Duration,
+    watch: Option<CallWatch>,
+) -> Result<ServerResult, CallFailure> {
+    let mut options = PeerRequestOptions::with_timeout(timing.timeout.min(left));
+    if timing.max.is_some() {
+        options = options.reset_timeout_on_progress();
+        options.max_total_timeout = Some(left);
+    }
     // rmcp gives every request a progress token; the call's sink hears its progress.
     let handle = peer
         .send_request_with_option(request, options)
         .await
-        .map_err(|e| match classify(&e, timeout) {
+        .map_err(|e| match classify(&e, left) {
             CallFailure::Closed(m) => CallFailure::NotSent(m),
             other => other,
         })?;
-    let _watching = progress
-        .and_then(|(notices, watch)| notices.watch(token_key(&handle.progress_token), watch));
+    let _watching = watch.and_then(|watch| notices.watch(token_key(&handle.progress_token), watch));
     // A caller that drops this future has given up on the call: the server is told, as
     // it is on a timeout, instead of working on for nobody.
     let mut abandoned = Abandoned::armed(peer, &handle.id);
     let response = handle.await_response().await;
     abandoned.disarm();
-    match response {
-        Ok(ServerResult::CallToolResult(result)) => {
-            into_json(result).map_err(|e| CallFailure::Protocol(e.to_string()))
-        }
-        Ok(_) => Err(CallFailure::Protocol(
-            "unexpected response to tools/call".into(),
-        )),
-        Err(e) => Err(classify(&e, timeout)),
-    }
+    response.map_err(|e| classify(&e, left))
 }
 
 /// A call's result as JSON, its texts and structured content moved rather than

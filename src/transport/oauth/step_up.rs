@@ -1,5 +1,7 @@
 //! The step-up of the MCP authorization specification: a 403 `insufficient_scope` asks the
-//! user for the broader authorization, once per request, and the request is retried.
+//! user for the broader authorization, once per request, and the request is retried; a
+//! 401 on a connection already authorized is authorized again the same way (the
+//! server's authorization server may have changed).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -70,7 +72,7 @@ impl StepUp {
         if *ups >= MAX_STEP_UPS {
             return Err(StreamableHttpError::UnexpectedServerResponse(
                 format!(
-                    "the server asked for a broader authorization more than {MAX_STEP_UPS} times"
+                    "the server asked to be authorized again (a broader scope, or after refusing its token) more than {MAX_STEP_UPS} times"
                 )
                 .into(),
             ));
@@ -127,6 +129,13 @@ impl StreamableHttpClient for StepUp {
         };
         match send().await {
             Err(StreamableHttpError::InsufficientScope(challenge)) => {
+                self.step_up(&challenge.www_authenticate_header).await?;
+                send().await.map_err(described)
+            }
+            // A token the server accepted before is refused now, and no refresh helped:
+            // authorize again from the server's current metadata (its authorization
+            // server may have moved, SEP-2352), under the same budget as a step-up.
+            Err(StreamableHttpError::AuthRequired(challenge)) => {
                 self.step_up(&challenge.www_authenticate_header).await?;
                 send().await.map_err(described)
             }

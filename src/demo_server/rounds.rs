@@ -1,0 +1,139 @@
+//! The demo server's multi round-trip answers (MCP 2026-07-28): where a legacy client is
+//! sent a request of the server's own (`elicitation/create`, `roots/list`), a modern one
+//! gets an `input_required` result and sends its call again with the answers. Every
+//! round carries a `requestState` with bytes a careless client would mangle (a quote, a
+//! backslash, a newline, a non-ASCII character), checked when it comes back. The
+//! `asking MODE` fault breaks the rounds' bounds on purpose.
+
+use rmcp::model::{InputRequest, InputRequests, InputRequiredResult};
+
+use super::*;
+
+/// The state of every round, which must come back exactly as sent.
+const STATE: &str = "demo-state \"quoted\" back\\slash\nnew line \u{00e9}\u{1F512}";
+
+/// How the `asking MODE` fault breaks the rounds' bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asking {
+    /// Answer every round with state only, without end.
+    Forever,
+    /// A `requestState` of a megabyte.
+    HugeState,
+    /// A hundred elicitations in one round.
+    Many,
+    /// A model sample (`sampling/createMessage`).
+    Sampling,
+    /// An input request whose key is a kilobyte long.
+    LongKey,
+}
+
+impl Asking {
+    /// Parses the fault's argument.
+    ///
+    /// # Errors
+    /// An unknown or missing mode, with the modes.
+    pub fn parse(arg: Option<&str>) -> Result<Self, String> {
+        Ok(match arg {
+            Some("forever") => Asking::Forever,
+            Some("huge-state") => Asking::HugeState,
+            Some("many") => Asking::Many,
+            Some("sampling") => Asking::Sampling,
+            Some("long-key") => Asking::LongKey,
+            _ => {
+                return Err(
+                    "fault `asking` needs a mode: forever, huge-state, many, sampling, long-key"
+                        .into(),
+                );
+            }
+        })
+    }
+}
+
+/// Whether the request being answered speaks the 2026-07-28 era.
+pub(super) fn modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| !version.has_initialize())
+}
+
+fn input(value: Value) -> Option<InputRequest> {
+    serde_json::from_value(value).ok()
+}
+
+fn asked(requests: Vec<(String, InputRequest)>, state: Option<String>) -> CallToolResponse {
+    let requests: InputRequests = requests.into_iter().collect();
+    CallToolResponse::InputRequired(InputRequiredResult::new(
+        (!requests.is_empty()).then_some(requests),
+        state,
+    ))
+}
+
+fn text(text: String) -> CallToolResponse {
+    CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)]))
+}
+
+/// The `asking MODE` fault's answer to any call, and its round count on stderr.
+pub(super) fn hostile(mode: Asking, request: &CallToolRequestParams) -> Option<CallToolResponse> {
+    static ROUNDS: AtomicUsize = AtomicUsize::new(0);
+    let round = ROUNDS.fetch_add(1, Ordering::Relaxed) + 1;
+    eprintln!("demo server: input round {round}");
+    let elicit = |n: usize| {
+        input(json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": format!("question {n}"),
+            "requestedSchema": {"type": "object", "properties": {}}}}))
+    };
+    Some(match mode {
+        Asking::Forever => asked(Vec::new(), Some(format!("round {round}"))),
+        Asking::HugeState => asked(vec![("ask".into(), elicit(0)?)], Some("s".repeat(1 << 20))),
+        Asking::Many => asked(
+            (0..100)
+                .map(|n| Some((format!("ask-{n}"), elicit(n)?)))
+                .collect::<Option<_>>()?,
+            None,
+        ),
+        Asking::Sampling => {
+            let sample = input(json!({"method": "sampling/createMessage", "params": {
+                "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}],
+                "maxTokens": 10}}))?;
+            asked(vec![("sample".into(), sample)], None)
+        }
+        Asking::LongKey if request.input_responses.is_none() => {
+            asked(vec![("k".repeat(1024), elicit(0)?)], None)
+        }
+        Asking::LongKey => text("answered".into()),
+    })
+}
+
+impl DemoServer {
+    /// A modern call's rounds, where its legacy form would send a request of its own:
+    /// `roots` asks for the roots, a tools-file tool with `elicit` asks that. `None`
+    /// for every other call.
+    pub(super) fn rounds(&self, request: &CallToolRequestParams) -> Option<CallToolResponse> {
+        let question = if request.name == "roots" {
+            input(json!({"method": "roots/list"}))?
+        } else {
+            let elicitation = self.file_elicitation(&request.name)?;
+            input(json!({"method": "elicitation/create", "params": elicitation}))?
+        };
+        let Some(answers) = &request.input_responses else {
+            return Some(asked(
+                vec![("ask".into(), question)],
+                Some(STATE.to_string()),
+            ));
+        };
+        if request.request_state.as_deref() != Some(STATE) {
+            return Some(CallToolResponse::Complete(CallToolResult::error(vec![
+                ContentBlock::text("the requestState came back altered"),
+            ])));
+        }
+        let answer = answers.get("ask").cloned().unwrap_or(Value::Null);
+        Some(text(if request.name == "roots" {
+            let roots = answer.get("roots").and_then(Value::as_array);
+            let uris = roots.into_iter().flatten();
+            let uris: Vec<&str> = uris.filter_map(|r| r.get("uri")?.as_str()).collect();
+            uris.join("\n")
+        } else {
+            serde_json::to_string(&answer).unwrap_or_default()
+        }))
+    }
+}
