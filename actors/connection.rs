@@ -25,8 +25,8 @@ use crate::events::{EventHub, EventKind, ListKind};
 use crate::offer::{Offered, SchemaPool, shape_listing};
 use crate::redact::Redactor;
 use crate::transport::{
-    CallFailure, CallTiming, CallWatch, ListedTools, McpClient, PROMPTS, RESOURCES, ServerSignals,
-    TOOLS, TransportEnd,
+    CallFailure, CallTiming, CallWatch, ListedTools, Listener, McpClient, PROMPTS, RESOURCES,
+    ServerSignals, TOOLS, TransportEnd,
 };
 
 /// A server that connected and listed its tools.
@@ -98,6 +98,8 @@ pub(crate) struct Dispatch {
     /// Where the server's progress for a call is routed, and its requests for input
     /// (2026-07-28) are answered.
     signals: Arc<ServerSignals>,
+    /// Where a modern connection's resource subscriptions go.
+    listener: Option<Arc<Listener>>,
     closed: watch::Receiver<bool>,
 }
 
@@ -120,6 +122,7 @@ impl Dispatch {
             },
             tool_timeouts: Arc::new(declaration.tool_timeouts.clone()),
             signals,
+            listener: client.listener(),
             closed,
         };
         (dispatch, closer)
@@ -169,9 +172,13 @@ impl Dispatch {
         crate::transport::read_resource(&self.peer, &self.signals, uri, self.timing.timeout).await
     }
 
-    /// `resources/subscribe`, within the call timeout.
+    /// `resources/subscribe` (2025-11-25), or a wider `subscriptions/listen`
+    /// (2026-07-28), within the call timeout.
     pub(crate) async fn subscribe(&self, uri: &str) -> Result<(), CallFailure> {
-        crate::transport::subscribe(&self.peer, uri, self.timing.timeout).await
+        match &self.listener {
+            Some(listener) => listener.subscribe(uri, self.timing.timeout).await,
+            None => crate::transport::subscribe(&self.peer, uri, self.timing.timeout).await,
+        }
     }
 
     /// `prompts/get`, under the same serial permit and timeout as a call.

@@ -384,9 +384,19 @@ async fn prompts_are_listed_and_got_with_arguments_redacted() {
 
 #[tokio::test]
 async fn list_changes_apply_at_the_next_turn_and_updates_become_events() {
+    list_changes_and_updates("").await;
+}
+
+/// The same in the 2026-07-28 era, where they arrive on `subscriptions/listen`.
+#[tokio::test]
+async fn modern_list_changes_and_updates_arrive_on_the_connections_subscription() {
+    list_changes_and_updates("protocol: 2026-07-28\n").await;
+}
+
+async fn list_changes_and_updates(era: &str) {
     let core = Core::new()
         .grant_servers(&["demo"])
-        .server("demo", &demo("approval_policy: auto\n"));
+        .server("demo", &demo(&format!("approval_policy: auto\n{era}")));
     let h = harness(Recorder::allow()).await;
     let (session, first) = common::open(&h.runtime, core.spec()).await;
     first
@@ -408,7 +418,30 @@ async fn list_changes_apply_at_the_next_turn_and_updates_become_events() {
             && !h.sink.of_type("mcp.resource_updated").is_empty()
     })
     .await;
-    assert!(changed);
+    assert!(changed, "{:?}", h.sink.events());
+    if era.is_empty() {
+        h.finish().await;
+        return;
+    }
+    // A resource nobody subscribed to is not announced.
+    first
+        .call("demo__touch", json!({"uri": "demo://cwd"}))
+        .await
+        .unwrap();
+    first
+        .call("demo__touch", json!({"uri": "demo://readme"}))
+        .await
+        .unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || h
+            .sink
+            .of_type("mcp.resource_updated")
+            .len()
+            == 2)
+        .await
+    );
+    let updated = serde_json::to_string(&h.sink.of_type("mcp.resource_updated")).unwrap();
+    assert!(!updated.contains("demo://cwd"), "{updated}");
     let next = session.prepare_turn().await.unwrap();
     assert!(next.resources().any(|r| r.uri == "demo://new"));
     let read = next.read_resource("demo", "demo://new").await.unwrap();

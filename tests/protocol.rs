@@ -287,8 +287,16 @@ async fn auto_remembers_a_servers_era_and_probes_again_when_the_declaration_chan
 }
 
 #[tokio::test]
-async fn over_http_a_legacy_servers_400_to_discovery_falls_back_and_is_remembered() {
-    let server = common::http::serve("127.0.0.1:0", common::http::Behaviour::McpLegacy, None).await;
+async fn over_http_a_legacy_servers_answer_to_discovery_falls_back_and_is_remembered() {
+    // A 400 naming no request (the TypeScript SDK), and an empty result (a server that
+    // answers methods it does not know that way).
+    for empty_result in [false, true] {
+        legacy_fallback(common::http::Behaviour::McpLegacy { empty_result }).await;
+    }
+}
+
+async fn legacy_fallback(behaviour: common::http::Behaviour) {
+    let server = common::http::serve("127.0.0.1:0", behaviour, None).await;
     let url = format!("http://127.0.0.1:{}/mcp", server.port());
     let core = Core::new().grant_servers(&["old"]).server(
         "old",

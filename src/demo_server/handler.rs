@@ -26,6 +26,18 @@ impl ServerHandler for DemoServer {
         self.negotiate_initialize(&request)
     }
 
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        DemoServer::accepted(requested)
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        self.hold(context).await;
+        Ok(())
+    }
+
     async fn discover(
         &self,
         _context: RequestContext<RoleServer>,

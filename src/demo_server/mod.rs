@@ -38,6 +38,7 @@ mod serve;
 
 pub use faults::Fault;
 pub use rounds::Asking;
+use rounds::Change;
 pub use serve::{http_service, serve_http, serve_stdio};
 
 /// How the demo server is shaped.
@@ -126,6 +127,8 @@ pub struct DemoServer {
     added: Arc<std::sync::Mutex<Vec<String>>>,
     /// Resources added at run time by `add_resource`.
     added_resources: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The open `subscriptions/listen` requests of modern clients.
+    listeners: rounds::Listeners,
     /// The least severe level `log` sends (`logging/setLevel`), as its rank.
     log_level: Arc<AtomicUsize>,
 }
@@ -232,7 +235,7 @@ impl DemoServer {
         if let Ok(mut added) = self.added.lock() {
             added.push(name.clone());
         }
-        let _ = context.peer.notify_tool_list_changed().await;
+        self.announce(&context, Change::Tools).await;
         format!("added {name}")
     }
 
@@ -303,7 +306,7 @@ impl DemoServer {
         if let Ok(mut added) = self.added_resources.lock() {
             added.push(uri.clone());
         }
-        let _ = context.peer.notify_resource_list_changed().await;
+        self.announce(&context, Change::Resources).await;
         format!("added {uri}")
     }
 
@@ -313,8 +316,7 @@ impl DemoServer {
         Parameters(UriArgs { uri }): Parameters<UriArgs>,
         context: RequestContext<RoleServer>,
     ) -> String {
-        let note = rmcp::model::ResourceUpdatedNotificationParam::new(uri.clone());
-        let _ = context.peer.notify_resource_updated(note).await;
+        self.announce(&context, Change::Updated(uri.clone())).await;
         format!("touched {uri}")
     }
 
@@ -352,6 +354,7 @@ impl DemoServer {
             max_in_flight: Arc::default(),
             added: Arc::default(),
             added_resources: Arc::default(),
+            listeners: Arc::default(),
             log_level: Arc::default(),
         }
     }

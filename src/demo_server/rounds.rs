@@ -1,11 +1,14 @@
-//! The demo server's multi round-trip answers (MCP 2026-07-28): where a legacy client is
-//! sent a request of the server's own (`elicitation/create`, `roots/list`), a modern one
-//! gets an `input_required` result and sends its call again with the answers. Every
+//! What the demo server does differently for a modern client (MCP 2026-07-28): where a
+//! legacy client is sent a request of the server's own (`elicitation/create`,
+//! `roots/list`), a modern one gets an `input_required` result and sends its call again
+//! with the answers; where a legacy client is sent a notification of a change, a modern
+//! one hears it on its open `subscriptions/listen` requests. Every
 //! round carries a `requestState` with bytes a careless client would mangle (a quote, a
 //! backslash, a newline, a non-ASCII character), checked when it comes back. The
 //! `asking MODE` fault breaks the rounds' bounds on purpose.
 
-use rmcp::model::{InputRequest, InputRequests, InputRequiredResult};
+use rmcp::model::{InputRequest, InputRequests, InputRequiredResult, SubscriptionFilter};
+use rmcp::service::{SubscriptionContext, SubscriptionSink};
 
 use super::*;
 
@@ -135,5 +138,71 @@ impl DemoServer {
         } else {
             serde_json::to_string(&answer).unwrap_or_default()
         }))
+    }
+}
+
+/// The open `subscriptions/listen` requests of this server's modern clients.
+pub(super) type Listeners = Arc<std::sync::Mutex<Vec<SubscriptionSink>>>;
+
+/// A change the demo server announces.
+pub(super) enum Change {
+    /// Its tool list changed.
+    Tools,
+    /// Its resource list changed.
+    Resources,
+    /// The resource at this URI changed.
+    Updated(String),
+}
+
+impl DemoServer {
+    /// Tells the client of `context` about `change`: a legacy client by notification,
+    /// a modern one on every open subscription that asked for it.
+    pub(super) async fn announce(&self, context: &RequestContext<RoleServer>, change: Change) {
+        if !modern(context) {
+            let _ = match change {
+                Change::Tools => context.peer.notify_tool_list_changed().await,
+                Change::Resources => context.peer.notify_resource_list_changed().await,
+                Change::Updated(uri) => {
+                    let note = rmcp::model::ResourceUpdatedNotificationParam::new(uri);
+                    context.peer.notify_resource_updated(note).await
+                }
+            };
+            return;
+        }
+        let sinks = self.listeners.lock().map(|l| l.clone()).unwrap_or_default();
+        for sink in sinks {
+            // A subscription that did not ask for this change refuses it: that is its
+            // filter working, not an error.
+            let _ = match &change {
+                Change::Tools => sink.notify_tool_list_changed().await,
+                Change::Resources => sink.notify_resource_list_changed().await,
+                Change::Updated(uri) => sink.notify_resource_updated(uri.clone()).await,
+            };
+        }
+    }
+
+    /// Every category asked for is accepted.
+    pub(super) fn accepted(requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    /// Holds a subscription open until the client cancels it or goes away.
+    pub(super) async fn hold(&self, subscription: SubscriptionContext) {
+        let sink = subscription.sink().clone();
+        let id = sink.id().clone();
+        eprintln!(
+            "demo server: listening for {} resources",
+            sink.accepted()
+                .resource_subscriptions
+                .as_ref()
+                .map_or(0, Vec::len)
+        );
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.push(sink);
+        }
+        subscription.cancelled().await;
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.retain(|sink| *sink.id() != id);
+        }
     }
 }

@@ -22,6 +22,7 @@ use tokio::sync::{Notify, watch};
 
 use super::ConnectErrorKind;
 use super::guard::TransportEnd;
+use super::listen::Listener;
 use super::notices::{Notice, Notices, Progress, token_key};
 use super::requests::{ListedTools, list_tools};
 use crate::core::Protocol;
@@ -254,6 +255,8 @@ pub struct McpClient {
     /// Set once the transport has ended, with why (EOF, broken pipe, a flood).
     transport_closed: watch::Receiver<Option<TransportEnd>>,
     pub(crate) process: Option<ChildProcess>,
+    /// The open `subscriptions/listen` of a modern connection.
+    listener: Option<Arc<Listener>>,
 }
 
 impl std::fmt::Debug for McpClient {
@@ -267,11 +270,13 @@ impl std::fmt::Debug for McpClient {
 impl McpClient {
     pub(crate) fn new(
         service: RunningService<RoleClient, ClientHandler>,
+        listener: Option<Arc<Listener>>,
         process: Option<ChildProcess>,
         transport_closed: watch::Receiver<Option<TransportEnd>>,
     ) -> Self {
         let peer = service.peer().clone();
         McpClient {
+            listener,
             service: Some(service),
             peer,
             transport_closed,
@@ -292,6 +297,11 @@ impl McpClient {
     /// A cheap handle for issuing requests from other tasks.
     pub fn peer(&self) -> Peer<RoleClient> {
         self.peer.clone()
+    }
+
+    /// The open `subscriptions/listen` of a connection in the 2026-07-28 era.
+    pub(crate) fn listener(&self) -> Option<Arc<Listener>> {
+        self.listener.clone()
     }
 
     /// A receiver that yields once the child process has exited (stdio).
@@ -371,7 +381,7 @@ pub(crate) async fn initialize_and_list<T>(
     protocol: Protocol,
     timeout: Duration,
     mut ended: watch::Receiver<Option<TransportEnd>>,
-) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), StartError>
+) -> Result<Started, StartError>
 where
     T: Transport<RoleClient> + 'static,
 {
@@ -472,10 +482,14 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError, protocol: Pr
             crate::text::escape(&data.message),
             data.code.0
         ),
-        E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => {
-            "initialize failed: the server answered something other than an initialize result"
-                .into()
-        }
+        E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => format!(
+            "{opening} failed: the server answered something other than a {} result",
+            if protocol == Protocol::V2025_11_25 {
+                "initialize"
+            } else {
+                "discovery"
+            }
+        ),
         // The transport's own error, without rmcp's wrapper (which names Rust types).
         E::TransportError { error, .. } => format!("initialize failed: {}", error.error),
         other => format!("initialize failed: {other}"),
@@ -486,16 +500,23 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError, protocol: Pr
 /// discovery (see [`StartError::Legacy`]).
 type Failure = (String, bool);
 
+/// A started connection: the service, its tools, and (2026-07-28) its open listen.
+pub(crate) type Started = (
+    RunningService<RoleClient, ClientHandler>,
+    ListedTools,
+    Option<Arc<Listener>>,
+);
+
 async fn start<T>(
     transport: T,
     signals: Arc<ServerSignals>,
     protocol: Protocol,
-) -> Result<(RunningService<RoleClient, ClientHandler>, ListedTools), Failure>
+) -> Result<Started, Failure>
 where
     T: Transport<RoleClient> + 'static,
 {
     let service = ClientServiceExt::serve_with_lifecycle(
-        ClientHandler::new(signals),
+        ClientHandler::new(Arc::clone(&signals)),
         transport,
         lifecycle(protocol),
     )
@@ -506,25 +527,35 @@ where
             answered_as_legacy(&e, protocol),
         )
     })?;
+    // Listening before listing: a change after the listing is heard.
+    let listener = Listener::start(service.peer().clone(), signals).await;
     let listed = list_tools(service.peer())
         .await
         .map_err(|e| (format!("tools/list failed: {e}"), false))?;
-    Ok((service, listed))
+    Ok((service, listed, listener))
 }
 
 /// Whether a discovery in the 2026-07-28 era failed the way it fails with a 2025-era
 /// server: a JSON-RPC error that names the request and is not a modern rejection
-/// (rmcp's own rule for its `Auto` mode, which then falls back on the same transport).
+/// (rmcp's own rule for its `Auto` mode, which then falls back on the same transport),
+/// or a result to it that is not a discovery result (a 2025-era server that answers
+/// methods it does not know with an empty result). Either is the server's own answer,
+/// correlated with the request, after the URL policy, TLS and authorization passed.
 fn answered_as_legacy(error: &rmcp::service::ClientInitializeError, protocol: Protocol) -> bool {
     use rmcp::model::ErrorCode;
-    let rmcp::service::ClientInitializeError::JsonRpcError(data) = error else {
+    use rmcp::service::ClientInitializeError as E;
+    if protocol != Protocol::V2026_07_28 {
         return false;
+    }
+    let data = match error {
+        E::JsonRpcError(data) => data,
+        E::ExpectedInitResult(Some(_)) => return true,
+        _ => return false,
     };
-    protocol == Protocol::V2026_07_28
-        && !matches!(
-            data.code,
-            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-                | ErrorCode::HEADER_MISMATCH
-                | ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
-        )
+    !matches!(
+        data.code,
+        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+            | ErrorCode::HEADER_MISMATCH
+            | ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+    )
 }

@@ -185,7 +185,9 @@ where
     match super::client::initialize_and_list(transport, signals, protocol, timeout, closed.clone())
         .await
     {
-        Ok((service, listed)) => Ok((McpClient::new(service, None, closed), listed)),
+        Ok((service, listed, listener)) => {
+            Ok((McpClient::new(service, listener, None, closed), listed))
+        }
         Err(e) => {
             let legacy = matches!(e, StartError::Legacy(_));
             let (kind, message) = e.described(timeout, "initialize and tools/list");

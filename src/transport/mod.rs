@@ -10,6 +10,7 @@ mod eras;
 mod framing;
 mod guard;
 mod http;
+mod listen;
 mod notices;
 mod oauth;
 mod requests;
@@ -29,6 +30,8 @@ pub use guard::{
     MAX_REQUEST_ID_BYTES, TransportEnd,
 };
 pub(crate) use http::HttpLaunch;
+pub(crate) use listen::Listener;
+pub use listen::MAX_RESOURCE_SUBSCRIPTIONS;
 pub use notices::{
     CallWatch, NOTICE_BURST, NOTICES_PER_SECOND, Notice, NoticeRoute, Notices, Progress,
     ProgressSink,

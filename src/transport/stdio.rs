@@ -93,9 +93,9 @@ pub(super) async fn connect(
         confinement.prepare_next();
     }
     let (kind, message) = match started {
-        Ok((service, listed)) => {
+        Ok((service, listed, listener)) => {
             return Ok((
-                McpClient::new(service, Some(process), transport_closed),
+                McpClient::new(service, listener, Some(process), transport_closed),
                 listed,
             ));
         }

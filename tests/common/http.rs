@@ -30,8 +30,9 @@ pub enum Behaviour {
     Canned(&'static str, Bytes),
     /// The demo MCP server as a 2025-era server sees `server/discover`: a 400 whose
     /// JSON-RPC error names no request (as the TypeScript SDK answers an unknown
-    /// protocol version); everything else served.
-    McpLegacy,
+    /// protocol version), or with `empty_result` a 200 with an empty result (as a server
+    /// answering every method it does not know); everything else served.
+    McpLegacy { empty_result: bool },
     /// The demo MCP server, but `server/discover` answered 400: with a bearer challenge
     /// (an authorization failure), or with a modern rejection that names the request
     /// (`-32020`, a header mismatch).
@@ -164,7 +165,7 @@ pub async fn serve(
             hosts.clone(),
         )),
         Behaviour::McpForgetting(_)
-        | Behaviour::McpLegacy
+        | Behaviour::McpLegacy { .. }
         | Behaviour::McpDiscoverRefused { .. }
         | Behaviour::McpDiscoverSilent => Some(demiurge_mcp::demo_server::http_service(
             Default::default(),
@@ -302,7 +303,19 @@ async fn answer(
         }
         return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
     }
-    if let Behaviour::McpLegacy = behaviour {
+    if let Behaviour::McpLegacy { empty_result } = behaviour {
+        if is_discovery(&req) && empty_result {
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let id = serde_json::from_slice::<serde_json::Value>(&body)
+                .map(|v| v["id"].clone())
+                .unwrap_or_default();
+            let reply = serde_json::json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            return plain(
+                StatusCode::OK,
+                "application/json",
+                Bytes::from(reply.to_string()),
+            );
+        }
         if is_discovery(&req) {
             let body = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Unsupported protocol version: 2026-07-28 (supported versions: 2025-11-25, 2025-06-18)"},"id":null}"#;
             return plain(
