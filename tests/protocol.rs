@@ -240,19 +240,7 @@ async fn the_connect_preview_says_which_era_is_asked_for() {
 /// How many times the legacy-only demo servers under `home` refused `server/discover`,
 /// from their stderr logs.
 fn discover_refusals(home: &std::path::Path) -> usize {
-    let mut count = 0;
-    let mut dirs = vec![home.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if let Ok(text) = std::fs::read_to_string(&path) {
-                count += text.matches("refused server/discover").count();
-            }
-        }
-    }
-    count
+    common::logs_count(home, "refused server/discover")
 }
 
 #[tokio::test]

@@ -156,17 +156,6 @@ async fn rounds_without_end_stop_at_the_bound() {
     let catalog = common::clean_turn(&h, &core).await;
     let _ = catalog.call("loop__echo", json!({"message": "x"})).await;
     h.finish().await;
-    let mut logged = 0;
-    let mut dirs = vec![h.home.path().to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if let Ok(text) = std::fs::read_to_string(&path) {
-                logged = logged.max(text.matches("demo server: input round").count());
-            }
-        }
-    }
+    let logged = common::logs_count(h.home.path(), "demo server: input round");
     assert_eq!(logged, demiurge_mcp::limits::MAX_INPUT_ROUNDS + 1);
 }

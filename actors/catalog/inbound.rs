@@ -245,6 +245,17 @@ pub(super) fn notice_route(
                 uri: text(&uri),
                 dropped,
             },
+            Notice::Task {
+                id,
+                status,
+                message,
+            } => EventKind::TaskStatus {
+                server,
+                task: text(&id),
+                status: text(&status),
+                message: message.as_deref().map(&text),
+                dropped,
+            },
         };
         hub.emit(&session, kind);
     })

@@ -38,6 +38,33 @@ impl ServerHandler for DemoServer {
         Ok(())
     }
 
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.tasks
+            .get_task(&request.task_id)
+            .map(rmcp::model::GetTaskResult::new)
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.tasks.cancel_task(&request.task_id)
+    }
+
     async fn discover(
         &self,
         _context: RequestContext<RoleServer>,
@@ -74,6 +101,7 @@ impl ServerHandler for DemoServer {
                 .enable_resources_subscribe()
                 .enable_prompts()
                 .enable_logging()
+                .enable_tasks()
                 .build(),
         )
         .with_instructions(
@@ -248,6 +276,9 @@ impl ServerHandler for DemoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(task) = self.as_task(&request, &context) {
+            return Ok(task);
+        }
         if super::rounds::modern(&context) {
             let answer = match self.options.fault {
                 Some(Fault::Asking(mode)) => super::rounds::hostile(mode, &request),

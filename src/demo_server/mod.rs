@@ -35,6 +35,7 @@ mod faults;
 mod handler;
 mod rounds;
 mod serve;
+mod tasks;
 
 pub use faults::Fault;
 pub use rounds::Asking;
@@ -129,6 +130,8 @@ pub struct DemoServer {
     added_resources: Arc<std::sync::Mutex<Vec<String>>>,
     /// The open `subscriptions/listen` requests of modern clients.
     listeners: rounds::Listeners,
+    /// Calls running as tasks (the tasks extension).
+    tasks: rmcp::task_manager::TaskManager,
     /// The least severe level `log` sends (`logging/setLevel`), as its rank.
     log_level: Arc<AtomicUsize>,
 }
@@ -355,6 +358,7 @@ impl DemoServer {
             added: Arc::default(),
             added_resources: Arc::default(),
             listeners: Arc::default(),
+            tasks: rmcp::task_manager::TaskManager::new(),
             log_level: Arc::default(),
         }
     }
@@ -383,14 +387,18 @@ impl DemoServer {
 
     /// The elicitation a tools-file tool asks before answering, if it has one.
     fn file_elicitation(&self, tool: &str) -> Option<rmcp::model::ElicitRequestParams> {
-        let path = self.options.tools_file.as_ref()?;
-        let listed: Vec<Value> = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-        let entry = listed
-            .iter()
-            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))?;
-        let mut asked = entry.get("elicit")?.clone();
+        let mut asked = self.file_entry(tool)?.get("elicit")?.clone();
         asked.as_object_mut()?.insert("mode".into(), json!("form"));
         serde_json::from_value(asked).ok()
+    }
+
+    /// The tools file's entry for `tool`.
+    fn file_entry(&self, tool: &str) -> Option<Value> {
+        let path = self.options.tools_file.as_ref()?;
+        let listed: Vec<Value> = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        listed
+            .into_iter()
+            .find(|t| t.get("name").and_then(Value::as_str) == Some(tool))
     }
 
     fn all_tools(&self) -> Vec<Tool> {

@@ -282,6 +282,22 @@ pub enum EventKind {
         #[serde(skip_serializing_if = "is_zero")]
         dropped: u64,
     },
+    /// A task a call follows (the tasks extension) changed status.
+    #[serde(rename = "mcp.task_status")]
+    TaskStatus {
+        /// Server id.
+        server: String,
+        /// The server's id of the task, event view.
+        task: String,
+        /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
+        status: String,
+        /// The server's status message, event view.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        /// Notices of this server dropped since the last one passed.
+        #[serde(skip_serializing_if = "is_zero")]
+        dropped: u64,
+    },
     /// A resource was read.
     #[serde(rename = "mcp.resource_read")]
     ResourceRead {
@@ -456,6 +472,7 @@ impl EventKind {
             EventKind::ServerLog { .. } => "mcp.server_log",
             EventKind::Progress { .. } => "mcp.progress",
             EventKind::ResourceUpdated { .. } => "mcp.resource_updated",
+            EventKind::TaskStatus { .. } => "mcp.task_status",
             EventKind::ResourceRead { .. } => "mcp.resource_read",
             EventKind::PromptGot { .. } => "mcp.prompt_got",
             EventKind::ApprovalRequested { .. } => "approval.requested",

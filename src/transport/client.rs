@@ -233,6 +233,15 @@ impl rmcp::ClientHandler for ClientHandler {
         // A session's workspace is part of its catalog's identity: a changed workspace
         // makes new connections, so no connection's roots ever change.
         capabilities.roots = Some(rmcp::model::RootsCapabilities::default());
+        // A call answered with a task is followed to its end (`tasks.rs`).
+        capabilities.extensions = Some(
+            [(
+                rmcp::model::TASKS_EXTENSION_ID.to_string(),
+                Default::default(),
+            )]
+            .into_iter()
+            .collect(),
+        );
         if self.signals.elicit.is_some() {
             capabilities.elicitation = Some(rmcp::model::ElicitationCapability::new().with_form(
                 rmcp::model::FormElicitationCapability::new().with_schema_validation(true),

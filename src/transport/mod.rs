@@ -16,6 +16,7 @@ mod oauth;
 mod requests;
 mod rounds;
 mod stdio;
+mod tasks;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub use rounds::{
     MAX_INPUT_KEY_BYTES, MAX_INPUT_REQUESTS, MAX_INPUT_ROUNDS, MAX_REQUEST_STATE_BYTES,
 };
 pub(crate) use stdio::StdioLaunch;
+pub use tasks::{MAX_TASK_ID_BYTES, MAX_TASK_POLL, MIN_TASK_POLL};
 
 /// How to reach one server, authorized and interpolated.
 #[derive(Debug)]

@@ -41,6 +41,15 @@ pub enum Notice {
         /// The resource that changed.
         uri: String,
     },
+    /// A task (the tasks extension) a call is following changed status.
+    Task {
+        /// The server's id of the task.
+        id: String,
+        /// `working`, `input_required`, `completed`, `failed`, `cancelled`.
+        status: String,
+        /// The server's status message.
+        message: Option<String>,
+    },
 }
 
 /// Progress of a call, as its server reported it.

@@ -26,6 +26,7 @@ use rmcp::{Peer, RoleClient, ServiceError};
 use super::client::ServerSignals;
 use super::notices::{CallWatch, Notices, token_key};
 use super::rounds::with_rounds;
+use super::tasks::followed;
 
 /// Most pages of `tools/list` followed for one server.
 pub const MAX_TOOL_PAGES: usize = 100;
@@ -172,7 +173,7 @@ pub async fn read_resource(
 ) -> Result<serde_json::Value, CallFailure> {
     let params = ReadResourceRequestParams::new(uri.to_string());
     let send = |request, left| send(peer, request, left);
-    match with_rounds(signals, params, timeout, send).await? {
+    match with_rounds(signals, params, timeout, send).await?.0 {
         ServerResult::ReadResourceResult(result) => {
             serde_json::to_value(result).map_err(|e| CallFailure::Protocol(e.to_string()))
         }
@@ -197,7 +198,7 @@ pub async fn get_prompt(
     let mut params = GetPromptRequestParams::new(name.to_string());
     params.arguments = arguments;
     let send = |request, left| send(peer, request, left);
-    match with_rounds(signals, params, timeout, send).await? {
+    match with_rounds(signals, params, timeout, send).await?.0 {
         ServerResult::GetPromptResult(result) => Ok(result),
         _ => Err(CallFailure::Protocol(
             "unexpected response to prompts/get".into(),
@@ -340,7 +341,12 @@ pub async fn call_tool(
     let budget = timing.max.unwrap_or(timing.timeout);
     let send =
         |request, left| call_round(peer, &signals.notices, request, timing, left, watch.clone());
-    match with_rounds(signals, params, budget, send).await? {
+    let answer = match with_rounds(signals, params, budget, send).await? {
+        // A task (the tasks extension) is followed to its end for the call.
+        (ServerResult::CreateTaskResult(task), left) => followed(peer, signals, task, left).await?,
+        (answer, _) => answer,
+    };
+    match answer {
         ServerResult::CallToolResult(result) => {
             into_json(result).map_err(|e| CallFailure::Protocol(e.to_string()))
         }

@@ -63,8 +63,8 @@ retried!(ReadResourceRequestParams, ReadResourceRequest);
 retried!(GetPromptRequestParams, GetPromptRequest);
 
 /// Sends `params` and answers its `input_required` results until the server gives
-/// another answer, within `budget` of the server's time. `send` sends one round with
-/// the time it has left.
+/// another answer, within `budget` of the server's time, and returns it with the time
+/// left. `send` sends one round with the time it has left.
 ///
 /// # Errors
 /// The round's [`CallFailure`]; a timeout of the whole `budget`; a server that broke a
@@ -74,7 +74,7 @@ pub(crate) async fn with_rounds<P, F, Fut>(
     mut params: P,
     budget: Duration,
     mut send: F,
-) -> Result<ServerResult, CallFailure>
+) -> Result<(ServerResult, Duration), CallFailure>
 where
     P: Retried,
     F: FnMut(ClientRequest, Duration) -> Fut,
@@ -93,7 +93,7 @@ where
         let asked = match answer {
             Ok(ServerResult::InputRequiredResult(asked)) => asked,
             Err(CallFailure::Timeout(_)) => return Err(CallFailure::Timeout(budget)),
-            other => return other,
+            other => return other.map(|answer| (answer, budget.saturating_sub(spent))),
         };
         if round == MAX_INPUT_ROUNDS {
             return Err(refused(format!(
@@ -123,7 +123,7 @@ fn refused(why: String) -> CallFailure {
 /// The answers to one `input_required` result and the state to echo, after its bounds
 /// are checked. Requests are answered one after another: a person answers one question
 /// at a time.
-async fn answered(
+pub(super) async fn answered(
     asked: InputRequiredResult,
     signals: &ServerSignals,
 ) -> Result<(Option<InputResponses>, Option<String>), CallFailure> {

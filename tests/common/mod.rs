@@ -510,3 +510,26 @@ pub fn read_tree(dir: &Path) -> String {
     }
     out
 }
+
+/// Whether any file under `dir` (a runtime home: the servers' stderr logs) contains
+/// `needle`.
+pub fn logs_contain(dir: &Path, needle: &str) -> bool {
+    logs_count(dir, needle) > 0
+}
+
+/// How many times the files under `dir` contain `needle`, in all.
+pub fn logs_count(dir: &Path, needle: &str) -> usize {
+    let mut count = 0;
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if let Ok(text) = std::fs::read_to_string(&path) {
+                count += text.matches(needle).count();
+            }
+        }
+    }
+    count
+}
