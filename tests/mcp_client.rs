@@ -162,11 +162,21 @@ async fn progress_reaches_the_caller_and_the_events_and_may_extend_a_call() {
 
 #[tokio::test]
 async fn log_messages_are_redacted_events_and_the_declared_level_holds() {
-    let env = "env:\n  API_TOKEN: \"${TOKEN}\"\n";
+    log_messages("").await;
+}
+
+/// The same in the 2026-07-28 era, where the level goes with each request.
+#[tokio::test]
+async fn modern_log_messages_are_redacted_and_the_declared_level_goes_with_each_request() {
+    log_messages("protocol: 2026-07-28\n").await;
+}
+
+async fn log_messages(era: &str) {
+    let env = format!("env:\n  API_TOKEN: \"${{TOKEN}}\"\n{era}");
     let core = Core::new()
         .grant_servers(&["chatty", "quiet"])
-        .server("chatty", &demo(env))
-        .server("quiet", &demo("log_level: error\n"));
+        .server("chatty", &demo(&env))
+        .server("quiet", &demo(&format!("log_level: error\n{era}")));
     let h = harness_with(Recorder::allow(), |c| {
         c.with_host_env(common::host_env(&[("TOKEN", TOKEN)]))
     })

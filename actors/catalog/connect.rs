@@ -127,7 +127,8 @@ impl Pipeline {
         match connected {
             Ok((client, listed)) => {
                 if let (Some(level), true) = (declaration.log_level, listed.offer.logging) {
-                    transport::set_level(&client.peer(), level, declaration.connect_timeout).await;
+                    let timeout = declaration.connect_timeout;
+                    transport::set_level(&client.peer(), &signals, level, timeout).await;
                 }
                 Ok(Connected {
                     declaration: Arc::clone(declaration),

@@ -11,7 +11,7 @@ use super::*;
 pub enum Fault {
     /// Exit with status 1 before speaking MCP.
     ExitAtStart,
-    /// Never answer `initialize`.
+    /// Never answer `initialize` or `server/discover`.
     HangInitialize,
     /// Never answer `tools/list`.
     HangList,

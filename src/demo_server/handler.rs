@@ -69,6 +69,9 @@ impl ServerHandler for DemoServer {
         &self,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::DiscoverResult, ErrorData> {
+        if self.options.fault == Some(Fault::HangInitialize) {
+            std::future::pending::<()>().await;
+        }
         if self.options.fault == Some(Fault::LegacyOnly) {
             eprintln!("demo server: refused server/discover");
             return Err(ErrorData::method_not_found::<

@@ -271,7 +271,19 @@ impl DemoServer {
         context: RequestContext<RoleServer>,
     ) -> String {
         let rank = LEVELS.iter().position(|l| *l == level).unwrap_or(1);
-        if rank < self.log_level.load(Ordering::SeqCst) {
+        // A modern client sends its level with each request; a legacy one set it once.
+        let floor = if rounds::modern(&context) {
+            let asked = context
+                .meta
+                .log_level()
+                .and_then(|l| serde_json::to_value(l).ok());
+            asked.map_or(0, |asked| {
+                LEVELS.iter().position(|l| asked == *l).unwrap_or(0)
+            })
+        } else {
+            self.log_level.load(Ordering::SeqCst)
+        };
+        if rank < floor {
             return "below the client's level: not sent".into();
         }
         let sent = serde_json::from_value(json!(level)).map(|level| {

@@ -74,6 +74,9 @@ pub struct ServerSignals {
     /// What `roots/list` answers: the session's workspace, or the declaration's roots
     /// inside it.
     pub roots: Vec<Root>,
+    /// The declared `log_level` of a 2026-07-28 connection, sent in each request's
+    /// `_meta` (that era has no `logging/setLevel`).
+    pub log_level: std::sync::OnceLock<rmcp::model::LoggingLevel>,
 }
 
 impl std::fmt::Debug for ServerSignals {

@@ -226,12 +226,26 @@ pub async fn subscribe(
     .map(drop)
 }
 
-/// `logging/setLevel`, best effort: a server that refuses it keeps its own level.
-pub async fn set_level(peer: &Peer<RoleClient>, level: crate::core::LogLevel, timeout: Duration) {
+/// `logging/setLevel`, best effort: a server that refuses it keeps its own level. In
+/// the 2026-07-28 era there is no such request: the level goes with every call, read
+/// and prompt in its `_meta` (kept in `signals`).
+pub async fn set_level(
+    peer: &Peer<RoleClient>,
+    signals: &ServerSignals,
+    level: crate::core::LogLevel,
+    timeout: Duration,
+) {
     let Ok(level) = serde_json::to_value(level).and_then(serde_json::from_value::<LoggingLevel>)
     else {
         return;
     };
+    if peer
+        .peer_info()
+        .is_some_and(|info| !info.protocol_version.has_initialize())
+    {
+        let _ = signals.log_level.set(level);
+        return;
+    }
     let request = ClientRequest::SetLevelRequest(Request::new(SetLevelRequestParams::new(level)));
     let _ = send(peer, request, timeout).await;
 }

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, ClientRequest, ElicitResult, ElicitationAction, GetPromptRequestParams,
-    InputRequest, InputRequiredResult, InputResponses, ListRootsResult, ReadResourceRequestParams,
-    Request, ServerResult,
+    InputRequest, InputRequiredResult, InputResponses, ListRootsResult, LoggingLevel,
+    ReadResourceRequestParams, Request, ServerResult,
 };
 
 use super::client::ServerSignals;
@@ -38,8 +38,8 @@ pub const MAX_REQUEST_STATE_BYTES: usize = 64 * 1024;
 
 /// A request that can be sent again with the answers to its `input_required` result.
 pub(crate) trait Retried: Clone {
-    /// The request as sent.
-    fn request(self) -> ClientRequest;
+    /// The request as sent, with the log level in its `_meta` when there is one.
+    fn request(self, level: Option<LoggingLevel>) -> ClientRequest;
     /// Carries a round's answers and the server's state into the next send.
     fn carry(&mut self, answers: Option<InputResponses>, state: Option<String>);
 }
@@ -47,7 +47,12 @@ pub(crate) trait Retried: Clone {
 macro_rules! retried {
     ($params:ty, $variant:ident) => {
         impl Retried for $params {
-            fn request(self) -> ClientRequest {
+            fn request(mut self, level: Option<LoggingLevel>) -> ClientRequest {
+                if let Some(level) = level {
+                    self.meta
+                        .get_or_insert_with(Default::default)
+                        .set_log_level(level);
+                }
                 ClientRequest::$variant(Request::new(self))
             }
             fn carry(&mut self, answers: Option<InputResponses>, state: Option<String>) {
@@ -88,7 +93,11 @@ where
             .filter(|left| !left.is_zero())
             .ok_or(CallFailure::Timeout(budget))?;
         let sent = Instant::now();
-        let answer = send(params.clone().request(), left).await;
+        let answer = send(
+            params.clone().request(signals.log_level.get().copied()),
+            left,
+        )
+        .await;
         spent += sent.elapsed();
         let asked = match answer {
             Ok(ServerResult::InputRequiredResult(asked)) => asked,
