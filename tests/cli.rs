@@ -650,9 +650,10 @@ fn commands_start_only_the_servers_they_need() {
 
 #[test]
 fn a_call_to_a_server_that_did_not_connect_says_so() {
-    let core = Core::new()
-        .grant_servers(&["modern"])
-        .server("modern", &common::demo_fault("modern-only", ""));
+    let core = Core::new().grant_servers(&["modern"]).server(
+        "modern",
+        &common::demo_fault("modern-only", "protocol: 2025-11-25\n"),
+    );
     let home = tempfile::tempdir().unwrap();
     for args in [
         &[

@@ -441,7 +441,7 @@ async fn pid_of_the_healthy_peer_is_stable_across_a_faulty_neighbour() {
 
 #[tokio::test]
 async fn a_modern_only_server_is_named_as_such_and_its_tools_say_why() {
-    scenario("modern-only", "", |h, catalog, _| async move {
+    scenario("modern-only", "protocol: 2025-11-25\n", |h, catalog, _| async move {
         let d = catalog
             .diagnostics()
             .iter()

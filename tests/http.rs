@@ -56,7 +56,8 @@ async fn an_http_server_works_end_to_end_through_the_pinned_client() {
     let url = format!("http://mcp.test:{}/mcp", server.port());
     let core = Core::new()
         .grant_servers(&["web"])
-        .server("web", &format!("transport: streamable_http\nurl: {url}\nheaders:\n  X-Api-Key: \"k-${{WEB_KEY}}\"\napproval_policy: auto\n"));
+        // The 2025-11-25 era: a session, deleted when the connection closes.
+        .server("web", &format!("transport: streamable_http\nurl: {url}\nheaders:\n  X-Api-Key: \"k-${{WEB_KEY}}\"\napproval_policy: auto\nprotocol: 2025-11-25\n"));
     let h = harness_with(Recorder::allow(), |c| {
         trusting(resolver, &["127.0.0.0/8"])(
             c.with_host_env(common::host_env(&[("WEB_KEY", "secret-web-key")])),
@@ -545,7 +546,8 @@ async fn a_restarted_server_is_a_new_session_or_a_failure_never_a_hang() {
         let url = format!("http://127.0.0.1:{}/mcp", server.port());
         let core = Core::new().grant_servers(&["web"]).server(
             "web",
-            &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\ntimeout_seconds: 60\n"),
+            // Sessions, which a restart forgets, are of the 2025-11-25 era.
+            &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\ntimeout_seconds: 60\nprotocol: 2025-11-25\n"),
         );
         let h = harness_with(Recorder::allow(), |c| {
             let mut c = trusting(StaticResolver::new(), &["127.0.0.0/8"])(c);

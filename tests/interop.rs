@@ -21,6 +21,8 @@ use serde_json::json;
 
 const EVERYTHING: &str = "@modelcontextprotocol/server-everything@2026.8.31";
 const CONFORMANCE: &str = "@modelcontextprotocol/conformance@0.1.16";
+/// The pre-release whose client scenarios test MCP 2026-07-28 too.
+const CONFORMANCE_NEXT: &str = "@modelcontextprotocol/conformance@0.2.0-alpha.12";
 const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 const MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 /// The TypeScript SDK of both eras (`tests/interop/ts_echo.mjs` runs on it).
@@ -661,8 +663,45 @@ async fn the_reference_everything_server_over_http_and_its_restart() {
     server.kill().await.ok();
 }
 
+/// The conformance pre-release in a prefix of its own (its binary has the same name
+/// as 0.1.16's), installed once per test run; `None` without node and npm.
+fn next_prefix() -> Option<&'static Path> {
+    static PREFIX: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PREFIX
+        .get_or_init(|| {
+            npm_prefix()?;
+            let prefix = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("npm-conformance-next");
+            if !prefix.join("node_modules/.bin/conformance").exists() {
+                std::fs::create_dir_all(&prefix).ok()?;
+                let mut npm = Command::new("npm");
+                npm.args([
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--loglevel=error",
+                    "--prefix",
+                ])
+                .arg(&prefix)
+                .arg(CONFORMANCE_NEXT);
+                install(npm, "npm install");
+            }
+            Some(prefix)
+        })
+        .as_deref()
+}
+
 fn conformance(scenario: &str) {
     let Some(prefix) = npm_prefix() else { return };
+    conformance_in(prefix, scenario);
+}
+
+/// A client scenario of the conformance pre-release (0.2.0-alpha.12).
+fn conformance_next(scenario: &str) {
+    let Some(prefix) = next_prefix() else { return };
+    conformance_in(prefix, scenario);
+}
+
+fn conformance_in(prefix: &Path, scenario: &str) {
     let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/register.mjs");
     let out = Command::new("node")
         .arg("--import")
@@ -748,6 +787,67 @@ conformance_auth! {
     conformance_elicitation_sep1034_client_defaults => "elicitation-sep1034-client-defaults",
 }
 
+/// The client scenarios of the conformance pre-release that test MCP 2026-07-28 and
+/// the extensions beside the 0.1.16 ones: every one but the four authorization
+/// extensions the runtime does not implement (README, "Conformance").
+macro_rules! conformance_next {
+    ($($name:ident => $scenario:literal),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                conformance_next($scenario);
+            }
+        )*
+    };
+}
+
+conformance_next! {
+    next_initialize => "initialize",
+    next_tools_call => "tools_call",
+    next_elicitation_defaults => "elicitation-sep1034-client-defaults",
+    next_sse_retry => "sse-retry",
+    next_request_metadata => "request-metadata",
+    next_auth_metadata_default => "auth/metadata-default",
+    next_auth_metadata_var1 => "auth/metadata-var1",
+    next_auth_metadata_var2 => "auth/metadata-var2",
+    next_auth_metadata_var3 => "auth/metadata-var3",
+    next_auth_basic_cimd => "auth/basic-cimd",
+    next_auth_scope_from_www_authenticate => "auth/scope-from-www-authenticate",
+    next_auth_scope_from_scopes_supported => "auth/scope-from-scopes-supported",
+    next_auth_scope_omitted_when_undefined => "auth/scope-omitted-when-undefined",
+    next_auth_scope_step_up => "auth/scope-step-up",
+    next_auth_scope_retry_limit => "auth/scope-retry-limit",
+    next_auth_token_endpoint_auth_basic => "auth/token-endpoint-auth-basic",
+    next_auth_token_endpoint_auth_post => "auth/token-endpoint-auth-post",
+    next_auth_token_endpoint_auth_none => "auth/token-endpoint-auth-none",
+    next_auth_pre_registration => "auth/pre-registration",
+    next_auth_oauth_metadata_backcompat => "auth/2025-03-26-oauth-metadata-backcompat",
+    next_auth_oauth_endpoint_fallback => "auth/2025-03-26-oauth-endpoint-fallback",
+    next_auth_resource_mismatch => "auth/resource-mismatch",
+    next_auth_offline_access_scope => "auth/offline-access-scope",
+    next_auth_offline_access_not_supported => "auth/offline-access-not-supported",
+    next_auth_authorization_server_migration => "auth/authorization-server-migration",
+    next_auth_iss_supported => "auth/iss-supported",
+    next_auth_iss_not_advertised => "auth/iss-not-advertised",
+    next_auth_iss_supported_missing => "auth/iss-supported-missing",
+    next_auth_iss_wrong_issuer => "auth/iss-wrong-issuer",
+    next_auth_iss_unexpected => "auth/iss-unexpected",
+    next_auth_iss_normalized => "auth/iss-normalized",
+    next_auth_metadata_issuer_mismatch => "auth/metadata-issuer-mismatch",
+    next_auth_client_credentials_jwt => "auth/client-credentials-jwt",
+    next_auth_client_credentials_basic => "auth/client-credentials-basic",
+    next_sep_2322_client_request_state => "sep-2322-client-request-state",
+    next_http_standard_headers => "http-standard-headers",
+    next_http_custom_headers => "http-custom-headers",
+    next_http_invalid_tool_headers => "http-invalid-tool-headers",
+    next_json_schema_ref_no_deref => "json-schema-ref-no-deref",
+    next_json_schema_2020_12_preservation => "json-schema-2020-12-preservation",
+    next_sep_2640_client_no_prefetch => "sep-2640-client-no-prefetch",
+    next_sep_2640_client_verify_digest => "sep-2640-client-verify-digest",
+    next_sep_2640_client_verify_size => "sep-2640-client-verify-size",
+    next_sep_2640_client_verify_frontmatter => "sep-2640-client-verify-frontmatter",
+}
+
 /// One turn of `core` under the default sandbox, with no diagnostics; its harness and
 /// catalog.
 async fn confined_turn(core: &Core) -> (common::Harness, demiurge_mcp::TurnCatalog) {
@@ -811,7 +911,8 @@ async fn speaks_and_echoes(catalog: &demiurge_mcp::TurnCatalog, server: &str, er
 }
 
 /// An echo server on the Python MCP SDK (`mcp` 2.3 from PyPI, dual-era by default),
-/// confined: `protocol: auto` speaks 2026-07-28 with it, the default 2025-11-25.
+/// confined: the default (`auto`) speaks 2026-07-28 with it, `protocol: 2025-11-25` the
+/// legacy era.
 #[tokio::test]
 async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
     let Some(venv) = pypi_prefix() else { return };
@@ -828,11 +929,11 @@ async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
     let core = core
         .server(
             "modern",
-            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nprotocol: auto\nconnect_timeout_seconds: 60\n"),
+            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n"),
         )
         .server(
             "legacy",
-            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n"),
+            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nprotocol: 2025-11-25\nconnect_timeout_seconds: 60\n"),
         );
     let (h, catalog) = confined_turn(&core).await;
     for (server, era) in [("modern", "2026-07-28"), ("legacy", "2025-11-25")] {
@@ -842,9 +943,9 @@ async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
 }
 
 /// An echo server on the TypeScript SDK (`@modelcontextprotocol/server` 2.4 from npm),
-/// confined, in its default mode (both eras) and modern-only: `protocol: auto` speaks
-/// 2026-07-28 with both; the default speaks 2025-11-25 with the first and tells what to
-/// declare for the second.
+/// confined, in its default mode (both eras) and modern-only: the default (`auto`)
+/// speaks 2026-07-28 with both; `protocol: 2025-11-25` speaks the legacy era with the
+/// first and tells what to declare for the second.
 #[tokio::test]
 async fn the_typescript_sdk_server_speaks_both_eras_and_modern_only() {
     let Some(prefix) = npm_prefix() else { return };
@@ -857,10 +958,13 @@ async fn the_typescript_sdk_server_speaks_both_eras_and_modern_only() {
     };
     let core = Core::new()
         .grant_servers(&["dual", "dualauto", "modern", "modernlegacy"])
-        .server("dual", &declare("", ""))
-        .server("dualauto", &declare("", "protocol: auto\n"))
-        .server("modern", &declare(", --modern-only", "protocol: auto\n"))
-        .server("modernlegacy", &declare(", --modern-only", ""));
+        .server("dual", &declare("", "protocol: 2025-11-25\n"))
+        .server("dualauto", &declare("", ""))
+        .server("modern", &declare(", --modern-only", ""))
+        .server(
+            "modernlegacy",
+            &declare(", --modern-only", "protocol: 2025-11-25\n"),
+        );
     let h = harness_with(Recorder::allow(), |c| product_sandbox(c, true)).await;
     let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     for (server, era) in [

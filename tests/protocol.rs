@@ -65,7 +65,13 @@ async fn a_pinned_era_the_server_does_not_speak_fails_and_says_what_to_declare()
                 "approval_policy: auto\nprotocol: 2026-07-28\n",
             ),
         )
-        .server("new", &demo_fault("modern-only", "approval_policy: auto\n"));
+        .server(
+            "new",
+            &demo_fault(
+                "modern-only",
+                "approval_policy: auto\nprotocol: 2025-11-25\n",
+            ),
+        );
     let h = harness(Recorder::allow()).await;
     let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
     let said = |server: &str| {
@@ -214,11 +220,18 @@ async fn a_discovery_the_url_policy_refuses_is_never_retried_in_the_older_era() 
 async fn the_connect_preview_says_which_era_is_asked_for() {
     let core = Core::new()
         .grant_servers(&["modern", "legacy"])
+        .grant_servers(&["default"])
         .server("modern", &demo("protocol: 2026-07-28\n"))
-        .server("legacy", &demo(""));
+        .server("legacy", &demo("protocol: 2025-11-25\n"))
+        .server("default", &demo(""));
     let h = harness(Recorder::allow()).await;
     let _ = common::clean_turn(&h, &core).await;
-    for (server, era) in [("modern", "2026-07-28"), ("legacy", "2025-11-25")] {
+    let eras = [
+        ("modern", "2026-07-28"),
+        ("legacy", "2025-11-25"),
+        ("default", "auto"),
+    ];
+    for (server, era) in eras {
         let asked = h.approver.requests();
         let request = asked
             .iter()

@@ -56,7 +56,7 @@ async fn a_task_is_followed_to_its_result_and_its_statuses_are_events() {
         )
         .server(
             "old",
-            &common::demo_with_tools(&file, "approval_policy: auto\n"),
+            &common::demo_with_tools(&file, "approval_policy: auto\nprotocol: 2025-11-25\n"),
         );
     let h = harness_with(Recorder::allow(), |mut c| {
         c.elicitor = Arc::new(Answers);

@@ -101,8 +101,7 @@ pub enum LogLevel {
 /// The MCP protocol era a server is spoken to in (`protocol:`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
 pub enum Protocol {
-    /// `2025-11-25`: the `initialize` handshake and its session (the default).
-    #[default]
+    /// `2025-11-25`: the `initialize` handshake and its session.
     #[serde(rename = "2025-11-25")]
     V2025_11_25,
     /// `2026-07-28`: `server/discover`, then every request carries its version and the
@@ -113,7 +112,8 @@ pub enum Protocol {
     /// as a legacy server does (a JSON-RPC error that is not one of the modern era's
     /// rejections; over stdio also silence for 10 s, never over HTTP). A failure of the
     /// transport, the URL policy, DNS, TLS or authorization fails the server: it is
-    /// never retried in the older era.
+    /// never retried in the older era. The default.
+    #[default]
     #[serde(rename = "auto")]
     Auto,
 }

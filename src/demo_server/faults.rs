@@ -236,7 +236,16 @@ pub(super) async fn serve_raw(fault: Option<Fault>) -> Result<(), Error> {
             Some("tools/call") => {
                 json!({ "content": [{"type": "text", "text": "hostile answer"}] })
             }
-            _ => json!({}),
+            Some("ping") => json!({}),
+            // What a 2025-era server answers `server/discover` and anything else it
+            // does not know.
+            _ => {
+                let error = json!({"code": -32601, "message": "Method not found"});
+                let answer = json!({"jsonrpc": "2.0", "id": id, "error": error});
+                out.write_all(format!("{answer}\n").as_bytes()).await?;
+                out.flush().await?;
+                continue;
+            }
         };
         let listed = request.get("method").and_then(|m| m.as_str()) == Some("tools/list");
         let answer = json!({"jsonrpc": "2.0", "id": id, "result": result});

@@ -190,13 +190,6 @@ impl DemoServer {
     pub(super) async fn hold(&self, subscription: SubscriptionContext) {
         let sink = subscription.sink().clone();
         let id = sink.id().clone();
-        eprintln!(
-            "demo server: listening for {} resources",
-            sink.accepted()
-                .resource_subscriptions
-                .as_ref()
-                .map_or(0, Vec::len)
-        );
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.push(sink);
         }

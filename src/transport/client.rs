@@ -494,13 +494,14 @@ fn initialize_failure(error: &rmcp::service::ClientInitializeError, protocol: Pr
             crate::text::escape(&data.message),
             data.code.0
         ),
+        E::ExpectedInitResponse(_) | E::ExpectedInitResult(_)
+            if protocol == Protocol::V2025_11_25 =>
+        {
+            "initialize failed: the server answered something other than an initialize result"
+                .into()
+        }
         E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => format!(
-            "{opening} failed: the server answered something other than a {} result",
-            if protocol == Protocol::V2025_11_25 {
-                "initialize"
-            } else {
-                "discovery"
-            }
+            "{opening} failed: the server answered server/discover with something other than a discovery result, as some 2025-era servers do: declare `protocol: 2025-11-25` to speak that era"
         ),
         // The transport's own error, without rmcp's wrapper (which names Rust types).
         E::TransportError { error, .. } => format!("initialize failed: {}", error.error),
