@@ -1,9 +1,10 @@
 //! Interoperability with third-party MCP software from npm: the reference "everything"
 //! server over stdio and streamable HTTP (restarted under a session) and beyond tools
 //! (roots, progress, logging, resources, prompts), the reference filesystem server
-//! learning its directories from roots, and the public conformance package's 25 client
-//! scenarios, with this runtime as the client; the Python reference servers and `uvx`
-//! from PyPI.
+//! learning its directories from roots, and the client scenarios of the public
+//! conformance package (0.1.16 and the 0.2.0-alpha.12 pre-release), with this runtime as
+//! the client; the Python reference servers and `uvx` from PyPI; echo servers on the
+//! TypeScript and Python SDKs in both protocol eras, over stdio and streamable HTTP.
 //! Skipped, with a message, where Node or npm is absent.
 
 mod common;
@@ -981,6 +982,98 @@ async fn the_typescript_sdk_server_speaks_both_eras_and_modern_only() {
         .expect("a diagnostic for the modern-only server spoken to in 2025-11-25");
     assert!(
         refused.message.contains("declare `protocol: 2026-07-28`"),
+        "{}",
+        refused.message
+    );
+    h.finish().await;
+}
+
+/// A server of an SDK started over streamable HTTP on a free loopback port (`--http
+/// PORT` after `args`), once it accepts connections; killed when dropped.
+async fn http_sdk_server(program: &Path, args: &[&Path]) -> (tokio::process::Child, u16) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new(program)
+        .args(args)
+        .args(["--http", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let up = common::eventually_async(Duration::from_secs(60), async || {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+    assert!(up, "{} did not listen on {port}", program.display());
+    (child, port)
+}
+
+/// The SDK echo servers over streamable HTTP: the TypeScript SDK in its default mode
+/// (2025-era requests served statelessly) and modern-only, the Python SDK in its
+/// default mode (it has no modern-only switch). The default `auto` speaks 2026-07-28
+/// with each; `protocol: 2025-11-25` speaks the legacy era where the server serves it,
+/// and the modern-only one refuses it with words that say what to declare.
+#[tokio::test]
+async fn the_sdk_servers_speak_both_eras_over_http() {
+    let (Some(prefix), Some(venv)) = (npm_prefix(), pypi_prefix()) else {
+        return;
+    };
+    let ts = prefix.join("ts_echo.mjs");
+    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_echo.py");
+    let node = Path::new("node");
+    let (_dual, dual) = http_sdk_server(node, &[&ts]).await;
+    let (_modern, modern) = http_sdk_server(node, &[&ts, Path::new("--modern-only")]).await;
+    let (_python, python) = http_sdk_server(&venv.join("bin/python"), &[&py]).await;
+    let declare = |port: u16, protocol: &str| {
+        format!(
+            "transport: streamable_http\nurl: http://127.0.0.1:{port}/mcp\napproval_policy: auto\n{protocol}connect_timeout_seconds: 60\n"
+        )
+    };
+    let legacy = "protocol: 2025-11-25\n";
+    let core = Core::new()
+        .grant_servers(&[
+            "tsdual",
+            "tsduallegacy",
+            "tsmodern",
+            "tsmodernlegacy",
+            "py",
+            "pylegacy",
+        ])
+        .server("tsdual", &declare(dual, ""))
+        .server("tsduallegacy", &declare(dual, legacy))
+        .server("tsmodern", &declare(modern, ""))
+        .server("tsmodernlegacy", &declare(modern, legacy))
+        .server("py", &declare(python, ""))
+        .server("pylegacy", &declare(python, legacy));
+    let h = harness_with(Recorder::allow(), |mut c| {
+        c.url_policy =
+            demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.1/32".parse().unwrap()]);
+        c
+    })
+    .await;
+    let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+    for (server, era) in [
+        ("tsdual", "2026-07-28"),
+        ("tsduallegacy", "2025-11-25"),
+        ("tsmodern", "2026-07-28"),
+        ("py", "2026-07-28"),
+        ("pylegacy", "2025-11-25"),
+    ] {
+        speaks_and_echoes(&catalog, server, era).await;
+    }
+    let refused = catalog
+        .diagnostics()
+        .iter()
+        .find(|d| d.server == "tsmodernlegacy")
+        .expect("a diagnostic for the modern-only server spoken to in 2025-11-25");
+    assert!(
+        refused.message.contains("2026-07-28"),
         "{}",
         refused.message
     );

@@ -1,5 +1,8 @@
 """An echo server on the Python MCP SDK (PyPI `mcp`), in its default mode: it speaks
-both protocol eras. `tests/interop.rs` runs it with the runtime as its client."""
+both protocol eras. `tests/interop.rs` runs it with the runtime as its client, over
+stdio, or with `--http PORT` over streamable HTTP on 127.0.0.1."""
+
+import sys
 
 from mcp.server.mcpserver import MCPServer
 
@@ -13,4 +16,8 @@ def echo(message: str) -> str:
 
 
 if __name__ == "__main__":
-    app.run()
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        app.run("streamable-http", host="127.0.0.1", port=port)
+    else:
+        app.run()
