@@ -366,6 +366,46 @@ async fn over_http_a_400_that_is_an_authorization_failure_or_a_modern_rejection_
     }
 }
 
+/// A 401 or 403 to the discovery, however legacy its body looks, is an authorization
+/// failure: the server fails, and no `initialize` is ever sent.
+#[tokio::test]
+async fn over_http_an_authorization_failure_of_the_discovery_is_never_a_downgrade() {
+    for status in [401, 403] {
+        let behaviour = common::http::Behaviour::McpDiscoverStatus(status);
+        let server = common::http::serve("127.0.0.1:0", behaviour, None).await;
+        let url = format!("http://127.0.0.1:{}/mcp", server.port());
+        let core = Core::new().grant_servers(&["web"]).server(
+            "web",
+            &format!("transport: streamable_http\nurl: {url}\napproval_policy: auto\n"),
+        );
+        let h = http_harness().await;
+        let (_session, catalog) = common::open(&h.runtime, core.spec()).await;
+        assert!(catalog.tools().is_empty(), "{status}: it fell back");
+        assert!(
+            catalog.diagnostics().iter().any(|d| d.server == "web"),
+            "{status}"
+        );
+        // Every POST to the endpoint was a discovery: nothing was sent in the older
+        // era (a 401 also starts OAuth, whose requests go elsewhere).
+        let posts: Vec<_> = server
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path == "/mcp")
+            .collect();
+        assert!(!posts.is_empty(), "{status}");
+        let all_discoveries = posts.iter().all(|r| {
+            r.headers
+                .get("mcp-method")
+                .is_some_and(|v| v == "server/discover")
+        });
+        assert!(
+            all_discoveries,
+            "{status}: another request followed: {posts:?}"
+        );
+        h.finish().await;
+    }
+}
+
 #[tokio::test]
 async fn one_workspaces_probe_never_decides_anothers() {
     let declaration = demo_fault("legacy-only", "approval_policy: auto\nprotocol: auto\n");

@@ -37,6 +37,10 @@ pub enum Behaviour {
     /// (an authorization failure), or with a modern rejection that names the request
     /// (`-32020`, a header mismatch).
     McpDiscoverRefused { challenge: bool },
+    /// The demo MCP server, but `server/discover` answered with this status (401, 403)
+    /// and a bearer challenge, its body what a 2025-era server says to an unknown
+    /// version: an authorization failure dressed as a legacy answer.
+    McpDiscoverStatus(u16),
     /// The demo MCP server, but `server/discover` never answered (a stalled network).
     McpDiscoverSilent,
     /// A hostile MCP server: it answers initialize and tools/list, then floods `ping`
@@ -167,6 +171,7 @@ pub async fn serve(
         Behaviour::McpForgetting(_)
         | Behaviour::McpLegacy { .. }
         | Behaviour::McpDiscoverRefused { .. }
+        | Behaviour::McpDiscoverStatus(_)
         | Behaviour::McpDiscoverSilent => Some(demiurge_mcp::demo_server::http_service(
             Default::default(),
             Vec::new(),
@@ -299,6 +304,22 @@ async fn answer(
                     "Bearer error=\"invalid_request\"".parse().unwrap(),
                 );
             }
+            return resp;
+        }
+        return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
+    }
+    if let Behaviour::McpDiscoverStatus(status) = behaviour {
+        if is_discovery(&req) {
+            let body = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Unsupported protocol version"},"id":null}"#;
+            let mut resp = plain(
+                StatusCode::from_u16(status).unwrap(),
+                "application/json",
+                Bytes::from_static(body.as_bytes()),
+            );
+            resp.headers_mut().insert(
+                http::header::WWW_AUTHENTICATE,
+                "Bearer error=\"invalid_token\"".parse().unwrap(),
+            );
             return resp;
         }
         return Box::pin(answer(Behaviour::Mcp(Vec::new()), mcp, req, issued)).await;
