@@ -138,43 +138,53 @@ impl Pipeline {
                     signals,
                 })
             }
-            Err(e) => {
-                let message = match (&e.logged, e.stderr_tail.is_empty()) {
-                    (Some(log), true) => {
-                        format!("{}; its stderr is in {}", e.message, log.display())
-                    }
-                    (Some(log), false) => format!(
-                        "{}; its stderr ends: {} (all of it is in {})",
-                        e.message,
-                        e.stderr_tail.join(" | "),
-                        log.display()
-                    ),
-                    (None, _) => e.message,
-                };
-                // Landlock and seccomp tell only the process they refuse: a confined
-                // server that failed saying it was refused was most likely refused by
-                // the sandbox. Said by kind; what it aimed at is the server's text.
-                let refused = crate::sandbox::refusal_reported(&e.stderr_tail);
-                let message = match refused.filter(|_| confined) {
-                    Some(kind) => {
-                        self.emit(EventKind::SandboxDenied {
-                            server: declaration.server_id.clone(),
-                            kind: crate::events::SandboxDenial::Reported,
-                            target: String::new(),
-                            reason: kind.into(),
-                        });
-                        format!(
-                            "{message}; it ran confined and reports a refused access: if it needs a path or network the sandbox withholds, declare it under `sandbox:` (reviewed)"
-                        )
-                    }
-                    None => message,
-                };
-                Err(Outcome::Failed {
-                    declaration: Arc::clone(declaration),
-                    message: crate::result::cap(&redactor.text(&message, View::Durable)),
-                    kind: Some(e.kind),
-                })
+            Err(e) => Err(self.failed(declaration, e, confined, &redactor)),
+        }
+    }
+
+    /// A connect that failed, in words: its stderr's tail or log, and when a confined
+    /// server reports a refused access, the sandbox named (and an event).
+    fn failed(
+        &self,
+        declaration: &Arc<Declaration>,
+        e: transport::ConnectError,
+        confined: bool,
+        redactor: &crate::redact::Redactor,
+    ) -> Outcome {
+        let message = match (&e.logged, e.stderr_tail.is_empty()) {
+            (Some(log), true) => {
+                format!("{}; its stderr is in {}", e.message, log.display())
             }
+            (Some(log), false) => format!(
+                "{}; its stderr ends: {} (all of it is in {})",
+                e.message,
+                e.stderr_tail.join(" | "),
+                log.display()
+            ),
+            (None, _) => e.message,
+        };
+        // Landlock and seccomp tell only the process they refuse: a confined server
+        // that failed saying it was refused was most likely refused by the sandbox.
+        // Said by kind; what it aimed at is the server's text.
+        let refused = crate::sandbox::refusal_reported(&e.stderr_tail);
+        let message = match refused.filter(|_| confined) {
+            Some(kind) => {
+                self.emit(EventKind::SandboxDenied {
+                    server: declaration.server_id.clone(),
+                    kind: crate::events::SandboxDenial::Reported,
+                    target: String::new(),
+                    reason: kind.into(),
+                });
+                format!(
+                    "{message}; it ran confined and reports a refused access: if it needs a path or network the sandbox withholds, declare it under `sandbox:` (reviewed)"
+                )
+            }
+            None => message,
+        };
+        Outcome::Failed {
+            declaration: Arc::clone(declaration),
+            message: crate::result::cap(&redactor.text(&message, View::Durable)),
+            kind: Some(e.kind),
         }
     }
 

@@ -240,10 +240,7 @@ pub(super) async fn serve_raw(fault: Option<Fault>) -> Result<(), Error> {
             // What a 2025-era server answers `server/discover` and anything else it
             // does not know.
             _ => {
-                let error = json!({"code": -32601, "message": "Method not found"});
-                let answer = json!({"jsonrpc": "2.0", "id": id, "error": error});
-                out.write_all(format!("{answer}\n").as_bytes()).await?;
-                out.flush().await?;
+                method_not_found(&mut out, id).await?;
                 continue;
             }
         };
@@ -269,6 +266,16 @@ pub(super) async fn serve_raw(fault: Option<Fault>) -> Result<(), Error> {
             _ => {}
         }
     }
+    Ok(())
+}
+
+/// Answers request `id` as a server that does not know its method.
+async fn method_not_found(out: &mut tokio::io::Stdout, id: Value) -> Result<(), Error> {
+    use tokio::io::AsyncWriteExt;
+    let error = json!({"code": -32601, "message": "Method not found"});
+    let answer = json!({"jsonrpc": "2.0", "id": id, "error": error});
+    out.write_all(format!("{answer}\n").as_bytes()).await?;
+    out.flush().await?;
     Ok(())
 }
 

@@ -279,17 +279,8 @@ impl ServerHandler for DemoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        if let Some(task) = self.as_task(&request, &context) {
-            return Ok(task);
-        }
-        if super::rounds::modern(&context) {
-            let answer = match self.options.fault {
-                Some(Fault::Asking(mode)) => super::rounds::hostile(mode, &request),
-                _ => self.rounds(&request),
-            };
-            if let Some(answer) = answer {
-                return Ok(answer);
-            }
+        if let Some(answer) = self.modern_answer(&request, &context) {
+            return Ok(answer);
         }
         match self.options.fault {
             Some(Fault::CrashOnCall) => {

@@ -108,6 +108,25 @@ pub(super) fn hostile(mode: Asking, request: &CallToolRequestParams) -> Option<C
 }
 
 impl DemoServer {
+    /// How a modern call is answered differently: as a task, in rounds, or (under the
+    /// `asking` fault) in rounds that break a bound. `None`: as in the legacy era.
+    pub(super) fn modern_answer(
+        &self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<CallToolResponse> {
+        if let Some(task) = self.as_task(request, context) {
+            return Some(task);
+        }
+        if !modern(context) {
+            return None;
+        }
+        match self.options.fault {
+            Some(super::Fault::Asking(mode)) => hostile(mode, request),
+            _ => self.rounds(request),
+        }
+    }
+
     /// A modern call's rounds, where its legacy form would send a request of its own:
     /// `roots` asks for the roots, a tools-file tool with `elicit` asks that. `None`
     /// for every other call.

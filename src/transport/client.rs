@@ -5,26 +5,25 @@
 #![allow(deprecated)]
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use rmcp::model::{ClientCapabilities, Implementation, InitializeRequestParams, ProtocolVersion};
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction};
 use rmcp::model::{
     ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ResourceUpdatedNotificationParam, Root,
+    ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, NotificationContext, RunningService};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use super::ConnectErrorKind;
 use super::guard::TransportEnd;
 use super::listen::Listener;
-use super::notices::{Notice, Notices, Progress, token_key};
+use super::notices::{Notice, Progress, token_key};
 use super::requests::{ListedTools, list_tools};
+use super::signals::{PROMPTS, RESOURCES, ServerSignals, TOOLS};
 use crate::core::Protocol;
 use crate::process::{ChildProcess, CloseReport};
 
@@ -41,83 +40,6 @@ fn repaired_elicitation(params: Option<serde_json::Value>) -> Option<ElicitReque
         .entry("properties")
         .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
     serde_json::from_value(params).ok()
-}
-
-/// Where a server's `elicitation/create` requests go (the connect pipeline builds it:
-/// the host's elicitor, defaults, validation, events).
-pub type ElicitRoute =
-    Arc<dyn Fn(ElicitRequestParams) -> BoxFuture<'static, ElicitResult> + Send + Sync>;
-
-/// A server's tool list changed (a bit of [`ServerSignals::take_lists_changed`]).
-pub(crate) const TOOLS: u8 = 1;
-/// A server's resource list changed.
-pub(crate) const RESOURCES: u8 = 2;
-/// A server's prompt list changed.
-pub(crate) const PROMPTS: u8 = 4;
-
-/// What a server told us outside a request, kept as flags so that no number of
-/// notifications can queue anything: a storm of `list_changed` sets one bit and wakes
-/// the connection once. Also where the server's requests to the user go, the roots it
-/// is shown, and where its log messages and progress go.
-#[derive(Default)]
-pub struct ServerSignals {
-    /// Lists ([`TOOLS`], [`RESOURCES`], [`PROMPTS`]) changed since the last turn read them.
-    lists: AtomicU8,
-    /// Lists changed since the connection last announced them (events).
-    unannounced: AtomicU8,
-    /// Woken when a list bit goes from clear to set.
-    pub changed: Notify,
-    /// Elicitation requests; advertised only when set.
-    pub elicit: Option<ElicitRoute>,
-    /// Log messages, progress, resource updates.
-    pub notices: Arc<Notices>,
-    /// What `roots/list` answers: the session's workspace, or the declaration's roots
-    /// inside it.
-    pub roots: Vec<Root>,
-    /// The declared `log_level` of a 2026-07-28 connection, sent in each request's
-    /// `_meta` (that era has no `logging/setLevel`).
-    pub log_level: std::sync::OnceLock<rmcp::model::LoggingLevel>,
-}
-
-impl std::fmt::Debug for ServerSignals {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerSignals")
-            .field("lists", &self.lists)
-            .field("elicit", &self.elicit.is_some())
-            .field("roots", &self.roots.len())
-            .finish()
-    }
-}
-
-impl ServerSignals {
-    /// Signals of a connection whose elicitation requests go to `route`, whose notices
-    /// go to `notices`, and which is shown `roots`.
-    pub fn new(route: ElicitRoute, notices: Notices, roots: Vec<Root>) -> Self {
-        ServerSignals {
-            elicit: Some(route),
-            notices: Arc::new(notices),
-            roots,
-            ..ServerSignals::default()
-        }
-    }
-
-    /// Sets a list's bit; wakes a waiter when it was clear.
-    pub fn list_changed(&self, list: u8) {
-        self.unannounced.fetch_or(list, Ordering::AcqRel);
-        if self.lists.fetch_or(list, Ordering::AcqRel) & list == 0 {
-            self.changed.notify_one();
-        }
-    }
-
-    /// Reads and clears the list bits (at a turn boundary).
-    pub fn take_lists_changed(&self) -> u8 {
-        self.lists.swap(0, Ordering::AcqRel)
-    }
-
-    /// Reads and clears the bits not yet announced in an event.
-    pub fn take_unannounced(&self) -> u8 {
-        self.unannounced.swap(0, Ordering::AcqRel)
-    }
 }
 
 /// Our rmcp client handler: identifies the runtime and records notifications.

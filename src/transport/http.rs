@@ -9,9 +9,10 @@ use http::{HeaderName, HeaderValue};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
-use super::client::{McpClient, ServerSignals, StartError};
+use super::client::{McpClient, StartError};
 use super::guard::{EndCause, Guarded};
 use super::requests::ListedTools;
+use super::signals::ServerSignals;
 use super::{ConnectError, ConnectErrorKind};
 use crate::core::DeclaredUrl;
 use crate::net::{Challenge, NetContext, PinnedClient, client::DecisionHook};

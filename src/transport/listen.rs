@@ -15,9 +15,9 @@ use rmcp::service::{Subscription, SubscriptionEnd};
 use rmcp::{Peer, RoleClient};
 use tokio::task::JoinHandle;
 
-use super::client::{PROMPTS, RESOURCES, ServerSignals, TOOLS};
+use super::failure::{CallFailure, classify};
 use super::notices::Notice;
-use super::requests::{CallFailure, classify};
+use super::signals::{PROMPTS, RESOURCES, ServerSignals, TOOLS};
 
 /// Most resources one connection may be subscribed to in the modern era (the client
 /// holds the list and sends it whole with every new listen).

@@ -7,6 +7,7 @@
 
 mod client;
 mod eras;
+mod failure;
 mod framing;
 mod guard;
 mod http;
@@ -15,6 +16,7 @@ mod notices;
 mod oauth;
 mod requests;
 mod rounds;
+mod signals;
 mod stdio;
 mod tasks;
 
@@ -22,9 +24,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use client::{ElicitRoute, McpClient, ServerSignals};
-pub(crate) use client::{PROMPTS, RESOURCES, TOOLS};
+pub use client::McpClient;
 pub use eras::{Eras, MAX_REMEMBERED_ERAS};
+pub use failure::CallFailure;
 pub use framing::MAX_MESSAGE_BYTES;
 pub use guard::{
     MAX_BYTES_PER_SECOND, MAX_MESSAGES_PER_SECOND, MAX_PENDING_SERVER_REQUESTS,
@@ -42,12 +44,14 @@ pub use oauth::{
     AUTHORIZATION_TIMEOUT, MAX_STEP_UPS, OAUTH_PHASE_TIMEOUT, token_file, token_files_of,
 };
 pub use requests::{
-    CallFailure, CallTiming, Identity, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, Offer, call_tool,
-    get_prompt, list_tools, read_resource, set_level, subscribe,
+    CallTiming, Identity, ListedTools, MAX_TOOL_PAGES, MAX_TOOLS, Offer, call_tool, get_prompt,
+    list_tools, read_resource, set_level, subscribe,
 };
 pub use rounds::{
     MAX_INPUT_KEY_BYTES, MAX_INPUT_REQUESTS, MAX_INPUT_ROUNDS, MAX_REQUEST_STATE_BYTES,
 };
+pub use signals::{ElicitRoute, ServerSignals};
+pub(crate) use signals::{PROMPTS, RESOURCES, TOOLS};
 pub(crate) use stdio::StdioLaunch;
 pub use tasks::{MAX_TASK_ID_BYTES, MAX_TASK_POLL, MIN_TASK_POLL};
 

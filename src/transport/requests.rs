@@ -23,9 +23,10 @@ use rmcp::model::{
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 
-use super::client::ServerSignals;
+use super::failure::{CallFailure, classify, service_error};
 use super::notices::{CallWatch, Notices, token_key};
 use super::rounds::with_rounds;
+use super::signals::ServerSignals;
 use super::tasks::followed;
 
 /// Most pages of `tools/list` followed for one server.
@@ -277,36 +278,6 @@ pub struct ListedTools {
     pub offer: Offer,
 }
 
-/// Why a call did not produce a result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallFailure {
-    /// `timeout_seconds` passed; the request was cancelled on the server.
-    Timeout(Duration),
-    /// The request could not be sent (the connection was already gone): the server
-    /// never saw it.
-    NotSent(String),
-    /// The connection is gone (process exited, transport closed).
-    Closed(String),
-    /// The server answered with a protocol error.
-    Protocol(String),
-}
-
-impl std::fmt::Display for CallFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallFailure::Timeout(d) => write!(
-                f,
-                "the call timed out after {:.1}s and was cancelled on the server",
-                d.as_secs_f64()
-            ),
-            CallFailure::Closed(m) | CallFailure::NotSent(m) => {
-                write!(f, "the server connection is closed: {m}")
-            }
-            CallFailure::Protocol(m) => write!(f, "the server returned an error: {m}"),
-        }
-    }
-}
-
 /// Lists every page of tools from `peer`, capped, and what else it offers.
 ///
 /// # Errors
@@ -467,23 +438,5 @@ impl Drop for Abandoned {
         runtime.spawn(async move {
             let _ = peer.notify_cancelled(params).await;
         });
-    }
-}
-
-pub(crate) fn classify(e: &ServiceError, timeout: Duration) -> CallFailure {
-    match e {
-        ServiceError::Timeout { .. } => CallFailure::Timeout(timeout),
-        ServiceError::McpError(data) => CallFailure::Protocol(data.message.to_string()),
-        ServiceError::TransportClosed
-        | ServiceError::TransportSend(_)
-        | ServiceError::Cancelled { .. } => CallFailure::Closed(e.to_string()),
-        other => CallFailure::Protocol(other.to_string()),
-    }
-}
-
-pub(crate) fn service_error(e: &ServiceError) -> String {
-    match e {
-        ServiceError::McpError(data) => data.message.to_string(),
-        other => other.to_string(),
     }
 }

@@ -24,8 +24,8 @@ use rmcp::model::{
     ReadResourceRequestParams, Request, ServerResult,
 };
 
-use super::client::ServerSignals;
-use super::requests::CallFailure;
+use super::failure::CallFailure;
+use super::signals::ServerSignals;
 
 /// Most `input_required` answers one request may get before it fails: rmcp's own cap.
 pub const MAX_INPUT_ROUNDS: usize = rmcp::model::DEFAULT_MRTR_MAX_ROUNDS;

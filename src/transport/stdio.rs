@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::client::{McpClient, ServerSignals};
+use super::client::McpClient;
 use super::framing::StdioTransport;
 use super::guard::{EndCause, Guarded, Traffic};
 use super::requests::ListedTools;
+use super::signals::ServerSignals;
 use super::{ConnectError, ConnectErrorKind};
 use crate::process::{ChildProcess, Registry, StderrLog};
 

@@ -21,10 +21,10 @@ use rmcp::model::{
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient};
 
-use super::client::ServerSignals;
+use super::failure::{CallFailure, classify};
 use super::notices::Notice;
-use super::requests::{CallFailure, classify};
 use super::rounds::answered;
+use super::signals::ServerSignals;
 
 /// Longest task id a server may give.
 pub const MAX_TASK_ID_BYTES: usize = 256;
