@@ -69,7 +69,7 @@ pub(crate) mod transport;
 
 pub use process::HostEnv;
 pub use transport::{
-    ConnectErrorKind, Progress, ProgressSink, token_file as oauth_token_file,
+    ConnectErrorKind, Progress, ProgressSink, TaskHandle, TaskSeen, token_file as oauth_token_file,
     token_files_of as oauth_token_files_of,
 };
 

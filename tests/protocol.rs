@@ -366,8 +366,9 @@ async fn over_http_a_400_that_is_an_authorization_failure_or_a_modern_rejection_
     }
 }
 
-/// A 401 or 403 to the discovery, however legacy its body looks, is an authorization
-/// failure: the server fails, and no `initialize` is ever sent.
+/// A 401 or 403 to the discovery, however legacy its body looks (an error naming the
+/// request), is an authorization failure: the server fails, and no `initialize` is
+/// ever sent.
 #[tokio::test]
 async fn over_http_an_authorization_failure_of_the_discovery_is_never_a_downgrade() {
     for status in [401, 403] {

@@ -35,6 +35,8 @@ fn tools(dir: &std::path::Path) -> std::path::PathBuf {
         {"name": "asking", "task": {"ms": 100}, "elicit": question},
         {"name": "broken", "task": {"ms": 100, "fail": true}},
         {"name": "endless", "task": {"ms": 600000}},
+        {"name": "chatty", "task": {"ms": 600000}},
+        {"name": "pester", "task": {"ms": 100, "rounds": 20}, "elicit": question},
     ]);
     std::fs::write(&file, listed.to_string()).unwrap();
     file
@@ -120,4 +122,76 @@ async fn a_failed_task_fails_its_call_and_a_timed_out_call_cancels_its_task() {
         common::logs_contain(h.home.path(), "demo server: task cancelled"),
         "the task was not cancelled on the server"
     );
+}
+
+/// The host holds the call's task: it sees the task's status (redacted with the call's
+/// secrets, which the server repeats in its status message) and cancels it; the call
+/// then fails saying so, and the server heard the cancellation.
+#[tokio::test]
+async fn a_host_sees_its_task_redacted_and_cancels_it() {
+    const SECRET: &str = "task-canary-51d0e7";
+    let dir = tempfile::tempdir().unwrap();
+    let file = tools(dir.path());
+    let core = Core::new()
+        .grant_servers(&["t"])
+        .server("t", &common::demo_with_tools(&file, MODERN));
+    let h = harness_with(Recorder::allow(), |c| c).await;
+    let catalog = common::clean_turn(&h, &core).await;
+    let handle = demiurge_mcp::TaskHandle::new();
+    let call = {
+        let (catalog, handle) = (catalog.clone(), handle.clone());
+        tokio::spawn(async move {
+            let args = json!({"password": SECRET});
+            catalog.call_with_task("t__chatty", args, handle).await
+        })
+    };
+    let seen = common::eventually(std::time::Duration::from_secs(10), || {
+        handle
+            .status()
+            .and_then(|s| s.message)
+            .is_some_and(|m| m.starts_with("working on chatty"))
+    })
+    .await;
+    assert!(seen, "{:?}", handle.status());
+    let status = handle.status().unwrap();
+    assert_eq!(status.status, "working");
+    assert!(!status.message.unwrap().contains(SECRET));
+    handle.cancel();
+    let ended = call.await.unwrap();
+    let said = ended.map(|r| content(&r)).unwrap_or_else(|e| e.to_string());
+    assert!(said.contains("the host cancelled the task"), "{said}");
+    h.finish().await;
+    let events = serde_json::to_string(&h.sink.events()).unwrap();
+    assert!(events.contains("mcp.task_status"));
+    assert!(!events.contains(SECRET), "an event shows the call's secret");
+    assert!(common::logs_contain(
+        h.home.path(),
+        "demo server: task cancelled"
+    ));
+}
+
+/// A task that asks for input without end is cancelled at the rounds' bound, however
+/// quickly the person answers.
+#[tokio::test]
+async fn a_task_that_asks_without_end_is_cancelled_at_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = tools(dir.path());
+    let core = Core::new()
+        .grant_servers(&["t"])
+        .server("t", &common::demo_with_tools(&file, MODERN));
+    let h = harness_with(Recorder::allow(), |mut c| {
+        c.elicitor = Arc::new(Answers);
+        c
+    })
+    .await;
+    let catalog = common::clean_turn(&h, &core).await;
+    let pestered = catalog.call("t__pester", json!({})).await;
+    let said = pestered
+        .map(|r| content(&r))
+        .unwrap_or_else(|e| e.to_string());
+    assert!(
+        said.contains("asked for input more than 10 times"),
+        "{said}"
+    );
+    h.finish().await;
 }

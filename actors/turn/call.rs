@@ -13,7 +13,7 @@ use crate::core::ApprovalPolicy;
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
 use crate::result::{Provenance, ToolResult};
-use crate::transport::{CallFailure, CallWatch, Progress, ProgressSink};
+use crate::transport::{CallFailure, CallWatch, Progress, ProgressSink, TaskHandle};
 
 impl TurnCatalog {
     /// Calls the tool `name` of this turn with `arguments` (a JSON object or null).
@@ -36,6 +36,38 @@ impl TurnCatalog {
         arguments: Value,
         on_progress: Option<ProgressSink>,
     ) -> Result<ToolResult, CallError> {
+        let hooks = Hooks {
+            progress: on_progress,
+            task: None,
+        };
+        self.call_hooked(name, arguments, hooks).await
+    }
+
+    /// [`TurnCatalog::call`], with `task` hearing of the task the call may become (the
+    /// tasks extension: its status, redacted) and able to cancel it on the server. The
+    /// call still returns the task's final result.
+    ///
+    /// # Errors
+    /// See [`TurnCatalog::call`].
+    pub async fn call_with_task(
+        &self,
+        name: &str,
+        arguments: Value,
+        task: TaskHandle,
+    ) -> Result<ToolResult, CallError> {
+        let hooks = Hooks {
+            progress: None,
+            task: Some(task),
+        };
+        self.call_hooked(name, arguments, hooks).await
+    }
+
+    async fn call_hooked(
+        &self,
+        name: &str,
+        arguments: Value,
+        hooks: Hooks,
+    ) -> Result<ToolResult, CallError> {
         let Some(entry) = self.get(name) else {
             return Err(match self.unavailable(name) {
                 Some((server, reason)) => CallError::ServerUnavailable {
@@ -46,7 +78,7 @@ impl TurnCatalog {
                 None => CallError::UnknownTool(name.to_string()),
             });
         };
-        self.call_entry_with(entry, arguments, on_progress).await
+        self.call_entry_with(entry, arguments, hooks).await
     }
 
     /// Calls a specific entry. An entry from another session, catalog (revision,
@@ -59,16 +91,17 @@ impl TurnCatalog {
         entry: &ToolEntry,
         arguments: Value,
     ) -> Result<ToolResult, CallError> {
-        self.call_entry_with(entry, arguments, None).await
+        self.call_entry_with(entry, arguments, Hooks::default())
+            .await
     }
 
     async fn call_entry_with(
         &self,
         entry: &ToolEntry,
         arguments: Value,
-        on_progress: Option<ProgressSink>,
+        hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
-        let outcome = self.dispatch(entry, arguments, on_progress).await;
+        let outcome = self.dispatch(entry, arguments, hooks).await;
         if let Err(refused) = &outcome {
             self.shared.hub.emit(
                 &self.session,
@@ -86,7 +119,7 @@ impl TurnCatalog {
         &self,
         entry: &ToolEntry,
         arguments: Value,
-        on_progress: Option<ProgressSink>,
+        hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
         let binding = &entry.binding;
         let stale = |reason| CallError::Stale {
@@ -117,8 +150,11 @@ impl TurnCatalog {
         }
         let started = Instant::now();
         let watch = CallWatch {
-            sink: on_progress.map(|sink| redacted_progress(sink, &redactor)),
+            sink: hooks
+                .progress
+                .map(|sink| redacted_progress(sink, &redactor)),
             redactor: redactor.clone(),
+            task: hooks.task,
         };
         let called = binding.dispatch.call(&entry.tool, arguments, watch).await;
         let provenance = |reached| Provenance {
@@ -240,6 +276,15 @@ fn subject_of(entry: &ToolEntry) -> CallSubject {
 
 /// `sink`, hearing the server's progress redacted with the call's secrets, as every
 /// other view of the server.
+/// What a caller hears of its call while it runs.
+#[derive(Default)]
+struct Hooks {
+    /// The server's progress, redacted.
+    progress: Option<ProgressSink>,
+    /// The task the call may become.
+    task: Option<TaskHandle>,
+}
+
 fn redacted_progress(sink: ProgressSink, redactor: &Redactor) -> ProgressSink {
     let redactor = redactor.clone();
     Arc::new(move |mut progress: Progress| {

@@ -29,41 +29,62 @@ impl DemoServer {
         let task = entry.get("task")?;
         let ms = task.get("ms").and_then(Value::as_u64).unwrap_or(100);
         let fail = task.get("fail").and_then(Value::as_bool).unwrap_or(false);
+        // How many times it asks its question (each a round of its own).
+        let rounds = task.get("rounds").and_then(Value::as_u64).unwrap_or(1);
+        let arguments = serde_json::to_string(&request.arguments).unwrap_or_default();
         let question = self.file_elicitation(&request.name).and_then(|asked| {
             serde_json::from_value::<InputRequest>(
                 json!({"method": "elicitation/create", "params": asked}),
             )
             .ok()
         });
-        let name = request.name.to_string();
+        let work = Work {
+            name: request.name.to_string(),
+            arguments,
+            time: Duration::from_millis(ms),
+            fail,
+            question,
+            rounds,
+        };
         let options = TaskOptions::new().with_poll_interval_ms(100);
-        let task = self.tasks.spawn(options, move |context| {
-            Box::pin(run(
-                context,
-                name,
-                Duration::from_millis(ms),
-                fail,
-                question,
-            ))
-        });
+        let task = self
+            .tasks
+            .spawn(options, move |context| Box::pin(run(context, work)));
         Some(CallToolResponse::Task(CreateTaskResult::new(task)))
     }
 }
 
-async fn run(
-    context: TaskContext,
+/// What a task does.
+struct Work {
     name: String,
-    work: Duration,
+    /// The call's arguments, as JSON: repeated in the status message (a server that
+    /// echoes what it was given).
+    arguments: String,
+    time: Duration,
     fail: bool,
     question: Option<InputRequest>,
-) -> Result<CallToolResult, TaskExit> {
-    let answer = match question {
-        Some(question) => Some(context.request_input("ask", question).await?),
-        None => None,
-    };
-    context.set_status_message(format!("working on {name}"));
+    rounds: u64,
+}
+
+async fn run(context: TaskContext, work: Work) -> Result<CallToolResult, TaskExit> {
+    let Work {
+        name,
+        arguments,
+        time,
+        fail,
+        question,
+        rounds,
+    } = work;
+    let mut answer = None;
+    if let Some(question) = question {
+        for round in 0..rounds {
+            let key = format!("ask-{round}");
+            answer = Some(context.request_input(key, question.clone()).await?);
+        }
+    }
+    context.set_status_message(format!("working on {name} with {arguments}"));
     tokio::select! {
-        () = tokio::time::sleep(work) => {}
+        () = tokio::time::sleep(time) => {}
         () = context.cancelled() => {
             eprintln!("demo server: task cancelled");
             return Err(TaskExit::Cancelled);

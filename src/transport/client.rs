@@ -333,7 +333,7 @@ where
     };
     let started = tokio::time::timeout(timeout, async {
         tokio::select! {
-            started = start(transport, signals, protocol) => started,
+            started = start(transport, signals, protocol, timeout) => started,
             Some(end) = flooded => Err((format!("the connection ended: {end}"), false)),
         }
     })
@@ -446,6 +446,7 @@ async fn start<T>(
     transport: T,
     signals: Arc<ServerSignals>,
     protocol: Protocol,
+    timeout: Duration,
 ) -> Result<Started, Failure>
 where
     T: Transport<RoleClient> + 'static,
@@ -463,7 +464,7 @@ where
         )
     })?;
     // Listening before listing: a change after the listing is heard.
-    let listener = Listener::start(service.peer().clone(), signals).await;
+    let listener = Listener::start(service.peer().clone(), signals, timeout / 4).await;
     let listed = list_tools(service.peer())
         .await
         .map_err(|e| (format!("tools/list failed: {e}"), false))?;

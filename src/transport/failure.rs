@@ -16,6 +16,8 @@ pub enum CallFailure {
     Closed(String),
     /// The server answered with a protocol error.
     Protocol(String),
+    /// The host cancelled it (a task, through its handle); the server was told.
+    Cancelled(String),
 }
 
 impl std::fmt::Display for CallFailure {
@@ -30,6 +32,7 @@ impl std::fmt::Display for CallFailure {
                 write!(f, "the server connection is closed: {m}")
             }
             CallFailure::Protocol(m) => write!(f, "the server returned an error: {m}"),
+            CallFailure::Cancelled(m) => write!(f, "{m}; the server was told"),
         }
     }
 }

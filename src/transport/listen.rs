@@ -23,8 +23,9 @@ use super::signals::{PROMPTS, RESOURCES, ServerSignals, TOOLS};
 /// holds the list and sends it whole with every new listen).
 pub const MAX_RESOURCE_SUBSCRIPTIONS: usize = 256;
 
-/// How long the listen opened at connect waits for the server's acknowledgment (inside
-/// the connect timeout); a server silent that long sends this connection no changes.
+/// The longest the listen opened at connect waits for the server's acknowledgment (at
+/// most a quarter of the connect timeout); a server silent that long sends this
+/// connection no changes.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One connection's open `subscriptions/listen`, and what it asks for.
@@ -53,11 +54,12 @@ impl Drop for Held {
 impl Listener {
     /// A listener for `peer`, when it speaks the 2026-07-28 era, with the list changes
     /// it advertises subscribed to. A server that refuses the listen, or does not
-    /// acknowledge it within [`LISTEN_TIMEOUT`], sends no list changes, as a legacy
-    /// server that never sends them; it is not a failed connect.
+    /// acknowledge it within `wait` (at most [`LISTEN_TIMEOUT`]), sends no list
+    /// changes, as a legacy server that never sends them; it is not a failed connect.
     pub(crate) async fn start(
         peer: Peer<RoleClient>,
         signals: Arc<ServerSignals>,
+        wait: Duration,
     ) -> Option<Arc<Self>> {
         let info = peer.peer_info()?;
         if info.protocol_version.has_initialize() {
@@ -70,7 +72,7 @@ impl Listener {
         };
         if listener.lists().is_some() {
             let mut held = listener.held.lock().await;
-            let _ = listener.open(&mut held, LISTEN_TIMEOUT).await;
+            let _ = listener.open(&mut held, wait.min(LISTEN_TIMEOUT)).await;
         }
         Some(Arc::new(listener))
     }
@@ -95,9 +97,12 @@ impl Listener {
     /// A server that refused or did not acknowledge the URI, too many subscriptions,
     /// or the request's failure.
     pub(crate) async fn subscribe(&self, uri: &str, timeout: Duration) -> Result<(), CallFailure> {
+        let asked = std::time::Instant::now();
         let mut held = tokio::time::timeout(timeout, self.held.lock())
             .await
             .map_err(|_| CallFailure::Timeout(timeout))?;
+        // The lock's wait and the listen share the timeout.
+        let left = timeout.saturating_sub(asked.elapsed());
         if held.uris.iter().any(|held| held == uri) {
             return Ok(());
         }
@@ -107,7 +112,7 @@ impl Listener {
             )));
         }
         held.uris.push(uri.to_string());
-        let opened = self.open(&mut held, timeout).await;
+        let opened = self.open(&mut held, left).await;
         let acknowledged = opened.map(|filter| {
             filter
                 .resource_subscriptions
@@ -117,11 +122,13 @@ impl Listener {
             Ok(true) => Ok(()),
             failed => {
                 held.uris.retain(|held| held != uri);
-                Err(failed.err().unwrap_or_else(|| {
-                    CallFailure::Protocol(
+                Err(match failed {
+                    Err(CallFailure::Timeout(_)) => CallFailure::Timeout(timeout),
+                    Err(failure) => failure,
+                    Ok(_) => CallFailure::Protocol(
                         "the server did not accept a subscription to this resource".into(),
-                    )
-                }))
+                    ),
+                })
             }
         }
     }

@@ -18,6 +18,7 @@ mod requests;
 mod rounds;
 mod signals;
 mod stdio;
+mod task_handle;
 mod tasks;
 
 use std::path::PathBuf;
@@ -53,6 +54,7 @@ pub use rounds::{
 pub use signals::{ElicitRoute, ServerSignals};
 pub(crate) use signals::{PROMPTS, RESOURCES, TOOLS};
 pub(crate) use stdio::StdioLaunch;
+pub use task_handle::{TaskHandle, TaskSeen};
 pub use tasks::{MAX_TASK_ID_BYTES, MAX_TASK_POLL, MIN_TASK_POLL};
 
 /// How to reach one server, authorized and interpolated.

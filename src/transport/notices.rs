@@ -81,6 +81,8 @@ pub struct CallWatch {
     pub sink: Option<ProgressSink>,
     /// The call's redactor.
     pub redactor: crate::redact::Redactor,
+    /// The host's hold on the task the call may become.
+    pub task: Option<super::task_handle::TaskHandle>,
 }
 
 /// Makes the route of a connection's notices for one redactor (the connection's, or a
@@ -159,6 +161,16 @@ impl Notices {
         let admitted = self.pace.lock().map(|mut p| p.admit()).unwrap_or(None);
         if let Some(dropped) = admitted {
             route(notice, dropped);
+        }
+    }
+
+    /// Passes on `notice` of one call through the route made for that call's redactor
+    /// (a server repeating a sensitive argument in it is hidden), unless the connection
+    /// is over its pace.
+    pub fn deliver_for(&self, watch: &CallWatch, notice: Notice) {
+        let admitted = self.pace.lock().map(|mut p| p.admit()).unwrap_or(None);
+        if let (Some(dropped), Some(factory)) = (admitted, &self.factory) {
+            factory(&watch.redactor)(notice, dropped);
         }
     }
 
@@ -276,6 +288,7 @@ mod tests {
                 s.lock().unwrap().push(p.progress)
             })),
             redactor,
+            task: None,
         };
         let guard = notices.watch("n1".into(), watch).unwrap();
         let at = |progress| Progress {

@@ -328,7 +328,9 @@ pub async fn call_tool(
         |request, left| call_round(peer, &signals.notices, request, timing, left, watch.clone());
     let answer = match with_rounds(signals, params, budget, send).await? {
         // A task (the tasks extension) is followed to its end for the call.
-        (ServerResult::CreateTaskResult(task), left) => followed(peer, signals, task, left).await?,
+        (ServerResult::CreateTaskResult(task), left) => {
+            followed(peer, signals, task, left, watch.as_ref()).await?
+        }
         (answer, _) => answer,
     };
     match answer {

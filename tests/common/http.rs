@@ -38,8 +38,8 @@ pub enum Behaviour {
     /// (`-32020`, a header mismatch).
     McpDiscoverRefused { challenge: bool },
     /// The demo MCP server, but `server/discover` answered with this status (401, 403)
-    /// and a bearer challenge, its body what a 2025-era server says to an unknown
-    /// version: an authorization failure dressed as a legacy answer.
+    /// and a bearer challenge, its body a legacy server's answer naming the request
+    /// (method not found): an authorization failure dressed as a legacy answer.
     McpDiscoverStatus(u16),
     /// The demo MCP server, but `server/discover` never answered (a stalled network).
     McpDiscoverSilent,
@@ -310,11 +310,17 @@ async fn answer(
     }
     if let Behaviour::McpDiscoverStatus(status) = behaviour {
         if is_discovery(&req) {
-            let body = r#"{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: Unsupported protocol version"},"id":null}"#;
+            // The error names the request, as a server's own answer would.
+            let body = req.into_body().collect().await.unwrap().to_bytes();
+            let id = serde_json::from_slice::<serde_json::Value>(&body)
+                .map(|v| v["id"].clone())
+                .unwrap_or_default();
+            let reply = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": "Method not found"}});
             let mut resp = plain(
                 StatusCode::from_u16(status).unwrap(),
                 "application/json",
-                Bytes::from_static(body.as_bytes()),
+                Bytes::from(reply.to_string()),
             );
             resp.headers_mut().insert(
                 http::header::WWW_AUTHENTICATE,

@@ -118,11 +118,12 @@ impl PinnedClient {
             return challenged;
         }
         // A 400 to `server/discover` may be a legacy server's (see `legacy_answer`);
-        // one that carries a challenge is an authorization failure, never that.
-        let legacy = discovery
-            && status == StatusCode::BAD_REQUEST
-            && !session_attached
-            && !response.headers().contains_key(WWW_AUTHENTICATE);
+        // one that carries a challenge is an authorization failure, never that. Any
+        // other status to a discovery (a 403, a 5xx) is a failure whatever its body
+        // says: only these statuses may carry the server's own answer to it.
+        let answerable =
+            status == StatusCode::BAD_REQUEST && !response.headers().contains_key(WWW_AUTHENTICATE);
+        let legacy = discovery && answerable && !session_attached;
         if status == StatusCode::NOT_FOUND && session_attached {
             return Err(StreamableHttpError::SessionExpired);
         }
@@ -134,6 +135,7 @@ impl PinnedClient {
         if let Some(ServerJsonRpcMessage::Error(error)) = &parsed
             && sent.is_some()
             && error.id.as_ref() == sent
+            && (!discovery || answerable)
         {
             // A modern server's own rejection (a header mismatch, a missing capability,
             // another version) names the request: rmcp decides on it.

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
@@ -33,6 +34,12 @@ pub(crate) struct StepUp {
     /// Step-ups of this connection so far, one at a time: a server answering every
     /// request with `insufficient_scope` gets [`MAX_STEP_UPS`], then plain failures.
     ups: Arc<tokio::sync::Mutex<usize>>,
+    /// Authorizations this connection got from a step-up: a request refused under an
+    /// older one is retried with the newer, not asked again.
+    generation: Arc<AtomicUsize>,
+    /// Whether the server accepted a request of this connection: only then is a 401
+    /// an authorization gone stale (before, the connect's own authorization decides).
+    served: Arc<AtomicBool>,
 }
 
 /// Most step-up authorizations one connection asks for.
@@ -64,11 +71,18 @@ impl StepUp {
             net,
             launch,
             ups: Arc::default(),
+            generation: Arc::default(),
+            served: Arc::default(),
         }
     }
 
-    async fn step_up(&self, challenge: &str) -> Result<(), HttpError> {
+    /// Authorizes again for `challenge`, unless another request already did since
+    /// `before` (the generation its request was sent under).
+    async fn step_up(&self, challenge: &str, before: usize) -> Result<(), HttpError> {
         let mut ups = self.ups.lock().await;
+        if self.generation.load(Ordering::SeqCst) != before {
+            return Ok(());
+        }
         if *ups >= MAX_STEP_UPS {
             return Err(StreamableHttpError::UnexpectedServerResponse(
                 format!(
@@ -82,6 +96,7 @@ impl StepUp {
             .await
             .map_err(|e| StreamableHttpError::UnexpectedServerResponse(e.0.into()))?;
         *self.inner.auth_manager.lock().await = manager;
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }
@@ -127,20 +142,29 @@ impl StreamableHttpClient for StepUp {
                 limits,
             )
         };
-        match send().await {
+        let before = self.generation.load(Ordering::SeqCst);
+        let answered = match send().await {
             Err(StreamableHttpError::InsufficientScope(challenge)) => {
-                self.step_up(&challenge.www_authenticate_header).await?;
-                send().await.map_err(described)
+                self.step_up(&challenge.www_authenticate_header, before)
+                    .await?;
+                send().await
             }
             // A token the server accepted before is refused now, and no refresh helped:
             // authorize again from the server's current metadata (its authorization
             // server may have moved, SEP-2352), under the same budget as a step-up.
-            Err(StreamableHttpError::AuthRequired(challenge)) => {
-                self.step_up(&challenge.www_authenticate_header).await?;
-                send().await.map_err(described)
+            Err(StreamableHttpError::AuthRequired(challenge))
+                if self.served.load(Ordering::SeqCst) =>
+            {
+                self.step_up(&challenge.www_authenticate_header, before)
+                    .await?;
+                send().await
             }
-            answered => answered.map_err(described),
+            answered => answered,
+        };
+        if answered.is_ok() {
+            self.served.store(true, Ordering::SeqCst);
         }
+        answered.map_err(described)
     }
 
     async fn delete_session(
