@@ -20,10 +20,14 @@ pub fn core(dir: &Path, servers: usize, extra: usize, parallel: bool) -> PathBuf
     core_with(dir, &format!("core-{servers}-{extra}-{parallel}"), &yamls)
 }
 
-/// A demo server's declaration over stdio, `args` added after `demo-server`.
+/// The era of the pairs against rmcp's legacy client (the modern pairs say theirs).
+pub const LEGACY: &str = "protocol: 2025-11-25\n";
+
+/// A demo server's declaration over stdio in the 2025-11-25 era, `args` added after
+/// `demo-server`.
 pub fn stdio_yaml(args: &str, parallel: bool) -> String {
     format!(
-        "command: {}\nargs: [demo-server, {args}]\napproval_policy: auto\nsupports_parallel_tool_calls: {parallel}\n",
+        "command: {}\nargs: [demo-server, {args}]\napproval_policy: auto\nsupports_parallel_tool_calls: {parallel}\n{LEGACY}",
         serde_json::to_string(EXE).unwrap()
     )
 }
@@ -52,7 +56,7 @@ pub fn rt() -> tokio::runtime::Runtime {
 
 /// A core declaring one demo server reached over streamable HTTP at `url`.
 pub fn http_core(dir: &Path, url: &str) -> PathBuf {
-    let yaml = format!("transport: http\nurl: {url}\napproval_policy: auto\n");
+    let yaml = format!("transport: http\nurl: {url}\napproval_policy: auto\n{LEGACY}");
     core_with(dir, "http", &[yaml])
 }
 

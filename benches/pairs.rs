@@ -348,10 +348,7 @@ fn modern(_c: &mut Criterion) {
     let stdio_core = common::core_with(
         dir.path(),
         "modern-stdio",
-        &[format!(
-            "{}{modern}",
-            common::stdio_yaml("--extra-tools, \"0\"", false)
-        )],
+        &[common::stdio_yaml("--extra-tools, \"0\"", false).replace(common::LEGACY, modern)],
     );
     let http_core = common::core_with(
         dir.path(),

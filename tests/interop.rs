@@ -943,6 +943,85 @@ async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
     h.finish().await;
 }
 
+/// Answers every elicitation with the colour teal.
+struct Teal;
+
+impl demiurge_mcp::authority::Elicitor for Teal {
+    fn elicit(
+        &self,
+        _request: demiurge_mcp::authority::ElicitationRequest,
+    ) -> futures::future::BoxFuture<'static, demiurge_mcp::authority::ElicitationAnswer> {
+        let mut fields = serde_json::Map::new();
+        fields.insert("color".into(), json!("teal"));
+        Box::pin(async move { demiurge_mcp::authority::ElicitationAnswer::Accept(fields) })
+    }
+}
+
+/// The Python SDK's own resolvers ask the runtime for input: an elicitation through the
+/// host's elicitor and the roots of the declaration, in the 2026-07-28 era as
+/// `input_required` rounds (the default `auto`) and in the 2025-11-25 era as requests
+/// of the server's own; both answer the same.
+#[tokio::test]
+async fn the_python_sdk_server_asks_for_input_in_both_eras() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = Core::new().grant_servers(&["modern", "legacy"]);
+    let script = core.root().join("sdk_echo.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_echo.py"),
+        &script,
+    )
+    .unwrap();
+    let python = serde_json::to_string(&venv.join("bin/python")).unwrap();
+    let script = serde_json::to_string(&script).unwrap();
+    let declare = |protocol: &str| {
+        format!(
+            "command: {python}\nargs: [{script}]\napproval_policy: auto\n{protocol}connect_timeout_seconds: 60\n"
+        )
+    };
+    let root = url::Url::from_directory_path(core.root())
+        .unwrap()
+        .to_string();
+    let core = core
+        .server("modern", &declare(""))
+        .server("legacy", &declare("protocol: 2025-11-25\n"));
+    let h = harness_with(Recorder::allow(), |c| {
+        let mut c = product_sandbox(c, true);
+        c.elicitor = Arc::new(Teal);
+        c
+    })
+    .await;
+    let catalog = common::clean_turn(&h, &core).await;
+    for server in ["modern", "legacy"] {
+        let text = |result: demiurge_mcp::result::ToolResult| {
+            result
+                .view(demiurge_mcp::redact::View::Operator)
+                .content
+                .clone()
+        };
+        let colour = catalog
+            .call(&format!("{server}__favourite"), json!({}))
+            .await;
+        assert_eq!(text(colour.unwrap()), "teal", "{server}");
+        let roots = catalog
+            .call(&format!("{server}__root_uris"), json!({}))
+            .await;
+        assert_eq!(
+            text(roots.unwrap()).trim_end_matches('/'),
+            root.trim_end_matches('/'),
+            "{server}"
+        );
+    }
+    let spoken: Vec<_> = catalog
+        .servers()
+        .map(|s| (s.server.clone(), s.protocol.clone()))
+        .collect();
+    assert!(
+        spoken.contains(&("modern".into(), "2026-07-28".into())),
+        "{spoken:?}"
+    );
+    h.finish().await;
+}
+
 /// An echo server on the TypeScript SDK (`@modelcontextprotocol/server` 2.4 from npm),
 /// confined, in its default mode (both eras) and modern-only: the default (`auto`)
 /// speaks 2026-07-28 with both; `protocol: 2025-11-25` speaks the legacy era with the

@@ -188,7 +188,28 @@ impl DemoServer {
             };
             return;
         }
-        let sinks = self.listeners.lock().map(|l| l.clone()).unwrap_or_default();
+        // rmcp acknowledges a listen before it hands the subscription to `hold`: a
+        // client that subscribed and at once made a change could be ahead of it. Wait
+        // a moment (a second at most) for a listener that asked for this change.
+        let wanted = |sink: &SubscriptionSink| {
+            let accepted = sink.accepted();
+            match &change {
+                Change::Tools => accepted.tools_list_changed == Some(true),
+                Change::Resources => accepted.resources_list_changed == Some(true),
+                Change::Updated(uri) => accepted
+                    .resource_subscriptions
+                    .as_ref()
+                    .is_some_and(|uris| uris.contains(uri)),
+            }
+        };
+        let mut sinks = Vec::new();
+        for _ in 0..100 {
+            sinks = self.listeners.lock().map(|l| l.clone()).unwrap_or_default();
+            if sinks.iter().any(wanted) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         for sink in sinks {
             // A subscription that did not ask for this change refuses it: that is its
             // filter working, not an error.
