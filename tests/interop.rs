@@ -1097,7 +1097,7 @@ async fn http_sdk_server(program: &Path, args: &[&Path]) -> (tokio::process::Chi
 /// (2025-era requests served statelessly) and modern-only, the Python SDK in its
 /// default mode (it has no modern-only switch). The default `auto` speaks 2026-07-28
 /// with each; `protocol: 2025-11-25` speaks the legacy era where the server serves it,
-/// and the modern-only one refuses it with words that say what to declare.
+/// and the modern-only one refuses it, naming the version it requires.
 #[tokio::test]
 async fn the_sdk_servers_speak_both_eras_over_http() {
     let (Some(prefix), Some(venv)) = (npm_prefix(), pypi_prefix()) else {
