@@ -885,6 +885,17 @@ async fn the_python_time_server_works_confined() {
     h.finish().await;
 }
 
+/// The diagnostic of `server`, a modern-only server spoken to in 2025-11-25.
+fn refusal(catalog: &demiurge_mcp::TurnCatalog, server: &str) -> String {
+    catalog
+        .diagnostics()
+        .iter()
+        .find(|d| d.server == server)
+        .expect("a diagnostic for the modern-only server spoken to in 2025-11-25")
+        .message
+        .clone()
+}
+
 /// That `server` of `catalog` connected in `era` and its `echo` answers.
 async fn speaks_and_echoes(catalog: &demiurge_mcp::TurnCatalog, server: &str, era: &str) {
     let identity = catalog.servers().find(|s| s.server == server);
@@ -1054,15 +1065,10 @@ async fn the_typescript_sdk_server_speaks_both_eras_and_modern_only() {
     ] {
         speaks_and_echoes(&catalog, server, era).await;
     }
-    let refused = catalog
-        .diagnostics()
-        .iter()
-        .find(|d| d.server == "modernlegacy")
-        .expect("a diagnostic for the modern-only server spoken to in 2025-11-25");
+    let refused = refusal(&catalog, "modernlegacy");
     assert!(
-        refused.message.contains("declare `protocol: 2026-07-28`"),
-        "{}",
-        refused.message
+        refused.contains("declare `protocol: 2026-07-28`"),
+        "{refused}"
     );
     h.finish().await;
 }
@@ -1146,16 +1152,8 @@ async fn the_sdk_servers_speak_both_eras_over_http() {
     ] {
         speaks_and_echoes(&catalog, server, era).await;
     }
-    let refused = catalog
-        .diagnostics()
-        .iter()
-        .find(|d| d.server == "tsmodernlegacy")
-        .expect("a diagnostic for the modern-only server spoken to in 2025-11-25");
-    assert!(
-        refused.message.contains("2026-07-28"),
-        "{}",
-        refused.message
-    );
+    let refused = refusal(&catalog, "tsmodernlegacy");
+    assert!(refused.contains("2026-07-28"), "{refused}");
     h.finish().await;
 }
 

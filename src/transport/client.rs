@@ -113,7 +113,7 @@ impl rmcp::ClientHandler for ClientHandler {
         &self,
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, rmcp::ErrorData> {
-        Ok(ListRootsResult::new(self.signals.roots.clone()))
+        Ok(self.signals.roots_listed())
     }
 
     async fn create_elicitation(
@@ -121,10 +121,7 @@ impl rmcp::ClientHandler for ClientHandler {
         request: ElicitRequestParams,
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<ElicitResult, rmcp::ErrorData> {
-        match &self.signals.elicit {
-            Some(route) => Ok(route(request).await),
-            None => Ok(ElicitResult::new(ElicitationAction::Decline)),
-        }
+        Ok(self.signals.elicited(request).await)
     }
 
     /// An `elicitation/create` whose params rmcp's typed form refused arrives here: one
@@ -144,9 +141,9 @@ impl rmcp::ClientHandler for ClientHandler {
                 None,
             ));
         }
-        let answer = match (&self.signals.elicit, repaired_elicitation(request.params)) {
-            (Some(route), Some(params)) => route(params).await,
-            _ => ElicitResult::new(ElicitationAction::Decline),
+        let answer = match repaired_elicitation(request.params) {
+            Some(params) => self.signals.elicited(params).await,
+            None => ElicitResult::new(ElicitationAction::Decline),
         };
         Ok(rmcp::model::CustomResult::new(
             serde_json::to_value(answer).unwrap_or_default(),

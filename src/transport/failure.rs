@@ -1,8 +1,72 @@
-//! Why a request to a server did not produce a result, classified from rmcp's errors.
+//! One request to a server: sent with its timeout, cancelled on the server when its
+//! caller goes away, and why it did not produce a result, classified from rmcp's errors.
 
 use std::time::Duration;
 
-use rmcp::ServiceError;
+use rmcp::model::{CancelledNotificationParam, ClientRequest, RequestId, ServerResult};
+use rmcp::service::PeerRequestOptions;
+use rmcp::{Peer, RoleClient, ServiceError};
+
+/// Sends `request` and waits for its answer within `timeout` (none left: not sent).
+///
+/// # Errors
+/// [`CallFailure`], unredacted.
+pub(crate) async fn send(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    timeout: Duration,
+) -> Result<ServerResult, CallFailure> {
+    if timeout.is_zero() {
+        return Err(CallFailure::Timeout(timeout));
+    }
+    let handle = peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+        .await
+        .map_err(|e| classify(&e, timeout))?;
+    // A caller that drops this future has given up: the server is told.
+    let mut abandoned = Abandoned::armed(peer, &handle.id);
+    let answer = handle.await_response().await;
+    abandoned.disarm();
+    answer.map_err(|e| classify(&e, timeout))
+}
+
+/// Sends `notifications/cancelled` for a request whose caller went away before its
+/// answer; disarmed (no peer) once the answer or the timeout came.
+pub(crate) struct Abandoned {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Abandoned {
+    /// Armed for request `id` on `peer`.
+    pub(crate) fn armed(peer: &Peer<RoleClient>, id: &RequestId) -> Self {
+        Abandoned {
+            peer: Some(peer.clone()),
+            id: id.clone(),
+        }
+    }
+
+    /// The answer or the timeout came: nothing to cancel.
+    pub(crate) fn disarm(&mut self) {
+        self.peer = None;
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let (Some(peer), Ok(runtime)) = (self.peer.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let params = CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("the caller abandoned the request".into()),
+        );
+        runtime.spawn(async move {
+            let _ = peer.notify_cancelled(params).await;
+        });
+    }
+}
 
 /// Why a call did not produce a result.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 
 use super::failure::{CallFailure, classify};
 use super::notices::Notice;
-use super::signals::{PROMPTS, RESOURCES, ServerSignals, TOOLS};
+use super::signals::{PROMPTS, RESOURCES, ServerSignals, TOOLS, speaks_modern};
 
 /// Most resources one connection may be subscribed to in the modern era (the client
 /// holds the list and sends it whole with every new listen).
@@ -61,8 +61,7 @@ impl Listener {
         signals: Arc<ServerSignals>,
         wait: Duration,
     ) -> Option<Arc<Self>> {
-        let info = peer.peer_info()?;
-        if info.protocol_version.has_initialize() {
+        if !speaks_modern(&peer) {
             return None;
         }
         let listener = Listener {

@@ -15,18 +15,17 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientRequest, GetPromptRequestParams,
-    GetPromptResult, JsonObject, LoggingLevel, PaginatedRequestParams, Prompt,
-    ReadResourceRequestParams, Request, RequestId, Resource, ResourceTemplate, ServerResult,
-    SetLevelRequestParams, Tool,
+    CallToolRequestParams, ClientRequest, GetPromptRequestParams, GetPromptResult, JsonObject,
+    LoggingLevel, PaginatedRequestParams, Prompt, ReadResourceRequestParams, Request, Resource,
+    ResourceTemplate, ServerResult, SetLevelRequestParams, Tool,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 
-use super::failure::{CallFailure, classify, service_error};
+use super::failure::{Abandoned, CallFailure, classify, send, service_error};
 use super::notices::{CallWatch, Notices, token_key};
 use super::rounds::with_rounds;
-use super::signals::ServerSignals;
+use super::signals::{ServerSignals, speaks_modern};
 use super::tasks::followed;
 
 /// Most pages of `tools/list` followed for one server.
@@ -240,31 +239,12 @@ pub async fn set_level(
     else {
         return;
     };
-    if peer
-        .peer_info()
-        .is_some_and(|info| !info.protocol_version.has_initialize())
-    {
+    if speaks_modern(peer) {
         let _ = signals.log_level.set(level);
         return;
     }
     let request = ClientRequest::SetLevelRequest(Request::new(SetLevelRequestParams::new(level)));
     let _ = send(peer, request, timeout).await;
-}
-
-async fn send(
-    peer: &Peer<RoleClient>,
-    request: ClientRequest,
-    timeout: Duration,
-) -> Result<ServerResult, CallFailure> {
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
-        .await
-        .map_err(|e| classify(&e, timeout))?;
-    // A caller that drops this future has given up: the server is told.
-    let mut abandoned = Abandoned::armed(peer, &handle.id);
-    let answer = handle.await_response().await;
-    abandoned.disarm();
-    answer.map_err(|e| classify(&e, timeout))
 }
 
 /// What a server listed: its tools, capped, and what it offers beside them.
@@ -403,42 +383,4 @@ fn into_json(
         object.insert("structuredContent".into(), structured);
     }
     Ok(value)
-}
-
-/// Sends `notifications/cancelled` for a request whose caller went away before its
-/// answer; disarmed (no peer) once the answer or the timeout came.
-pub(crate) struct Abandoned {
-    peer: Option<Peer<RoleClient>>,
-    id: RequestId,
-}
-
-impl Abandoned {
-    /// Armed for request `id` on `peer`.
-    pub(crate) fn armed(peer: &Peer<RoleClient>, id: &RequestId) -> Self {
-        Abandoned {
-            peer: Some(peer.clone()),
-            id: id.clone(),
-        }
-    }
-
-    /// The answer or the timeout came: nothing to cancel.
-    pub(crate) fn disarm(&mut self) {
-        self.peer = None;
-    }
-}
-
-impl Drop for Abandoned {
-    fn drop(&mut self) {
-        let (Some(peer), Ok(runtime)) = (self.peer.take(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let params = CancelledNotificationParam::new(
-            Some(self.id.clone()),
-            Some("the caller abandoned the request".into()),
-        );
-        runtime.spawn(async move {
-            let _ = peer.notify_cancelled(params).await;
-        });
-    }
 }

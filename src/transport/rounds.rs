@@ -19,9 +19,9 @@
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CallToolRequestParams, ClientRequest, ElicitResult, ElicitationAction, GetPromptRequestParams,
-    InputRequest, InputRequiredResult, InputResponses, ListRootsResult, LoggingLevel,
-    ReadResourceRequestParams, Request, ServerResult,
+    CallToolRequestParams, ClientRequest, GetPromptRequestParams, InputRequest,
+    InputRequiredResult, InputResponses, LoggingLevel, ReadResourceRequestParams, Request,
+    ServerResult,
 };
 
 use super::failure::CallFailure;
@@ -170,15 +170,9 @@ pub(super) async fn answered(
     for (key, request) in requests {
         let answer = match request {
             InputRequest::Elicitation(request) => {
-                let result = match &signals.elicit {
-                    Some(route) => route(request.params).await,
-                    None => ElicitResult::new(ElicitationAction::Decline),
-                };
-                serde_json::to_value(result)
+                serde_json::to_value(signals.elicited(request.params).await)
             }
-            InputRequest::ListRoots(_) => {
-                serde_json::to_value(ListRootsResult::new(signals.roots.clone()))
-            }
+            InputRequest::ListRoots(_) => serde_json::to_value(signals.roots_listed()),
             InputRequest::CreateMessage(_) => {
                 return Err(refused(
                     "the server asked for a model sample (sampling/createMessage), which this host does not offer".into(),

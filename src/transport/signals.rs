@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use futures::future::BoxFuture;
-use rmcp::model::{ElicitRequestParams, ElicitResult, Root};
+use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, ListRootsResult, Root};
+use rmcp::{Peer, RoleClient};
 use tokio::sync::Notify;
 
 use super::notices::Notices;
@@ -84,8 +85,29 @@ impl ServerSignals {
         self.lists.swap(0, Ordering::AcqRel)
     }
 
+    /// The answer to a server's elicitation: the connection's route's, or declined
+    /// when the connection has none (elicitation is then not advertised).
+    pub(super) async fn elicited(&self, params: ElicitRequestParams) -> ElicitResult {
+        match &self.elicit {
+            Some(route) => route(params).await,
+            None => ElicitResult::new(ElicitationAction::Decline),
+        }
+    }
+
+    /// The answer to a server's `roots/list`.
+    pub(super) fn roots_listed(&self) -> ListRootsResult {
+        ListRootsResult::new(self.roots.clone())
+    }
+
     /// Reads and clears the bits not yet announced in an event.
     pub fn take_unannounced(&self) -> u8 {
         self.unannounced.swap(0, Ordering::AcqRel)
     }
+}
+
+/// Whether `peer` speaks the 2026-07-28 era (no `initialize`: requests carry their
+/// version, and the server's requests come as `input_required` rounds).
+pub(crate) fn speaks_modern(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info()
+        .is_some_and(|info| !info.protocol_version.has_initialize())
 }

@@ -19,10 +19,9 @@ use rmcp::model::{
     InputRequests, InputRequiredResult, Request, ServerResult, TaskPayload, TaskStatus,
     UpdateTaskParams,
 };
-use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient};
 
-use super::failure::{CallFailure, classify};
+use super::failure::{CallFailure, send};
 use super::notices::CallWatch;
 use super::notices::Notice;
 use super::rounds::{MAX_INPUT_ROUNDS, answered};
@@ -260,24 +259,6 @@ fn poll_interval(suggested: Option<u64>) -> Duration {
         .map(Duration::from_millis)
         .unwrap_or(DEFAULT_POLL)
         .clamp(MIN_TASK_POLL, MAX_TASK_POLL)
-}
-
-async fn send(
-    peer: &Peer<RoleClient>,
-    request: ClientRequest,
-    timeout: Duration,
-) -> Result<ServerResult, CallFailure> {
-    if timeout.is_zero() {
-        return Err(CallFailure::Timeout(timeout));
-    }
-    let handle = peer
-        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
-        .await
-        .map_err(|e| classify(&e, timeout))?;
-    handle
-        .await_response()
-        .await
-        .map_err(|e| classify(&e, timeout))
 }
 
 /// How long a `tasks/cancel` may take to be acknowledged.
