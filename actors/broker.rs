@@ -179,6 +179,9 @@ impl BrokerState {
             ApprovalPolicy::Auto => {
                 immediate(true, ApprovalAnswer::AllowOnce, ApprovalSource::Policy)
             }
+            // A changed definition is asked every time it is one: its only memory is
+            // the pin file a yes writes.
+            ApprovalPolicy::Prompt if request.action == Action::Change => None,
             ApprovalPolicy::Prompt if self.cached(&key) => {
                 immediate(true, ApprovalAnswer::AllowSession, ApprovalSource::Cache)
             }
@@ -226,14 +229,17 @@ impl BrokerState {
         let Some(Asking { pending, .. }) = lane.asking.take() else {
             return;
         };
-        if matches!(
-            answer,
-            Some(ApprovalAnswer::AllowSession | ApprovalAnswer::AllowAlways)
-        ) {
+        let remembers = pending.request.action != Action::Change;
+        if remembers
+            && matches!(
+                answer,
+                Some(ApprovalAnswer::AllowSession | ApprovalAnswer::AllowAlways)
+            )
+        {
             let until = self.args.clock.now() + self.args.ttl;
             self.cache.insert(pending.key.clone(), until);
         }
-        if answer == Some(ApprovalAnswer::AllowAlways) {
+        if remembers && answer == Some(ApprovalAnswer::AllowAlways) {
             let k = &pending.key;
             let remembered = self.args.remembered.remember(
                 k.action,
@@ -348,7 +354,9 @@ impl BrokerState {
             if next.reply.is_closed() {
                 continue;
             }
-            let earlier = if self.cached(&next.key) {
+            let earlier = if next.request.action == Action::Change {
+                None
+            } else if self.cached(&next.key) {
                 Some((ApprovalAnswer::AllowSession, ApprovalSource::Cache))
             } else if self.remembered(&next.key) {
                 Some((ApprovalAnswer::AllowAlways, ApprovalSource::Remembered))
@@ -686,6 +694,7 @@ mod tests {
                 arguments: None,
                 preview: self.preview.clone(),
                 call: None,
+                change: None,
             }
         }
 

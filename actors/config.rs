@@ -86,6 +86,9 @@ pub struct RuntimeConfig {
     /// rules. It holds nothing of any server and ends with the runtime. Off: every
     /// confined start makes its launcher then, and no launcher waits.
     pub sandbox_launch_ahead: bool,
+    /// What a server serves is pinned how: the default of declarations without
+    /// `pinning:` (`strict`) and the floor none goes below (`off`) (`docs/design.md`).
+    pub pinning: crate::pins::PinningPolicy,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -148,6 +151,7 @@ impl RuntimeConfig {
             require_sandbox: false,
             sandbox_launcher: crate::sandbox::launcher_path(),
             sandbox_launch_ahead: true,
+            pinning: crate::pins::PinningPolicy::default(),
         }
     }
 

@@ -22,18 +22,19 @@ use rmcp::model::Tool;
 use crate::actors::shared::Shared;
 use crate::core::{Declaration, Fingerprint};
 use crate::events::{EventHub, EventKind, ListKind};
-use crate::offer::{Offered, SchemaPool, shape_listing};
+use crate::offer::{Offered, Shaped};
 use crate::redact::Redactor;
 use crate::transport::{
-    CallFailure, CallTiming, CallWatch, ListedTools, Listener, McpClient, PROMPTS, RESOURCES,
-    ServerSignals, TOOLS, TransportEnd,
+    CallFailure, CallTiming, CallWatch, Listener, McpClient, PROMPTS, RESOURCES, ServerSignals,
+    TOOLS, TransportEnd,
 };
 
 /// A server that connected and listed its tools.
 pub(crate) struct Connected {
     pub declaration: Arc<Declaration>,
     pub client: McpClient,
-    pub listed: ListedTools,
+    /// Its listing, shaped and checked against its pins.
+    pub shaped: Shaped,
     /// Every secret the connection knows.
     pub redactor: Redactor,
     /// Flags its notifications set.
@@ -227,6 +228,8 @@ pub(crate) struct Live {
     pub end: EndSlot,
     /// Changes whenever `tools` does: what the warm-turn cache is keyed by.
     pub generation: u64,
+    /// Set while definitions are held back: the pin file whose change relists.
+    pub held: Option<crate::pins::Watch>,
 }
 
 impl Live {
@@ -246,7 +249,7 @@ impl Live {
         let Connected {
             declaration,
             client,
-            listed,
+            shaped,
             redactor,
             signals,
         } = connected;
@@ -266,21 +269,20 @@ impl Live {
         let (actor, _) = Actor::spawn_linked(None, Connection, args, supervisor)
             .await
             .map_err(|e| format!("cannot start the connection actor: {e}"))?;
-        let count = listed.tools.len();
-        let (tools, offer, notes) = shape_listing(listed, &declaration, &redactor, &shared.schemas);
         Ok(Live {
             actor,
             declaration,
-            tools,
-            offer,
-            listed: count,
-            notes,
+            tools: Arc::new(shaped.tools),
+            offer: Arc::new(shaped.offer),
+            listed: shaped.listed,
+            notes: shaped.notes,
             redactor,
             pid,
             signals,
             dispatch,
             end,
             generation,
+            held: shaped.held,
         })
     }
 }
@@ -293,16 +295,17 @@ impl Live {
     /// When the listing failed.
     pub(crate) fn relisted(
         &mut self,
-        listed: Result<crate::transport::ListedTools, String>,
-        schemas: &SchemaPool,
+        shaped: Result<Shaped, String>,
         generation: u64,
     ) -> Result<(), String> {
-        let listed = listed.map_err(|e| {
+        let shaped = shaped.map_err(|e| {
             let e = crate::result::cap(&self.redactor.text(&e, crate::redact::View::Durable));
             format!("relisting failed after a list change: {e}")
         })?;
-        (self.tools, self.offer, self.notes) =
-            shape_listing(listed, &self.declaration, &self.redactor, schemas);
+        self.tools = Arc::new(shaped.tools);
+        self.offer = Arc::new(shaped.offer);
+        self.notes = shaped.notes;
+        self.held = shaped.held;
         self.generation = generation;
         Ok(())
     }
@@ -314,7 +317,10 @@ impl Live {
         LivePeer {
             server: self.declaration.server_id.clone(),
             fingerprint: self.declaration.fingerprint,
-            list_changed: self.signals.take_lists_changed() != 0,
+            // A person approving what this connection holds back (its pin file
+            // changed) relists it, like a change the server announced.
+            list_changed: self.signals.take_lists_changed() != 0
+                || self.held.as_ref().is_some_and(crate::pins::Watch::moved),
         }
     }
 }

@@ -34,6 +34,10 @@ pub(crate) struct Shared {
     pub launchers: Option<Arc<crate::sandbox::Launchers>>,
     /// The era each `protocol: auto` server last spoke.
     pub eras: crate::transport::Eras,
+    /// What servers served when a person approved them (`<home>/pins/`).
+    pub pins: crate::pins::PinStore,
+    /// Change sets a person refused, by session: not asked again in that session.
+    pub refused_changes: crate::pins::Refused,
     ids: AtomicU64,
 }
 
@@ -51,6 +55,7 @@ impl Shared {
             let dir = config.home.join("sandbox");
             crate::sandbox::Launchers::new(path, dir, config.sandbox_launch_ahead)
         });
+        let pins = crate::pins::PinStore::open(&config.home);
         Shared {
             processes,
             launchers,
@@ -62,6 +67,8 @@ impl Shared {
             live_cores: Arc::default(),
             schemas: Default::default(),
             eras: Default::default(),
+            pins,
+            refused_changes: Default::default(),
             limiter,
             broker,
             ids: AtomicU64::new(1),

@@ -10,6 +10,8 @@
 //!   of the machine between two benches cannot skew.
 //! - `call/parallel_16`, `call/serial_16`: 16 concurrent callers on one server declared
 //!   with and without `supports_parallel_tool_calls` (one iteration = 16 calls).
+//! - `prepare/warm_16x50_held`: the same with one tool of each server held back for
+//!   review (pinning): each warm turn checks 16 pin files.
 //! - `prepare/warm_16x50`: a turn for a session whose 16 servers (50 tools each) are all
 //!   connected and unchanged. Target: under 100 microseconds.
 //! - Cold turns (`prepare/cold_*`) are in `benches/pairs.rs`, each beside bare rmcp
@@ -148,8 +150,56 @@ fn prepare(c: &mut Criterion) {
             .iter(|| async { session.prepare_turn().await.unwrap() })
     });
 
+    let (held_runtime, held_session) = rt.block_on(held_turns(dir.path(), &warm_core));
+    group.bench_function("warm_16x50_held", |b| {
+        b.to_async(&rt)
+            .iter(|| async { held_session.prepare_turn().await.unwrap() })
+    });
     group.finish();
     rt.block_on(runtime.shutdown());
+    rt.block_on(held_runtime.shutdown());
+}
+
+/// Refuses every changed definition, approves the rest.
+struct NoChanges;
+
+impl demiurge_mcp::Approver for NoChanges {
+    fn decide(
+        &self,
+        request: demiurge_mcp::ApprovalRequest,
+    ) -> futures::future::BoxFuture<'static, demiurge_mcp::ApprovalAnswer> {
+        let answer = match request.action {
+            demiurge_mcp::actors::Action::Change => demiurge_mcp::ApprovalAnswer::Deny,
+            _ => demiurge_mcp::ApprovalAnswer::AllowSession,
+        };
+        Box::pin(async move { answer })
+    }
+}
+
+/// A session of `core` whose 16 servers each hold one tool back (its pin removed after
+/// the first listing, so it comes back as new and is refused): its warm turns check
+/// every server's pin file.
+async fn held_turns(
+    dir: &std::path::Path,
+    core: &std::path::Path,
+) -> (demiurge_mcp::Runtime, demiurge_mcp::Session) {
+    let home = dir.join("home-held");
+    let mut config = common::config(&home, 4);
+    config.approver = std::sync::Arc::new(NoChanges);
+    let runtime = demiurge_mcp::Runtime::start(config).await.unwrap();
+    let (first, _) = runtime.start_session(SessionSpec::new(core)).await.unwrap();
+    first.prepare_turn().await.unwrap();
+    let store = demiurge_mcp::pins::PinStore::open(&home);
+    for (key, mut file) in store.all() {
+        file.approved.retain(|p| p.name != "extra_0");
+        store.save(&key, &mut file).unwrap();
+    }
+    let mut spec = SessionSpec::new(core);
+    spec.lane = "held".into();
+    let (session, _) = runtime.start_session(spec).await.unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    assert_eq!(turn.tools().len(), 16 * 49, "{:?}", turn.diagnostics());
+    (runtime, session)
 }
 
 fn stress(c: &mut Criterion) {

@@ -60,6 +60,7 @@ pub mod evolution;
 pub mod naming;
 pub mod net;
 pub mod offer;
+pub mod pins;
 pub(crate) mod process;
 pub mod redact;
 pub mod result;

@@ -291,9 +291,12 @@ async fn a_stderr_flood_leaves_a_bounded_log_entry() {
         );
         h.runtime.evict_session(catalog.session()).await.unwrap();
         let log = std::fs::read_to_string(h.home.path().join("logs/mcp-stderr.log")).unwrap();
-        let entry: String = log
-            .lines()
-            .skip_while(|l| !l.contains("mcp server bad"))
+        // The bad server's entry only: the other server's, closed at the same time, may
+        // follow it.
+        let mut lines = log.lines().skip_while(|l| !l.contains("mcp server bad"));
+        let header = lines.next().unwrap_or_default();
+        let entry: String = std::iter::once(header)
+            .chain(lines.take_while(|l| !l.starts_with("--- mcp server ")))
             .collect::<Vec<_>>()
             .join("\n");
         let body = entry

@@ -33,14 +33,15 @@ const SRC_FLOORS: &[(&str, u32)] = &[
     ("sandbox", 5),
     ("process", 6),
     ("core", 7),
-    ("naming", 8),
-    ("authority", 8),
-    ("evolution", 9),
-    ("transport", 9),
-    ("offer", 10),
-    ("events", 10),
-    ("demo_server", 11),
-    ("actors", 12),
+    ("pins", 8),
+    ("naming", 9),
+    ("authority", 9),
+    ("evolution", 10),
+    ("transport", 10),
+    ("offer", 11),
+    ("events", 11),
+    ("demo_server", 12),
+    ("actors", 13),
 ];
 
 fn floor(table: &[(&str, u32)], room: &str) -> Option<u32> {

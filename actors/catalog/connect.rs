@@ -27,13 +27,16 @@ use crate::authority::{
 use crate::core::{Declaration, Endpoint, Protocol};
 use crate::events::{EventKind, UrlPhase};
 use crate::net::Verdict;
+use crate::offer::{Shaped, shape_listing};
 use crate::process::interpolate_all;
 use crate::redact::{Redactor, View};
 use crate::transport::{self, ConnectErrorKind, Launch, ListedTools, OAuthLaunch, ServerSignals};
 
 mod launch;
+mod pinning;
 
 use launch::{confined_identity, effective_sandbox};
+use pinning::Listing;
 
 /// What the pipeline made of one server.
 pub(crate) enum Outcome {
@@ -56,6 +59,15 @@ pub(crate) enum Outcome {
         /// Where the transport connect failed; `None` when it failed before reaching it.
         kind: Option<ConnectErrorKind>,
     },
+}
+
+/// A live connection to list again after its server announced a change (or its held
+/// definitions were approved).
+pub(super) struct Relist {
+    pub id: ractor::ActorId,
+    pub peer: rmcp::Peer<rmcp::RoleClient>,
+    pub declaration: Arc<Declaration>,
+    pub redactor: Redactor,
 }
 
 /// Where an authorized server will run or be reached (step 2's result).
@@ -91,7 +103,15 @@ impl Pipeline {
     /// Authorizes and connects one server, step by step (see the module documentation).
     pub(super) async fn connect(&self, declaration: Arc<Declaration>) -> Outcome {
         match self.steps(&declaration).await {
-            Ok(connected) => Outcome::Connected(Box::new(connected)),
+            // Compared with its pins once the discovery permit is back: a person asked
+            // about a change holds no other server's connect.
+            Ok(mut connected) => {
+                let shaped = std::mem::take(&mut connected.shaped);
+                connected.shaped = self
+                    .pin(&declaration, &connected.redactor, shaped, Listing::Connect)
+                    .await;
+                Outcome::Connected(Box::new(connected))
+            }
             Err(outcome) => outcome,
         }
     }
@@ -130,10 +150,11 @@ impl Pipeline {
                     let timeout = declaration.connect_timeout;
                     transport::set_level(&client.peer(), &signals, level, timeout).await;
                 }
+                let shaped = shape_listing(listed, declaration, &redactor, &self.shared.schemas);
                 Ok(Connected {
                     declaration: Arc::clone(declaration),
                     client,
-                    listed,
+                    shaped,
                     redactor,
                     signals,
                 })
@@ -263,9 +284,13 @@ impl Pipeline {
                         applied
                     });
                 }
+                if policy == crate::core::ApprovalPolicy::Prompt {
+                    preview.flagged = self.flagged(declaration);
+                }
                 preview
             },
             call: None,
+            change: None,
         };
         match self
             .shared
@@ -456,24 +481,29 @@ impl Pipeline {
     pub(super) async fn resolve(
         &self,
         connect: Vec<Arc<Declaration>>,
-        relist: Vec<(ractor::ActorId, rmcp::Peer<rmcp::RoleClient>)>,
-    ) -> (
-        Vec<Outcome>,
-        Vec<(ractor::ActorId, Result<ListedTools, String>)>,
-    ) {
+        relist: Vec<Relist>,
+    ) -> (Vec<Outcome>, Vec<(ractor::ActorId, Result<Shaped, String>)>) {
         let connects = futures::future::join_all(connect.into_iter().map(|d| self.connect(d)));
-        // A server that announces a change and then never answers the lists must not
-        // hold the turn: relisting has the default connect timeout.
-        let relists = futures::future::join_all(relist.into_iter().map(|(id, peer)| async move {
-            let listed = tokio::time::timeout(
-                crate::core::DEFAULT_CONNECT_TIMEOUT,
-                crate::transport::list_tools(&peer),
-            )
-            .await
-            .unwrap_or_else(|_| Err("no answer within the connect timeout".into()));
-            (id, listed)
-        }));
+        let relists = futures::future::join_all(relist.into_iter().map(|r| self.relist(r)));
         futures::join!(connects, relists)
+    }
+
+    /// A live server's lists again, shaped and compared with its pins. A server that
+    /// announces a change and then never answers the lists must not hold the turn:
+    /// relisting has the default connect timeout.
+    async fn relist(&self, r: Relist) -> (ractor::ActorId, Result<Shaped, String>) {
+        let listed = tokio::time::timeout(
+            crate::core::DEFAULT_CONNECT_TIMEOUT,
+            crate::transport::list_tools(&r.peer),
+        )
+        .await
+        .unwrap_or_else(|_| Err("no answer within the connect timeout".into()));
+        let shaped = match listed {
+            Ok(listed) => shape_listing(listed, &r.declaration, &r.redactor, &self.shared.schemas),
+            Err(e) => return (r.id, Err(e)),
+        };
+        let pinned = self.pin(&r.declaration, &r.redactor, shaped, Listing::Relist);
+        (r.id, Ok(pinned.await))
     }
 
     /// Closes clients that no catalog will own (an eviction raced the preparation);

@@ -27,7 +27,7 @@ use crate::core::{Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::naming::Names;
 use crate::redact::View;
-use crate::transport::{ConnectErrorKind, ListedTools};
+use crate::transport::ConnectErrorKind;
 
 mod assemble;
 mod connect;
@@ -36,7 +36,7 @@ mod plan;
 mod preparation;
 mod status;
 
-use connect::{Outcome, Pipeline};
+use connect::{Outcome, Pipeline, Relist};
 pub use inbound::MAX_NOTICE_TEXT;
 use plan::Failure;
 use preparation::Ending;
@@ -267,12 +267,18 @@ impl CatalogState {
             self.failures.remove(server);
         }
         self.denied.clear();
-        let relist: Vec<(ActorId, rmcp::Peer<rmcp::RoleClient>)> = plan
+        let relist: Vec<Relist> = plan
             .relist
             .iter()
             .filter_map(|server| {
                 let id = self.by_server.get(server)?;
-                Some((*id, self.live.get(id)?.dispatch.peer().clone()))
+                let live = self.live.get(id)?;
+                Some(Relist {
+                    id: *id,
+                    peer: live.dispatch.peer().clone(),
+                    declaration: Arc::clone(&live.declaration),
+                    redactor: live.redactor.clone(),
+                })
             })
             .collect();
         let resolution = Resolution {
@@ -451,14 +457,14 @@ impl CatalogState {
     fn apply_relist(
         &mut self,
         id: &ActorId,
-        listed: Result<ListedTools, String>,
+        listed: Result<crate::offer::Shaped, String>,
         diagnostics: &mut Vec<Diagnostic>,
     ) {
         let generation = self.shared.next_id();
         let Some(live) = self.live.get_mut(id) else {
             return;
         };
-        if let Err(message) = live.relisted(listed, &self.shared.schemas, generation) {
+        if let Err(message) = live.relisted(listed, generation) {
             let declaration = Arc::clone(&live.declaration);
             self.close_server(&declaration.server_id, "relisting failed");
             diagnostics.push(self.fail(&declaration, message, None));

@@ -10,10 +10,10 @@ use std::sync::{Arc, OnceLock};
 use ractor::{ActorId, RpcReplyPort};
 use tokio_util::sync::CancellationToken;
 
-use super::connect::{Outcome, Pipeline};
+use super::connect::{Outcome, Pipeline, Relist};
 use crate::actors::turn::{PrepareError, TurnCatalog};
 use crate::core::{AgentCore, Declaration};
-use crate::transport::ListedTools;
+use crate::offer::Shaped;
 
 /// One turn to resolve: the core as loaded for it, its number, where the answer goes.
 pub(crate) struct TurnRequest {
@@ -45,7 +45,7 @@ impl TurnRequest {
 pub(crate) struct Resolution {
     pub request: TurnRequest,
     pub outcomes: Vec<Outcome>,
-    pub relisted: Vec<(ActorId, Result<ListedTools, String>)>,
+    pub relisted: Vec<(ActorId, Result<Shaped, String>)>,
     pub failed: Vec<(Arc<Declaration>, String)>,
 }
 
@@ -79,7 +79,7 @@ impl Ending {
 pub(super) async fn run(
     pipeline: &Pipeline,
     connect: Vec<Arc<Declaration>>,
-    relist: Vec<(ActorId, rmcp::Peer<rmcp::RoleClient>)>,
+    relist: Vec<Relist>,
     mut resolution: Resolution,
     ending: &Ending,
 ) -> Option<Resolution> {

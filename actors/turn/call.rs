@@ -75,7 +75,13 @@ impl TurnCatalog {
                     server,
                     reason,
                 },
-                None => CallError::UnknownTool(name.to_string()),
+                None => match self.held_back(name) {
+                    Some(server) => CallError::Quarantined {
+                        tool: name.to_string(),
+                        server,
+                    },
+                    None => CallError::UnknownTool(name.to_string()),
+                },
             });
         };
         self.call_entry_with(entry, arguments, hooks).await
@@ -235,6 +241,7 @@ impl TurnCatalog {
             }),
             preview,
             call,
+            change: None,
         };
         match self
             .shared

@@ -101,6 +101,17 @@ pub enum CallError {
         /// this error's text, which a host may hand a model).
         reason: String,
     },
+    /// A tool or prompt its server changed or added since a person approved what it
+    /// served: held back from the turn until a person approves the change.
+    #[error(
+        "`{tool}` is held back: server `{server}` changed or added it since a person approved what it serves; review it with `demiurge pins show {server}`, then `demiurge pins approve {server}`"
+    )]
+    Quarantined {
+        /// The exposed name.
+        tool: String,
+        /// Its server.
+        server: String,
+    },
     /// The session does not hold the server's call capability.
     #[error(
         "call denied: missing capability {capability}; grant it under capabilities.defaults in agent.yaml"
@@ -331,9 +342,41 @@ impl Warm {
 
 /// The planner's entries made tool entries, with their name index, beside `offers`.
 pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -> Entries {
+    // Every name a description could use to steer the model to another server's tool:
+    // exposed names, and raw names distinctive enough to be identifiers.
+    let mut owners: HashMap<&str, &str> = HashMap::new();
+    for e in &planned {
+        owners.insert(e.name.as_str(), e.server);
+        if crate::pins::distinctive(&e.tool.name) {
+            owners.entry(e.tool.name.as_ref()).or_insert(e.server);
+        }
+    }
+    let flags: Vec<Vec<crate::pins::TextFlag>> = planned
+        .iter()
+        .map(|e| {
+            let text = |t: &Option<std::borrow::Cow<'static, str>>| {
+                t.as_deref().unwrap_or_default().to_string()
+            };
+            let (description, title) = (
+                text(&e.tool.description),
+                e.tool.title.clone().unwrap_or_default(),
+            );
+            let mut flags = crate::pins::flags_of(&description);
+            flags.extend(crate::pins::flags_of(&title));
+            let other = |w: &str| owners.get(w).is_some_and(|s| *s != e.server);
+            if crate::pins::names_other_tools(&description, &other) {
+                flags.push(crate::pins::TextFlag::NamesOtherTools);
+            }
+            flags.sort();
+            flags.dedup();
+            flags
+        })
+        .collect();
     let entries: Vec<ToolEntry> = planned
         .into_iter()
-        .map(|e| ToolEntry {
+        .zip(flags)
+        .map(|(e, flags)| ToolEntry {
+            flags,
             name: e.name,
             server: e.server.to_string(),
             tool: e.tool.name.to_string(),
@@ -388,6 +431,8 @@ pub struct ToolEntry {
     pub annotations: Option<ToolHints>,
     /// JSON schema of the tool's `structuredContent`, when it declares one.
     pub output_schema: Option<Arc<JsonObject>>,
+    /// What its description or title may hide from a person (flagged, not blocked).
+    pub flags: Vec<crate::pins::TextFlag>,
     pub(crate) binding: Binding,
 }
 
@@ -523,6 +568,36 @@ impl TurnCatalog {
     /// Servers denied this turn.
     pub fn denied(&self) -> &[Denial] {
         &self.denied
+    }
+
+    /// The server holding back `name` (a tool or prompt's exposed name) until a
+    /// person approves its changed definition.
+    pub fn held_back(&self, name: &str) -> Option<String> {
+        self.offers.iter().find_map(|o| {
+            let server = &o.binding.declaration.server_id;
+            let prefix = crate::naming::normalize_fragment(server, "server");
+            o.offered
+                .held
+                .iter()
+                .filter(|h| {
+                    matches!(
+                        h.kind,
+                        crate::pins::DefinitionKind::Tool | crate::pins::DefinitionKind::Prompt
+                    )
+                })
+                .any(|h| {
+                    let kind = if h.kind == crate::pins::DefinitionKind::Tool {
+                        "tool"
+                    } else {
+                        "prompt"
+                    };
+                    name == format!(
+                        "{prefix}__{}",
+                        crate::naming::normalize_fragment(&h.name, kind)
+                    )
+                })
+                .then(|| server.clone())
+        })
     }
 
     /// Why a name is missing from this turn when a server that could own it (by its

@@ -33,7 +33,13 @@ impl TurnCatalog {
                     server,
                     reason,
                 },
-                None => CallError::UnknownTool(name.to_string()),
+                None => match self.held_back(name) {
+                    Some(server) => CallError::Quarantined {
+                        tool: name.to_string(),
+                        server,
+                    },
+                    None => CallError::UnknownTool(name.to_string()),
+                },
             })?;
         let arguments = match arguments {
             Value::Null => None,

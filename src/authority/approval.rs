@@ -20,6 +20,9 @@ pub enum Action {
     Prompt,
     /// Subscribing to one resource's updates (`tool` names the server and the URI).
     Subscribe,
+    /// Letting a model see definitions a server changed or added since a person
+    /// approved what it served (`change` carries the diff; `tool` names the change set).
+    Change,
 }
 
 impl Action {
@@ -31,6 +34,7 @@ impl Action {
             Action::Read => "read",
             Action::Prompt => "prompt",
             Action::Subscribe => "subscribe",
+            Action::Change => "change",
         }
     }
 }
@@ -57,6 +61,21 @@ pub struct ApprovalRequest {
     /// it (an "allow for the session" or an "always" covers this raw name with this
     /// definition, never whatever tool the exposed name points at later).
     pub call: Option<CallSubject>,
+    /// For a changed definition: what changed, as the review shows it.
+    pub change: Option<ChangeReview>,
+}
+
+/// Definitions a server changed or added since a person approved what it served: the
+/// question of an [`Action::Change`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct ChangeReview {
+    /// sha256 (hex) of the change set: what an answer is bound to.
+    pub set: String,
+    /// Each change.
+    pub changes: Vec<crate::pins::Change>,
+    /// The diff a person reads: escaped, redacted, bounded.
+    pub diff: String,
 }
 
 /// The tool a call approval is for: its raw name, what it says of itself, and the
@@ -134,6 +153,16 @@ impl ApprovalRequest {
     pub fn render(&self) -> String {
         match self.action {
             Action::Connect => self.preview.render(),
+            Action::Change => format!(
+                "MCP server `{}` ({}) serves definitions that changed since they were approved\n{}  approving lets the model see and call them; refusing keeps them out (review later: demiurge pins show {})\n",
+                crate::text::escape(&self.server),
+                crate::text::escape(&self.preview.path),
+                self.change
+                    .as_ref()
+                    .map(|c| c.diff.as_str())
+                    .unwrap_or_default(),
+                crate::text::escape(&self.server),
+            ),
             Action::Call | Action::Read | Action::Prompt | Action::Subscribe => format!(
                 "MCP {} `{}` of server `{}` ({}) wants to run\n{}  risk: {}\n  capability: {}\n{}",
                 match self.action {

@@ -16,8 +16,8 @@ mod remembered;
 mod secrets;
 
 pub use approval::{
-    Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, CallSubject, FixedApprover,
-    PROMPT_ARGUMENTS, PROMPT_VALUE_CHARS,
+    Action, ApprovalAnswer, ApprovalRequest, ApprovalSource, Approver, CallSubject, ChangeReview,
+    FixedApprover, PROMPT_ARGUMENTS, PROMPT_VALUE_CHARS,
 };
 pub use authorize::{AuthorizationOutcome, AuthorizationPrompt, Authorizer, NoAuthorizer};
 pub use capability::CapabilitySet;

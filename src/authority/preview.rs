@@ -58,6 +58,15 @@ pub struct ConnectPreview {
     /// Stdio: declared environment names, sorted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env_names: Vec<String>,
+    /// What the server served when last pinned whose text may hide something from a
+    /// person (`tool `name`: invisible characters`), escaped; empty before its first
+    /// listing.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flagged: Vec<String>,
+    /// What the declaration asks of pinning (`pinning:`), when it says; the host's
+    /// default otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<crate::core::Pinning>,
     /// HTTP: declared header names, sorted.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub header_names: Vec<String>,
@@ -168,6 +177,8 @@ impl ConnectPreview {
             sandbox: None,
             fetches: None,
             env_names: Vec::new(),
+            flagged: Vec::new(),
+            pinning: decl.pinning,
             header_names: Vec::new(),
             roots: match &decl.roots {
                 Some(roots) if roots.is_empty() => vec!["(none)".into()],
@@ -236,6 +247,15 @@ impl ConnectPreview {
         );
         self.render_process(&mut out);
         self.render_remote(&mut out);
+        if let Some(pinning) = self.pinning {
+            out.push_str(&format!(
+                "  pinning: {} (what the server serves, when it changes)\n",
+                pinning.as_str()
+            ));
+        }
+        for flagged in &self.flagged {
+            out.push_str(&format!("  FLAGGED (as served last time): {flagged}\n"));
+        }
         if let Some(oauth) = &self.oauth {
             oauth.render(&mut out);
         }

@@ -179,14 +179,8 @@ impl RememberedApprovals {
         let Some(path) = &self.path else {
             return Ok(());
         };
-        let dir = path.parent().unwrap_or(Path::new("."));
-        crate::process::private_dir(dir)?;
         let text = serde_json::to_vec_pretty(&self.entries).map_err(std::io::Error::other)?;
-        // A temporary file in the same directory (0600), renamed over the old one: the
-        // rename replaces a symlink, never writes through it.
-        let mut file = tempfile::NamedTempFile::new_in(dir)?;
-        std::io::Write::write_all(&mut file, &text)?;
-        file.persist(path).map_err(|e| e.error)?;
+        crate::process::write_private(path, &text)?;
         self.seen = stamp_of(path);
         Ok(())
     }
@@ -195,15 +189,7 @@ impl RememberedApprovals {
 /// Most bytes of `approvals.json` read (1,000 entries fit in far less).
 const MAX_FILE: u64 = 4 * 1024 * 1024;
 
-/// What identifies one version of the file: modification time, length, inode.
-fn stamp_of(path: &Path) -> Option<(SystemTime, u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    meta.file_type()
-        .is_file()
-        .then(|| (meta.modified().ok(), meta.len(), meta.ino()))
-        .and_then(|(m, len, ino)| Some((m?, len, ino)))
-}
+use crate::process::file_stamp as stamp_of;
 
 #[cfg(test)]
 mod tests {

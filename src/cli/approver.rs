@@ -184,15 +184,19 @@ impl Conversation {
 
 pub(crate) struct TerminalApprover {
     yes: bool,
+    /// `--approve-changes`: changed definitions are approved without asking (`--yes`
+    /// never approves them).
+    approve_changes: bool,
     /// What an approval without asking says (`--yes`, or the demo's own core).
     approved_as: &'static str,
     terminal: Arc<Terminal>,
 }
 
 impl TerminalApprover {
-    pub(crate) fn new(yes: bool, terminal: Arc<Terminal>) -> Self {
+    pub(crate) fn new(yes: bool, approve_changes: bool, terminal: Arc<Terminal>) -> Self {
         TerminalApprover {
             yes,
+            approve_changes,
             approved_as: "approved by --yes for this run",
             terminal,
         }
@@ -202,6 +206,7 @@ impl TerminalApprover {
     pub(crate) fn for_demo() -> Self {
         TerminalApprover {
             yes: true,
+            approve_changes: true,
             approved_as: "approved by the demo (it answers the prompts of its own temporary core)",
             terminal: Arc::default(),
         }
@@ -225,6 +230,9 @@ impl Drop for Withdrawn {
 
 impl Approver for TerminalApprover {
     fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
+        if request.action == demiurge_mcp::actors::Action::Change {
+            return self.decide_change(request);
+        }
         let (yes, approved_as) = (self.yes, self.approved_as);
         let what = format!(
             "the {} approval of `{}`",
@@ -265,6 +273,40 @@ impl Approver for TerminalApprover {
                 "o" | "once" | "y" | "yes" => ApprovalAnswer::AllowOnce,
                 "s" | "session" => ApprovalAnswer::AllowSession,
                 "a" | "always" => ApprovalAnswer::AllowAlways,
+                _ => ApprovalAnswer::Deny,
+            }
+        })
+    }
+}
+
+impl TerminalApprover {
+    /// A changed definition: approved by `--approve-changes`, else asked at a terminal
+    /// (`--yes` does not answer it), else held back with the ways to approve it.
+    fn decide_change(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
+        let interactive = std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+        let server = demiurge_mcp::text::escape(&request.server).into_owned();
+        let approve = self.approve_changes;
+        let asked = (!approve && interactive).then(|| {
+            self.terminal.ask(
+                request.render(),
+                "  approve these definitions? [y]es / [N]o: ".to_string(),
+                format!("the changed definitions of `{server}`"),
+            )
+        });
+        Box::pin(async move {
+            let Some(asked) = asked else {
+                eprint!("{}", request.render());
+                if approve {
+                    eprintln!("  approved by --approve-changes");
+                    return ApprovalAnswer::AllowOnce;
+                }
+                eprintln!(
+                    "  held back: no terminal to ask (--yes does not approve changed definitions); approve them with `demiurge pins approve {server}`, or re-run with --approve-changes"
+                );
+                return ApprovalAnswer::Deny;
+            };
+            match asked.await.unwrap_or_default().to_lowercase().as_str() {
+                "y" | "yes" => ApprovalAnswer::AllowOnce,
                 _ => ApprovalAnswer::Deny,
             }
         })

@@ -19,6 +19,10 @@ pub(crate) struct Cli {
     /// Approve every connect/call prompt of this run (previews still go to stderr).
     #[arg(long, global = true)]
     pub(super) yes: bool,
+    /// Approve the definitions servers changed or added since a person approved them
+    /// (what `--yes` never approves; for scripts).
+    #[arg(long = "approve-changes", global = true)]
+    pub(super) approve_changes: bool,
     /// A trusted network for the URL policy (repeatable).
     #[arg(long = "trust-network", global = true, value_name = "CIDR")]
     pub(super) trust_network: Vec<ipnet::IpNet>,
@@ -115,6 +119,12 @@ pub(super) enum Command {
         #[command(subcommand)]
         action: ApprovalsAction,
     },
+    /// What servers serve, pinned at their approval: list, show what changed, approve
+    /// it, or forget the pins.
+    Pins {
+        #[command(subcommand)]
+        action: PinsAction,
+    },
     /// Manage declarations: add, list, get, remove, enable, disable.
     Mcp {
         #[command(subcommand)]
@@ -182,6 +192,40 @@ pub(super) enum ApprovalsAction {
         /// Every remembered approval.
         #[arg(long)]
         all: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum PinsAction {
+    /// Every server with pins, and how many definitions wait for review.
+    List {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What SERVER serves that changed since it was approved (a diff), and what is pinned.
+    Show {
+        /// Server id.
+        server: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Approve what SERVER serves now: every waiting definition, or the one NAME.
+    Approve {
+        /// Server id.
+        server: String,
+        /// One definition: its name on the server, or KIND:NAME (tool, template,
+        /// prompt; `instructions`).
+        name: Option<String>,
+        /// Only a definition whose digest (as `pins show` prints it) starts with HEX.
+        #[arg(long, value_name = "HEX")]
+        digest: Option<String>,
+    },
+    /// Forget SERVER's pins: its next approved connect pins what it serves then.
+    Reset {
+        /// Server id.
+        server: String,
     },
 }
 

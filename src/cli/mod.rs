@@ -21,13 +21,14 @@ mod elicit;
 mod evolution;
 mod import;
 mod mcp;
+mod pins;
 mod resources;
 mod shell;
 mod tools;
 mod url_check;
 
 pub(crate) use args::Cli;
-use args::{ApprovalsAction, AuthAction, Command, McpAction};
+use args::{ApprovalsAction, AuthAction, Command, McpAction, PinsAction};
 
 /// Untrusted text escaped for the terminal (see [`demiurge_mcp::text`]).
 pub(crate) use demiurge_mcp::text::escape as t;
@@ -260,6 +261,16 @@ async fn run(cli: Cli) -> u8 {
             ApprovalsAction::List { json } => approvals::list(&cli, *json),
             ApprovalsAction::Revoke { id, all } => approvals::revoke(&cli, id.as_deref(), *all),
         }),
+        Some(Command::Pins { action }) => Ok(match action {
+            PinsAction::List { json } => pins::list(&cli, *json),
+            PinsAction::Show { server, json } => pins::show(&cli, server, *json),
+            PinsAction::Approve {
+                server,
+                name,
+                digest,
+            } => pins::approve(&cli, server, name.as_deref(), digest.as_deref()),
+            PinsAction::Reset { server } => pins::reset(&cli, server),
+        }),
         Some(Command::Mcp { action }) => Ok(mcp_command(&cli, action)),
         Some(Command::Auth { action }) => match action {
             AuthAction::Login { server } => auth::login(&cli, server).await,
@@ -341,6 +352,7 @@ impl Cli {
         let terminal = approver::terminal();
         config.approver = Arc::new(approver::TerminalApprover::new(
             self.yes,
+            self.approve_changes,
             Arc::clone(&terminal),
         ));
         config.authorizer = Arc::new(auth::TerminalAuthorizer::new(auth::interactive()));

@@ -44,6 +44,7 @@ pub(crate) fn catalog_json(catalog: &TurnCatalog) -> serde_json::Value {
             "annotations": t.annotations,
             "input_schema": t.input_schema.as_ref(),
             "output_schema": t.output_schema.as_deref(),
+            "flags": t.flags,
         })).collect::<Vec<_>>(),
         "diagnostics": catalog.diagnostics(),
         "denied": catalog.denied(),
@@ -70,9 +71,14 @@ pub(crate) fn print_catalog(catalog: &TurnCatalog, problems_to_stderr: bool) {
                 (Some(true), _) => "[server: read-only] ",
                 _ => "",
             });
+        let flagged = if tool.flags.is_empty() {
+            ""
+        } else {
+            "[flagged: see tools --json] "
+        };
         rows.push(vec![
             t(&tool.name).into_owned(),
-            format!("{hints}{}", t(description)),
+            format!("{flagged}{hints}{}", t(description)),
         ]);
     }
     for line in super::aligned(&rows) {

@@ -129,6 +129,34 @@ impl Protocol {
     }
 }
 
+/// What happens when a server serves a definition (tool, resource template, prompt,
+/// instructions) other than the one a person approved (`pinning:`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Pinning {
+    /// Nothing is pinned or compared.
+    Off,
+    /// A change is used at once, with an event and a diagnostic every turn until a
+    /// person approves it.
+    Warn,
+    /// A change is left out of every turn until a person approves it. The default.
+    #[default]
+    Strict,
+}
+
+impl Pinning {
+    /// How a declaration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pinning::Off => "off",
+            Pinning::Warn => "warn",
+            Pinning::Strict => "strict",
+        }
+    }
+}
+
 /// Include/exclude globs over raw tool names (`*` is the only wildcard).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolFilter {
@@ -207,6 +235,8 @@ pub struct Declaration {
     pub log_level: Option<LogLevel>,
     /// The protocol era the server is spoken to in (`protocol:`).
     pub protocol: Protocol,
+    /// What the server serves is pinned how (`pinning:`); `None`: the host's default.
+    pub pinning: Option<Pinning>,
     /// Which resources (by URI) and resource templates (by URI template) are visible.
     pub resources: ToolFilter,
     /// Which prompts (by name) are visible.

@@ -28,8 +28,8 @@ use serde::Deserialize;
 pub use crate::process::{UnsupportedReference, check_references};
 pub use declaration::{
     ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, DeclaredUrl,
-    Endpoint, Fingerprint, LogLevel, Protocol, Risk, ToolFilter, TransportKind, fingerprint,
-    is_env_name, is_header_name,
+    Endpoint, Fingerprint, LogLevel, Pinning, Protocol, Risk, ToolFilter, TransportKind,
+    fingerprint, is_env_name, is_header_name,
 };
 pub use oauth::{OAuthDeclared, OAuthGrant, SigningAlgorithm, TokenAuthMethod};
 pub use tree::{CoreTree, DirEntry, EntryKind, FsTree, MemoryTree, ReadRefusal};

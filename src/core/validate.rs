@@ -17,8 +17,8 @@ mod fields;
 
 use super::LoadError;
 use super::declaration::{
-    ApprovalPolicy, Declaration, DeclaredUrl, Endpoint, LogLevel, Protocol, Risk, TransportKind,
-    is_env_name, is_header_name,
+    ApprovalPolicy, Declaration, DeclaredUrl, Endpoint, LogLevel, Pinning, Protocol, Risk,
+    TransportKind, is_env_name, is_header_name,
 };
 use super::oauth::{OAuthDeclared, RawOAuth, is_reference};
 use fields::{call_capability, check_roots, declaration_fingerprint, sandbox_of, tool_filter};
@@ -49,6 +49,7 @@ pub(crate) struct RawDeclaration {
     roots: Option<Vec<String>>,
     log_level: Option<LogLevel>,
     protocol: Option<Protocol>,
+    pinning: Option<Pinning>,
     resources: Option<RawToolFilter>,
     prompts: Option<RawToolFilter>,
     env_vars: Option<Vec<String>>,
@@ -192,6 +193,7 @@ impl RawDeclaration {
             roots,
             log_level,
             protocol,
+            pinning,
             resources,
             prompts,
             env_vars,
@@ -207,6 +209,7 @@ impl RawDeclaration {
             supports_parallel_tool_calls,
             log_level,
             protocol,
+            pinning,
             required,
         };
         let endpoint = EndpointFields {
@@ -244,6 +247,7 @@ struct Settings {
     supports_parallel_tool_calls: Option<bool>,
     log_level: Option<LogLevel>,
     protocol: Option<Protocol>,
+    pinning: Option<Pinning>,
     required: Option<bool>,
 }
 
@@ -310,6 +314,7 @@ impl Declaration {
             roots,
             log_level: settings.log_level,
             protocol: settings.protocol.unwrap_or_default(),
+            pinning: settings.pinning,
             max_call_timeout: timeouts.max_call,
             tool_timeouts: timeouts.per_tool,
             required: settings.required.unwrap_or(false),

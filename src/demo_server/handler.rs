@@ -213,7 +213,9 @@ impl ServerHandler for DemoServer {
             .with_required(true);
         let prompt =
             rmcp::model::Prompt::new("greet", Some("Greet someone by name"), Some(vec![argument]));
-        Ok(rmcp::model::ListPromptsResult::with_all_items(vec![prompt]))
+        let mut prompts = vec![prompt];
+        prompts.extend(self.file_prompts());
+        Ok(rmcp::model::ListPromptsResult::with_all_items(prompts))
     }
 
     async fn get_prompt(
@@ -321,11 +323,7 @@ impl ServerHandler for DemoServer {
             ))]);
             return Ok(CallToolResponse::Complete(result));
         }
-        if self
-            .file_tools()
-            .iter()
-            .any(|(name, _)| *name == request.name)
-        {
+        if self.file_tools().iter().any(|t| t.name == request.name) {
             let mut text = format!("ran {}", request.name);
             if let Some(asked) = self.file_elicitation(&request.name) {
                 let answer = context.peer.create_elicitation(asked).await;

@@ -49,9 +49,10 @@ pub struct DemoOptions {
     pub extra_tools: usize,
     /// Tools per `tools/list` page (0: everything in one page).
     pub page_size: usize,
-    /// A JSON file of tools (`[{"name", "description"}]`) served after the built-in
-    /// ones, read anew at every listing: tests reorder, change or drop tools between
-    /// connections with it. A call to one answers `ran <name>`; one with an `elicit`
+    /// A JSON file of tools (`[{"name", "description"}]`, with `title`, `inputSchema`
+    /// and `annotations` when given; an entry with `prompt` instead of `name` is a
+    /// prompt) served after the built-in ones, read anew at every listing: tests
+    /// reorder, change or drop tools and prompts between listings with it. A call to one answers `ran <name>`; one with an `elicit`
     /// (`{"message", "requestedSchema"}`) first asks the client that, and answers with
     /// what came back.
     pub tools_file: Option<std::path::PathBuf>,
@@ -375,23 +376,59 @@ impl DemoServer {
         }
     }
 
-    /// The tools of [`DemoOptions::tools_file`] as it reads now (none when unreadable).
-    fn file_tools(&self) -> Vec<(String, String)> {
+    /// The entries of [`DemoOptions::tools_file`] as it reads now (none when unreadable).
+    fn file_entries(&self) -> Vec<Value> {
         let Some(path) = &self.options.tools_file else {
             return Vec::new();
         };
-        let listed: Vec<Value> = std::fs::read(path)
+        std::fs::read(path)
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .unwrap_or_default();
-        listed
+            .unwrap_or_default()
+    }
+
+    /// The tools of the tools file: `name`, `description`, and when given `title`,
+    /// `inputSchema` and `annotations` as they are.
+    fn file_tools(&self) -> Vec<Tool> {
+        let empty = json!({"type": "object", "properties": {}});
+        self.file_entries()
             .iter()
             .filter_map(|t| {
-                let name = t.get("name")?.as_str()?.to_string();
+                let name = t.get("name")?.as_str()?;
                 let description = t.get("description").and_then(Value::as_str);
-                Some((
-                    name,
+                let schema = t.get("inputSchema").unwrap_or(&empty).clone();
+                let mut tool = Tool::new(
+                    name.to_string(),
                     description.unwrap_or("From the tools file").to_string(),
+                    Arc::new(serde_json::from_value(schema).ok()?),
+                );
+                tool.title = t.get("title").and_then(Value::as_str).map(str::to_string);
+                tool.annotations = t
+                    .get("annotations")
+                    .and_then(|a| serde_json::from_value(a.clone()).ok());
+                Some(tool)
+            })
+            .collect()
+    }
+
+    /// The prompts of the tools file: entries with `prompt` (its name), `description`
+    /// and `arguments` (names).
+    fn file_prompts(&self) -> Vec<rmcp::model::Prompt> {
+        self.file_entries()
+            .iter()
+            .filter_map(|p| {
+                let name = p.get("prompt")?.as_str()?;
+                let arguments: Vec<rmcp::model::PromptArgument> = p
+                    .get("arguments")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| Some(rmcp::model::PromptArgument::new(a.as_str()?)))
+                    .collect();
+                Some(rmcp::model::Prompt::new(
+                    name,
+                    p.get("description").and_then(Value::as_str),
+                    Some(arguments),
                 ))
             })
             .collect()
@@ -424,11 +461,7 @@ impl DemoServer {
                 .into_iter()
                 .map(|name| Tool::new(name, "Added at run time", Arc::clone(&schema))),
         );
-        tools.extend(
-            self.file_tools()
-                .into_iter()
-                .map(|(name, description)| Tool::new(name, description, Arc::clone(&schema))),
-        );
+        tools.extend(self.file_tools());
         tools.extend((0..self.options.extra_tools).map(|n| {
             Tool::new(
                 format!("extra_{n}"),

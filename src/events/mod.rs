@@ -223,6 +223,33 @@ pub enum EventKind {
         /// Server id.
         server: String,
     },
+    /// A server serves a definition (tool, resource template, prompt, instructions)
+    /// other than the one a person approved, or a new one: held back from the model
+    /// (`quarantined`), used under `pinning: warn` (`allowed`), or approved when asked
+    /// (`approved`).
+    #[serde(rename = "mcp.definition_changed")]
+    DefinitionChanged {
+        /// Server id.
+        server: String,
+        /// `tool`, `template`, `prompt` or `instructions`.
+        kind: crate::pins::DefinitionKind,
+        /// The server's own name of it.
+        name: String,
+        /// `changed` or `added`.
+        change: String,
+        /// sha256 of the approved definition (`None` when it is new).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        before: Option<String>,
+        /// sha256 of the definition served now.
+        after: String,
+        /// `quarantined`, `allowed` or `approved`.
+        action: String,
+        /// What its text may hide from a person.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        flags: Vec<crate::pins::TextFlag>,
+        /// The review diff: redacted, escaped, bounded.
+        diff: String,
+    },
     /// The host's sink could not keep up: this many events were dropped before this
     /// one (the session log, when on, has them unless its own queue was full too).
     #[serde(rename = "mcp.events_dropped")]
@@ -467,6 +494,7 @@ impl EventKind {
             EventKind::ServerSkipped { .. } => "mcp.server_skipped",
             EventKind::ServerClosed { .. } => "mcp.server_closed",
             EventKind::ToolsChanged { .. } => "mcp.tools_changed",
+            EventKind::DefinitionChanged { .. } => "mcp.definition_changed",
             EventKind::EventsDropped { .. } => "mcp.events_dropped",
             EventKind::ListChanged { .. } => "mcp.list_changed",
             EventKind::ServerLog { .. } => "mcp.server_log",

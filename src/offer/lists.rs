@@ -199,6 +199,7 @@ pub(crate) fn shape_offer(
         templates: shaper.templates(offer.templates),
         prompts: shaper.prompts(offer.prompts),
         identity: shaper.identity(offer.identity),
+        held: Vec::new(),
     };
     if shaper.hidden > 0 {
         notes.push(format!(

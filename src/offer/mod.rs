@@ -13,10 +13,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 mod lists;
+mod pinned;
 mod prompts;
 mod tools;
 
 pub(crate) use lists::shape_offer;
+pub(crate) use pinned::{pins_of, withhold};
 pub(crate) use prompts::{offers_uri, prompt_result};
 pub(crate) use tools::{SchemaPool, shape_listing};
 
@@ -167,4 +169,21 @@ pub struct Offered {
     pub templates: Vec<TemplateInfo>,
     /// Visible prompts.
     pub prompts: Vec<PromptInfo>,
+    /// Definitions the server changed or added since a person approved what it served,
+    /// held back from the model until one approves them (`pinning: strict`).
+    pub held: Vec<crate::pins::Held>,
+}
+
+/// One listing as a turn may use it: its tools and other offers shaped, what the
+/// shaping found wrong, and where its pins are watched when something is held back.
+#[derive(Default)]
+pub(crate) struct Shaped {
+    pub tools: Vec<rmcp::model::Tool>,
+    pub offer: Offered,
+    /// Diagnostics of every turn while this listing stands.
+    pub notes: Vec<String>,
+    /// Tools the server listed, before bounds and filters.
+    pub listed: usize,
+    /// Set while definitions are held back: the pin file whose change may release them.
+    pub held: Option<crate::pins::Watch>,
 }

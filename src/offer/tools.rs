@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rmcp::model::Tool;
 
-use super::{MAX_DESCRIPTION, MAX_TITLE, Offered, shape_offer};
+use super::{MAX_DESCRIPTION, MAX_TITLE, Shaped, shape_offer};
 use crate::core::Declaration;
 use crate::naming;
 use crate::redact::{Redactor, View};
@@ -26,12 +26,13 @@ pub(crate) fn shape_listing(
     declaration: &Declaration,
     redactor: &Redactor,
     schemas: &SchemaPool,
-) -> (Arc<Vec<Tool>>, Arc<Offered>, Vec<String>) {
+) -> Shaped {
     let (offered, mut notes) = shape_offer(listed.offer, declaration, redactor);
     if listed.truncated {
         notes.push(format!("the tool list was cut at {} tools", MAX_TOOLS));
     }
     let total = listed.tools.len();
+    let listed_count = total;
     // The raw name, the name it becomes (`sk.live.x` is exposed as `sk-live-x`), and
     // both normalized (`SK-LIVE-X` holds the secret `sk_live_x`).
     let carries_secret = |name: &str| {
@@ -95,7 +96,13 @@ pub(crate) fn shape_listing(
             twice.join(", ")
         ));
     }
-    (Arc::new(tools), Arc::new(offered), notes)
+    Shaped {
+        tools,
+        offer: offered,
+        notes,
+        listed: listed_count,
+        held: None,
+    }
 }
 
 /// Identical input schemas shared across connections and sessions: sixty sessions on the

@@ -243,6 +243,31 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
+/// Writes `bytes` to `path` (0600) through a temporary file in the same directory
+/// (0700, made if missing) renamed over it: readers see the old or the new file, never
+/// half of one, and a symlink at `path` is replaced, never written through.
+///
+/// # Errors
+/// IO errors.
+pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    private_dir(dir)?;
+    let mut file = tempfile::NamedTempFile::new_in(dir)?;
+    std::io::Write::write_all(&mut file, bytes)?;
+    file.persist(path).map(drop).map_err(|e| e.error)
+}
+
+/// What identifies one version of a regular file: modification time, length, inode
+/// (a rename always brings a new inode). `None` for a missing file or a symlink.
+pub fn file_stamp(path: &Path) -> Option<(std::time::SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    meta.file_type()
+        .is_file()
+        .then(|| (meta.modified().ok(), meta.len(), meta.ino()))
+        .and_then(|(m, len, ino)| Some((m?, len, ino)))
+}
+
 /// Opens `path` for appending, 0600 whatever the umask, its directory 0700; a symlink
 /// at `path` is refused, not followed.
 ///

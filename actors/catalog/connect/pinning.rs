@@ -1,0 +1,374 @@
+//! After a listing (a new connection or a relisting): what the server serves, compared
+//! with what a person approved (`crate::pins`). The first listing after a declaration's
+//! connect approval is pinned as it is, unless the same server (path, principal,
+//! workspace) was pinned under an earlier declaration, whose approvals it is compared
+//! with. A later listing with changed or new definitions asks the approver once per
+//! change set under `pinning: strict` and holds them back from the turn until approved,
+//! or uses them under `warn`; each change is an `mcp.definition_changed` event with its
+//! diff. A pin file that cannot be read trusts nothing: everything waits for a person.
+
+use std::sync::Arc;
+
+use crate::authority::{Action, ApprovalRequest, ApprovalSource, ChangeReview, ConnectPreview};
+use crate::core::{ApprovalPolicy, Declaration, Pinning};
+use crate::events::EventKind;
+use crate::offer::{Shaped, pins_of, withhold};
+use crate::pins::{self, Change, Held, Loaded, Pin, PinFile, Watch};
+use crate::redact::{Redactor, View};
+
+use super::Pipeline;
+
+/// Changes of one listing whose diff is rendered, reported and named in diagnostics;
+/// the rest are counted.
+const MAX_SHOWN_CHANGES: usize = 20;
+
+/// Where a listing came from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::actors::catalog) enum Listing {
+    /// A new connection, just approved.
+    Connect,
+    /// A live connection's relisting.
+    Relist,
+}
+
+/// What became of a change set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// A person approved it: pinned, used.
+    Approved,
+    /// `pinning: warn`: used, and reported every turn until approved.
+    Allowed,
+    /// Held back until a person approves it.
+    Quarantined,
+}
+
+impl Verdict {
+    fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Approved => "approved",
+            Verdict::Allowed => "allowed",
+            Verdict::Quarantined => "quarantined",
+        }
+    }
+}
+
+impl Pipeline {
+    /// `shaped` checked against the pins of `declaration` for this principal and
+    /// workspace (see the module documentation).
+    pub(super) async fn pin(
+        &self,
+        declaration: &Arc<Declaration>,
+        redactor: &Redactor,
+        mut shaped: Shaped,
+        listing: Listing,
+    ) -> Shaped {
+        let policy = self.shared.config.pinning.of(declaration);
+        if policy == Pinning::Off {
+            return shaped;
+        }
+        let key = pins::pin_key(&self.principal, &declaration.fingerprint, &self.workspace);
+        let served = pins_of(&shaped.tools, &shaped.offer, declaration);
+        let Some((mut file, mut dirty)) =
+            self.baseline(declaration, &key, &served, listing, &mut shaped)
+        else {
+            return shaped;
+        };
+        let mut changes = pins::compare(&file.approved, &served);
+        let verdict = match policy {
+            _ if changes.is_empty() => Verdict::Approved,
+            Pinning::Warn => {
+                let diffs = render(&changes, redactor);
+                self.report_changes(declaration, &changes, diffs, Verdict::Allowed);
+                Verdict::Allowed
+            }
+            _ => {
+                let names = pins::change_set_names(&changes);
+                let refused = self.shared.refused_changes.contains(&self.session, &names);
+                let approved = !refused
+                    && self
+                        .ask_change(declaration, redactor, &changes, &names)
+                        .await;
+                // A person may have taken minutes: what the file says now is what counts.
+                if let Loaded::Found(now) = self.shared.pins.load(&key) {
+                    (file, dirty) = (now, false);
+                    changes = pins::compare(&file.approved, &served);
+                }
+                if approved {
+                    Verdict::Approved
+                } else {
+                    Verdict::Quarantined
+                }
+            }
+        };
+        let waiting: Vec<Pin> = changes.iter().map(|c| c.after.clone()).collect();
+        if verdict == Verdict::Approved {
+            dirty |= !waiting.is_empty();
+            file.take(waiting);
+            dirty |= !file.pending.is_empty();
+            file.pending.clear();
+        } else if file.pending != waiting {
+            file.pending = waiting;
+            dirty = true;
+        }
+        if dirty {
+            self.store_pins(&key, &mut file, &mut shaped);
+        }
+        if verdict != Verdict::Approved {
+            self.note_changes(declaration, &changes, verdict, &mut shaped);
+        }
+        if verdict == Verdict::Quarantined {
+            let held: Vec<Held> = changes
+                .iter()
+                .map(|c| Held {
+                    kind: c.after.kind,
+                    name: c.after.name.clone(),
+                })
+                .collect();
+            withhold(&mut shaped.tools, &mut shaped.offer, &held);
+            shaped.offer.held = held;
+            shaped.held = Some(Watch {
+                store: self.shared.pins.clone(),
+                stamp: std::sync::Mutex::new(self.shared.pins.stamp(&key)),
+                approved: file.approved_digest(),
+                key,
+            });
+        }
+        shaped
+    }
+
+    /// What `served` is compared with, and whether the file must be written: the pin
+    /// file of `key`; for a declaration pinned under an earlier fingerprint, its
+    /// approvals; nothing for a file that cannot be read or a relisting after the pins
+    /// were reset. `None` when the listing is the first and is pinned as it is.
+    fn baseline(
+        &self,
+        declaration: &Declaration,
+        key: &str,
+        served: &[Pin],
+        listing: Listing,
+        shaped: &mut Shaped,
+    ) -> Option<(PinFile, bool)> {
+        let store = &self.shared.pins;
+        let fresh = self.pin_file(declaration);
+        match store.load(key) {
+            Loaded::Found(file) => Some((file, false)),
+            Loaded::Unusable => {
+                shaped.notes.push(format!(
+                    "its pin file cannot be read (malformed or too large), so nothing it served before is trusted: every definition waits for review (`demiurge pins show {}`; `demiurge pins reset {}` pins anew at the next connect)",
+                    declaration.server_id, declaration.server_id
+                ));
+                Some((fresh, true))
+            }
+            Loaded::Absent => {
+                if let Some(before) = store.predecessor(&fresh) {
+                    return Some((
+                        PinFile {
+                            approved: before.approved,
+                            ..fresh
+                        },
+                        true,
+                    ));
+                }
+                if listing == Listing::Relist {
+                    // The pins were reset under a live connection: what it serves now
+                    // was never approved.
+                    return Some((fresh, true));
+                }
+                let mut first = PinFile {
+                    approved: served.to_vec(),
+                    ..fresh
+                };
+                match store.create(key, &mut first) {
+                    Ok(true) => None,
+                    // Another session pinned this server first: compared with its pins.
+                    Ok(false) => match store.load(key) {
+                        Loaded::Found(file) => Some((file, false)),
+                        _ => Some((self.pin_file(declaration), true)),
+                    },
+                    Err(e) => {
+                        self.cannot_store(&e, shaped);
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// What the server served when last pinned whose text may hide something, for the
+    /// connect preview: `kind `name`: flags`, escaped, at most 20.
+    pub(super) fn flagged(&self, declaration: &Declaration) -> Vec<String> {
+        if self.shared.config.pinning.of(declaration) == Pinning::Off {
+            return Vec::new();
+        }
+        let key = pins::pin_key(&self.principal, &declaration.fingerprint, &self.workspace);
+        let Loaded::Found(file) = self.shared.pins.load(&key) else {
+            return Vec::new();
+        };
+        file.approved
+            .iter()
+            .chain(&file.pending)
+            .filter(|p| !p.flags.is_empty())
+            .take(MAX_SHOWN_CHANGES)
+            .map(|p| {
+                let words: Vec<&str> = p.flags.iter().map(|f| f.words()).collect();
+                format!(
+                    "{} `{}`: {}",
+                    p.kind.as_str(),
+                    crate::text::escape(&p.name),
+                    words.join(", ")
+                )
+            })
+            .collect()
+    }
+
+    /// An empty pin file of `declaration`.
+    fn pin_file(&self, declaration: &Declaration) -> PinFile {
+        PinFile {
+            server: declaration.server_id.clone(),
+            path: declaration.path.clone(),
+            principal: self.principal.clone(),
+            workspace: self.workspace.to_string_lossy().into_owned(),
+            fingerprint: declaration.fingerprint.hex(),
+            ..PinFile::default()
+        }
+    }
+
+    /// Writes `file`; a failure is a diagnostic (the next listing compares with what
+    /// the file still says).
+    fn store_pins(&self, key: &str, file: &mut PinFile, shaped: &mut Shaped) {
+        if let Err(e) = self.shared.pins.save(key, file) {
+            self.cannot_store(&e, shaped);
+        }
+    }
+
+    fn cannot_store(&self, e: &std::io::Error, shaped: &mut Shaped) {
+        shaped.notes.push(format!(
+            "cannot store what the server serves under {}: {}",
+            self.shared.config.home.join("pins").display(),
+            e.kind()
+        ));
+    }
+
+    /// The diagnostics of changes used under `warn` or held back: the first few by
+    /// name, the rest counted.
+    fn note_changes(
+        &self,
+        declaration: &Declaration,
+        changes: &[Change],
+        verdict: Verdict,
+        shaped: &mut Shaped,
+    ) {
+        let server = &declaration.server_id;
+        let what = match verdict {
+            Verdict::Allowed => {
+                format!("used under `pinning: warn`; review it with `demiurge pins show {server}`")
+            }
+            _ => format!(
+                "held back until a person reviews it: `demiurge pins show {server}`, then `demiurge pins approve {server}`"
+            ),
+        };
+        shaped
+            .notes
+            .extend(changes.iter().take(MAX_SHOWN_CHANGES).map(|c| {
+                format!(
+                    "{} `{}` {} since it was approved and is {what}",
+                    c.after.kind.as_str(),
+                    crate::text::escape(&c.after.name),
+                    c.how(),
+                )
+            }));
+        if changes.len() > MAX_SHOWN_CHANGES {
+            shaped.notes.push(format!(
+                "and {} more changed or new definitions, each {what}",
+                changes.len() - MAX_SHOWN_CHANGES
+            ));
+        }
+    }
+
+    /// Asks whether the model may see `changes` (a declaration's `approval: auto` never
+    /// answers it; the broker neither caches nor remembers it; a refusal is remembered
+    /// for this session under the names the set touches). Reports each shown change.
+    async fn ask_change(
+        &self,
+        declaration: &Arc<Declaration>,
+        redactor: &Redactor,
+        changes: &[Change],
+        names: &str,
+    ) -> bool {
+        let diffs = render(changes, redactor);
+        let set = pins::change_set_digest(changes);
+        let request = ApprovalRequest {
+            session: self.session.clone(),
+            action: Action::Change,
+            server: declaration.server_id.clone(),
+            tool: Some(format!("changes#sha256:{set}")),
+            arguments: None,
+            preview: ConnectPreview::new(declaration, ApprovalPolicy::Prompt, None, &[]),
+            call: None,
+            change: Some(ChangeReview {
+                set,
+                changes: changes.iter().take(MAX_SHOWN_CHANGES).cloned().collect(),
+                diff: diffs.concat(),
+            }),
+        };
+        let identity = declaration.approval_identity(&self.workspace, None);
+        let asked = self
+            .shared
+            .broker
+            .decide(request, identity, ApprovalPolicy::Prompt)
+            .await;
+        let approved = asked.as_ref().is_ok_and(|a| a.allowed);
+        if !approved && asked.is_ok_and(|a| a.source != ApprovalSource::Deadline) {
+            self.shared.refused_changes.insert(&self.session, names);
+        }
+        let verdict = if approved {
+            Verdict::Approved
+        } else {
+            Verdict::Quarantined
+        };
+        self.report_changes(declaration, changes, diffs, verdict);
+        approved
+    }
+
+    /// One `mcp.definition_changed` event per shown change.
+    fn report_changes(
+        &self,
+        declaration: &Declaration,
+        changes: &[Change],
+        diffs: Vec<String>,
+        verdict: Verdict,
+    ) {
+        for (change, diff) in changes.iter().zip(diffs) {
+            self.emit(EventKind::DefinitionChanged {
+                server: declaration.server_id.clone(),
+                kind: change.after.kind,
+                name: change.after.name.clone(),
+                change: change.how().into(),
+                before: change.before.as_ref().map(|b| b.digest.clone()),
+                after: change.after.digest.clone(),
+                action: verdict.as_str().into(),
+                flags: change.after.flags.clone(),
+                diff,
+            });
+        }
+    }
+}
+
+/// The diffs of the first changes, redacted with the connection's secrets; the rest
+/// counted in a last line.
+fn render(changes: &[Change], redactor: &Redactor) -> Vec<String> {
+    let mut diffs: Vec<String> = changes
+        .iter()
+        .take(MAX_SHOWN_CHANGES)
+        .map(|c| redactor.text(&pins::render_change(c), View::Durable))
+        .collect();
+    if changes.len() > MAX_SHOWN_CHANGES
+        && let Some(last) = diffs.last_mut()
+    {
+        last.push_str(&format!(
+            "... and {} more changed or new definitions (`demiurge pins show` lists them)\n",
+            changes.len() - MAX_SHOWN_CHANGES
+        ));
+    }
+    diffs
+}
