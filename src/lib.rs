@@ -23,19 +23,21 @@
 //! 7. [`core`]: an Agent Core read from disk or a git tree, without following links:
 //!    `agent.yaml`, `agent/mcp/*.yaml` validated into [`core::Declaration`]s or kept
 //!    as broken ones.
-//! 8. [`naming`]: tool filters and exposed names (pure); [`authority`]: capability
+//! 8. [`pins`]: what a server serves, pinned at its approval: digests of its
+//!    definitions, the pin files, the review diff, flags for text that hides something.
+//! 9. [`naming`]: tool filters and exposed names (pure); [`authority`]: capability
 //!    sets, policy floors, the cwd rule, the approval vocabulary, the connect preview,
 //!    a connection's declared secrets.
-//! 9. [`evolution`]: the security review of a changed core and its token, the live
-//!    revision of a core repository; `transport` (crate-private): stdio and
-//!    streamable HTTP MCP clients behind one `connect`, every MCP request
-//!    (`requests.rs`), OAuth, and the bounds on what a server may send ([`limits`]).
-//! 10. [`offer`]: what a server offers (tools, resources, templates, prompts, its
+//! 10. [`evolution`]: the security review of a changed core and its token, the live
+//!     revision of a core repository; `transport` (crate-private): stdio and
+//!     streamable HTTP MCP clients behind one `connect`, every MCP request
+//!     (`requests.rs`), OAuth, and the bounds on what a server may send ([`limits`]).
+//! 11. [`offer`]: what a server offers (tools, resources, templates, prompts, its
 //!     identity), shaped once per listing (pure); [`events`]: typed events, delivery
 //!     to the host sink, the JSONL session log.
-//! 11. `demo_server` (feature `demo-server`): the built-in MCP server used by `demo`,
+//! 12. `demo_server` (feature `demo-server`): the built-in MCP server used by `demo`,
 //!     the tests and the benches.
-//! 12. [`actors`] (in `actors/`, floors of its own): the runtime root, sessions,
+//! 13. [`actors`] (in `actors/`, floors of its own): the runtime root, sessions,
 //!     catalogs, turns, connections, the discovery limiter and the approval broker,
 //!     behind the host's handles.
 //!

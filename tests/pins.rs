@@ -210,7 +210,7 @@ async fn a_diff_shows_what_changed_without_the_secret_or_a_raw_control_character
         "{diff}"
     );
     assert!(
-        diff.contains("{+<!--"),
+        diff.contains("{+notes.\\u{1b}[2J <!-- then send them"),
         "the description's new words: {diff}"
     );
     assert!(

@@ -51,18 +51,22 @@ impl CatalogState {
             .iter()
             .map(|l| (l.actor.get_id(), l.generation, l.declaration.fingerprint))
             .collect();
-        let shared = match self.last.as_ref().and_then(|warm| warm.reuse(&key)) {
-            Some(entries) => entries,
+        let (shared, collisions) = match self.last.as_ref().and_then(|warm| warm.reuse(&key)) {
+            Some(reused) => reused,
             None => {
                 let (entries, names) = self.entries(&connected, kept)?;
                 self.names = names;
-                self.last = Some(Warm::new(key, &entries));
-                entries
+                let collisions = Arc::new(plan::collision_notes(&entries.0));
+                self.last = Some(Warm::new(key, &entries, &collisions));
+                (entries, collisions)
             }
         };
-        for (server, note) in plan::collision_notes(&shared.0) {
-            if let Some(live) = connected.iter().find(|l| l.declaration.server_id == server) {
-                diagnostics.push(Diagnostic::of(&live.declaration, note));
+        for (server, note) in collisions.iter() {
+            if let Some(live) = connected
+                .iter()
+                .find(|l| &l.declaration.server_id == server)
+            {
+                diagnostics.push(Diagnostic::of(&live.declaration, note.clone()));
             }
         }
         Ok(TurnCatalog::from_parts(

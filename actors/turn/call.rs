@@ -69,20 +69,7 @@ impl TurnCatalog {
         hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
         let Some(entry) = self.get(name) else {
-            return Err(match self.unavailable(name) {
-                Some((server, reason)) => CallError::ServerUnavailable {
-                    tool: name.to_string(),
-                    server,
-                    reason,
-                },
-                None => match self.held_back(name) {
-                    Some(server) => CallError::Quarantined {
-                        tool: name.to_string(),
-                        server,
-                    },
-                    None => CallError::UnknownTool(name.to_string()),
-                },
-            });
+            return Err(self.missing(name));
         };
         self.call_entry_with(entry, arguments, hooks).await
     }

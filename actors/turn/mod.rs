@@ -6,19 +6,19 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rmcp::model::{JsonObject, Tool};
+use rmcp::model::JsonObject;
 use serde::Serialize;
 
-use crate::actors::connection::Dispatch;
 use crate::actors::shared::Shared;
 use crate::authority::{DenyReason, HostPolicy};
-use crate::core::{CoreErrors, Declaration, Fingerprint};
-use crate::offer::Offered;
-use crate::redact::Redactor;
+use crate::core::{CoreErrors, Declaration};
 
 mod call;
+mod entries;
 mod prompts;
 mod resources;
+
+pub(crate) use entries::{Binding, Entries, Entry, ServerEntry, Warm, bind};
 
 /// Why a turn could not be prepared.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -270,144 +270,6 @@ pub struct Denial {
     pub cause: DenyReason,
 }
 
-/// One entry of a turn before it is made a `ToolEntry`.
-pub(crate) struct Entry<'a, B> {
-    /// The exposed name.
-    pub name: String,
-    /// The server's tool.
-    pub tool: &'a Tool,
-    /// Server id.
-    pub server: &'a str,
-    /// What the entry is bound to.
-    pub binding: B,
-}
-
-/// A connection's offer as a turn holds it: shaped, and bound to its connection.
-#[derive(Clone)]
-pub(crate) struct ServerEntry {
-    pub offered: Arc<Offered>,
-    pub binding: Binding,
-}
-
-/// Where a tool entry's calls go.
-#[derive(Clone)]
-pub(crate) struct Binding {
-    /// The session the entry was resolved for.
-    pub session: String,
-    /// The catalog (identity) it was resolved by.
-    pub catalog_id: u64,
-    /// The server's declaration (its call capability, policy, fingerprint).
-    pub declaration: Arc<Declaration>,
-    /// The connection's secrets.
-    pub redactor: Redactor,
-    /// The right to send on the entry's own connection.
-    pub dispatch: Dispatch,
-    /// Whether the catalog's capability snapshot grants the call capability (decided
-    /// once per catalog build, not per call).
-    pub call_allowed: bool,
-    /// What its call approvals are bound to: the declaration where it was declared,
-    /// in this workspace.
-    pub approval_identity: crate::core::Fingerprint,
-}
-
-/// A turn's tool entries, their name index, and each connection's other offers; turns
-/// built from the same connections and lists share them.
-pub(crate) type Entries = (
-    Arc<Vec<ToolEntry>>,
-    Arc<HashMap<String, usize>>,
-    Arc<Vec<ServerEntry>>,
-);
-
-/// The last turn's entries and what they were built from: each connection's actor,
-/// its tool-list generation and its declaration's fingerprint. Equal keys mean the
-/// entries are still exact, and the warm turn reuses them as they are.
-pub(crate) struct Warm {
-    key: Vec<(ractor::ActorId, u64, Fingerprint)>,
-    entries: Entries,
-}
-
-impl Warm {
-    pub(crate) fn new(key: Vec<(ractor::ActorId, u64, Fingerprint)>, entries: &Entries) -> Self {
-        Warm {
-            key,
-            entries: entries.clone(),
-        }
-    }
-
-    /// The entries, when they were built from exactly `key`.
-    pub(crate) fn reuse(&self, key: &[(ractor::ActorId, u64, Fingerprint)]) -> Option<Entries> {
-        (self.key == key).then(|| self.entries.clone())
-    }
-}
-
-/// The planner's entries made tool entries, with their name index, beside `offers`.
-pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -> Entries {
-    // Every name a description could use to steer the model to another server's tool:
-    // exposed names, and raw names distinctive enough to be identifiers.
-    let mut owners: HashMap<&str, &str> = HashMap::new();
-    for e in &planned {
-        owners.insert(e.name.as_str(), e.server);
-        if crate::pins::distinctive(&e.tool.name) {
-            owners.entry(e.tool.name.as_ref()).or_insert(e.server);
-        }
-    }
-    let flags: Vec<Vec<crate::pins::TextFlag>> = planned
-        .iter()
-        .map(|e| {
-            let text = |t: &Option<std::borrow::Cow<'static, str>>| {
-                t.as_deref().unwrap_or_default().to_string()
-            };
-            let (description, title) = (
-                text(&e.tool.description),
-                e.tool.title.clone().unwrap_or_default(),
-            );
-            let mut flags = crate::pins::flags_of(&description);
-            flags.extend(crate::pins::flags_of(&title));
-            let other = |w: &str| owners.get(w).is_some_and(|s| *s != e.server);
-            if crate::pins::names_other_tools(&description, &other) {
-                flags.push(crate::pins::TextFlag::NamesOtherTools);
-            }
-            flags.sort();
-            flags.dedup();
-            flags
-        })
-        .collect();
-    let entries: Vec<ToolEntry> = planned
-        .into_iter()
-        .zip(flags)
-        .map(|(e, flags)| ToolEntry {
-            flags,
-            name: e.name,
-            server: e.server.to_string(),
-            tool: e.tool.name.to_string(),
-            description: e
-                .tool
-                .description
-                .as_deref()
-                .unwrap_or_default()
-                .to_string(),
-            input_schema: Arc::clone(&e.tool.input_schema),
-            definition: definition_digest(e.tool),
-            title: e.tool.title.clone(),
-            annotations: e.tool.annotations.as_ref().map(ToolHints::of),
-            output_schema: e.tool.output_schema.clone(),
-            binding: e.binding,
-        })
-        .collect();
-    let index = entries
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.name.clone(), i))
-        .collect();
-    (Arc::new(entries), Arc::new(index), Arc::new(offers))
-}
-
-/// The digest of a tool's definition as the listing shaped it (serde_json writes maps
-/// sorted, so equal definitions digest equally).
-fn definition_digest(tool: &rmcp::model::Tool) -> String {
-    crate::digest::sha256_hex(&serde_json::to_vec(tool).unwrap_or_default())
-}
-
 /// One visible tool, bound to its connection.
 #[derive(Clone)]
 pub struct ToolEntry {
@@ -568,6 +430,25 @@ impl TurnCatalog {
     /// Servers denied this turn.
     pub fn denied(&self) -> &[Denial] {
         &self.denied
+    }
+
+    /// Why `name` (a tool or prompt's exposed name) is not in this turn: its server did
+    /// not connect, holds it back for review, or nothing names it.
+    pub(crate) fn missing(&self, name: &str) -> CallError {
+        if let Some((server, reason)) = self.unavailable(name) {
+            return CallError::ServerUnavailable {
+                tool: name.to_string(),
+                server,
+                reason,
+            };
+        }
+        match self.held_back(name) {
+            Some(server) => CallError::Quarantined {
+                tool: name.to_string(),
+                server,
+            },
+            None => CallError::UnknownTool(name.to_string()),
+        }
     }
 
     /// The server holding back `name` (a tool or prompt's exposed name) until a

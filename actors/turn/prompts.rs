@@ -27,20 +27,7 @@ impl TurnCatalog {
             .offers()
             .iter()
             .find_map(|s| Some((s, s.offered.prompts.iter().find(|p| p.name == name)?)))
-            .ok_or_else(|| match self.unavailable(name) {
-                Some((server, reason)) => CallError::ServerUnavailable {
-                    tool: name.to_string(),
-                    server,
-                    reason,
-                },
-                None => match self.held_back(name) {
-                    Some(server) => CallError::Quarantined {
-                        tool: name.to_string(),
-                        server,
-                    },
-                    None => CallError::UnknownTool(name.to_string()),
-                },
-            })?;
+            .ok_or_else(|| self.missing(name))?;
         let arguments = match arguments {
             Value::Null => None,
             Value::Object(map) => Some(map),

@@ -261,16 +261,7 @@ async fn run(cli: Cli) -> u8 {
             ApprovalsAction::List { json } => approvals::list(&cli, *json),
             ApprovalsAction::Revoke { id, all } => approvals::revoke(&cli, id.as_deref(), *all),
         }),
-        Some(Command::Pins { action }) => Ok(match action {
-            PinsAction::List { json } => pins::list(&cli, *json),
-            PinsAction::Show { server, json } => pins::show(&cli, server, *json),
-            PinsAction::Approve {
-                server,
-                name,
-                digest,
-            } => pins::approve(&cli, server, name.as_deref(), digest.as_deref()),
-            PinsAction::Reset { server } => pins::reset(&cli, server),
-        }),
+        Some(Command::Pins { action }) => Ok(pins_command(&cli, action)),
         Some(Command::Mcp { action }) => Ok(mcp_command(&cli, action)),
         Some(Command::Auth { action }) => match action {
             AuthAction::Login { server } => auth::login(&cli, server).await,
@@ -294,6 +285,20 @@ async fn run(cli: Cli) -> u8 {
             eprintln!("error: {}", t(&format!("{e:#}")));
             1
         }
+    }
+}
+
+/// `pins ...`: what servers served when approved.
+fn pins_command(cli: &Cli, action: &PinsAction) -> u8 {
+    match action {
+        PinsAction::List { json } => pins::list(cli, *json),
+        PinsAction::Show { server, json } => pins::show(cli, server, *json),
+        PinsAction::Approve {
+            server,
+            name,
+            digest,
+        } => pins::approve(cli, server, name.as_deref(), digest.as_deref()),
+        PinsAction::Reset { server } => pins::reset(cli, server),
     }
 }
 

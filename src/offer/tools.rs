@@ -32,7 +32,6 @@ pub(crate) fn shape_listing(
         notes.push(format!("the tool list was cut at {} tools", MAX_TOOLS));
     }
     let total = listed.tools.len();
-    let listed_count = total;
     // The raw name, the name it becomes (`sk.live.x` is exposed as `sk-live-x`), and
     // both normalized (`SK-LIVE-X` holds the secret `sk_live_x`).
     let carries_secret = |name: &str| {
@@ -63,32 +62,7 @@ pub(crate) fn shape_listing(
             }
             first
         })
-        .map(|mut tool| {
-            if let Some(d) = &tool.description {
-                tool.description =
-                    Some(cap_chars(&redactor.text(d, View::Model), MAX_DESCRIPTION).into());
-            }
-            let title = |t: &str| cap_chars(&redactor.text(t, View::Model), MAX_TITLE);
-            tool.title = tool.title.as_deref().map(title);
-            if let Some(annotations) = &mut tool.annotations {
-                annotations.title = annotations.title.as_deref().map(title);
-            }
-            let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
-            if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {
-                tool.input_schema = schemas.intern(clean);
-            }
-            tool.output_schema = tool.output_schema.take().and_then(|schema| {
-                let schema = serde_json::Value::Object(schema.as_ref().clone());
-                match redactor.json(&schema, View::Model) {
-                    serde_json::Value::Object(clean) => Some(schemas.intern(clean)),
-                    _ => None,
-                }
-            });
-            // Icons and `_meta` are not used; they are not kept.
-            tool.icons = None;
-            tool.meta = None;
-            tool
-        })
+        .map(|tool| shape_tool(tool, redactor, schemas))
         .collect();
     if !twice.is_empty() {
         notes.push(format!(
@@ -100,9 +74,37 @@ pub(crate) fn shape_listing(
         tools,
         offer: offered,
         notes,
-        listed: listed_count,
+        listed: total,
         held: None,
     }
+}
+
+/// One tool as a turn may show it: description and titles capped and redacted, schemas
+/// redacted and shared, icons and `_meta` dropped.
+fn shape_tool(mut tool: Tool, redactor: &Redactor, schemas: &SchemaPool) -> Tool {
+    if let Some(d) = &tool.description {
+        tool.description = Some(cap_chars(&redactor.text(d, View::Model), MAX_DESCRIPTION).into());
+    }
+    let title = |t: &str| cap_chars(&redactor.text(t, View::Model), MAX_TITLE);
+    tool.title = tool.title.as_deref().map(title);
+    if let Some(annotations) = &mut tool.annotations {
+        annotations.title = annotations.title.as_deref().map(title);
+    }
+    let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
+    if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {
+        tool.input_schema = schemas.intern(clean);
+    }
+    tool.output_schema = tool.output_schema.take().and_then(|schema| {
+        let schema = serde_json::Value::Object(schema.as_ref().clone());
+        match redactor.json(&schema, View::Model) {
+            serde_json::Value::Object(clean) => Some(schemas.intern(clean)),
+            _ => None,
+        }
+    });
+    // Icons and `_meta` are not used; they are not kept.
+    tool.icons = None;
+    tool.meta = None;
+    tool
 }
 
 /// Identical input schemas shared across connections and sessions: sixty sessions on the

@@ -261,8 +261,27 @@ fn text_diff(old: &str, new: &str, lines: &mut Vec<String>) {
     };
     let mut line = String::from("   ");
     let mut elided = false;
+    // Words of one kind in a row go in one bracket: `{+then mail them away+}`.
+    let mut run: Option<(Op, Vec<String>)> = None;
+    let flush =
+        |run: &mut Option<(Op, Vec<String>)>, line: &mut String, lines: &mut Vec<String>| {
+            let Some((op, words)) = run.take() else {
+                return;
+            };
+            let text = words.join(" ");
+            line.push(' ');
+            line.push_str(&match op {
+                Op::Same => text,
+                Op::Gone => format!("[-{text}-]"),
+                Op::Came => format!("{{+{text}+}}"),
+            });
+            if line.chars().count() > 200 {
+                lines.push(std::mem::replace(line, String::from("   ")));
+            }
+        };
     for (i, (op, word)) in ops.iter().enumerate() {
         if *op == Op::Same && !near(i) {
+            flush(&mut run, &mut line, lines);
             if !elided {
                 line.push_str(" ...");
                 elided = true;
@@ -270,17 +289,14 @@ fn text_diff(old: &str, new: &str, lines: &mut Vec<String>) {
             continue;
         }
         elided = false;
-        let word = escape(word).into_owned();
-        line.push(' ');
-        line.push_str(&match op {
-            Op::Same => word,
-            Op::Gone => format!("[-{word}-]"),
-            Op::Came => format!("{{+{word}+}}"),
-        });
-        if line.chars().count() > 200 {
-            lines.push(std::mem::replace(&mut line, String::from("   ")));
+        if run.as_ref().is_some_and(|(r, w)| r != op || w.len() >= 12) {
+            flush(&mut run, &mut line, lines);
         }
+        run.get_or_insert_with(|| (*op, Vec::new()))
+            .1
+            .push(escape(word).into_owned());
     }
+    flush(&mut run, &mut line, lines);
     if line.trim() != "" {
         lines.push(line);
     }
@@ -312,12 +328,13 @@ fn lcs_ops(a: &[String], b: &[String]) -> Vec<(Op, String)> {
         if i < n && j < m && a[i] == b[j] {
             ops.push((Op::Same, a[i].clone()));
             (i, j) = (i + 1, j + 1);
-        } else if j < m && (i == n || table[at(i, j + 1)] >= table[at(i + 1, j)]) {
-            ops.push((Op::Came, b[j].clone()));
-            j += 1;
-        } else {
+        } else if i < n && (j == m || table[at(i + 1, j)] >= table[at(i, j + 1)]) {
+            // What went is shown before what came.
             ops.push((Op::Gone, a[i].clone()));
             i += 1;
+        } else {
+            ops.push((Op::Came, b[j].clone()));
+            j += 1;
         }
     }
     ops
@@ -352,7 +369,7 @@ mod tests {
             text.contains("NOW WRITES") && text.contains("NOW DESTRUCTIVE"),
             "{text}"
         );
-        assert!(text.contains("{+Then+}"), "{text}");
+        assert!(text.contains("{+file.\\u{1b}[2J Then mail it"), "{text}");
         assert!(
             text.contains("+ inputSchema.properties.to.type = \"string\""),
             "{text}"
