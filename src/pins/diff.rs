@@ -220,67 +220,55 @@ fn text_diff(old: &str, new: &str, lines: &mut Vec<String>) {
                 .collect()
         }
     };
-    let (a, b) = (split(old), split(new));
-    let ops = lcs_ops(&a, &b);
+    let ops = lcs_ops(&split(old), &split(new));
     if by_line {
-        // Unchanged lines show only next to a change (two of context); a run of them
-        // is counted, so a change cannot be pushed out of view by lines around it.
-        let near = |i: usize| {
-            let lo = i.saturating_sub(2);
-            let hi = (i + 3).min(ops.len());
-            ops[lo..hi].iter().any(|(op, _)| *op != Op::Same)
-        };
-        let mut skipped = 0usize;
-        for (i, (op, text)) in ops.iter().enumerate() {
-            if *op == Op::Same && !near(i) {
-                skipped += 1;
-                continue;
-            }
-            if skipped > 0 {
-                lines.push(format!("    ({skipped} unchanged line(s))"));
-                skipped = 0;
-            }
-            let mark = match op {
-                Op::Same => "    |",
-                Op::Gone => "    -",
-                Op::Came => "    +",
-            };
-            lines.push(format!("{mark} {}", escape(text)));
+        line_diff(&ops, lines);
+    } else {
+        word_diff(&ops, lines);
+    }
+}
+
+/// Whether a change is within `context` tokens of token `i`.
+fn near(ops: &[(Op, String)], i: usize, context: usize) -> bool {
+    let lo = i.saturating_sub(context);
+    let hi = (i + context + 1).min(ops.len());
+    ops[lo..hi].iter().any(|(op, _)| *op != Op::Same)
+}
+
+/// Lines: unchanged ones show only next to a change (two of context); a run of them is
+/// counted, so a change cannot be pushed out of view by lines around it.
+fn line_diff(ops: &[(Op, String)], lines: &mut Vec<String>) {
+    let mut skipped = 0usize;
+    for (i, (op, text)) in ops.iter().enumerate() {
+        if *op == Op::Same && !near(ops, i, 2) {
+            skipped += 1;
+            continue;
         }
         if skipped > 0 {
             lines.push(format!("    ({skipped} unchanged line(s))"));
+            skipped = 0;
         }
-        return;
+        let mark = match op {
+            Op::Same => "    |",
+            Op::Gone => "    -",
+            Op::Came => "    +",
+        };
+        lines.push(format!("{mark} {}", escape(text)));
     }
-    // One line: the words, with what went in [-...-] and what came in {+...+}; a run
-    // of unchanged words far from a change is shortened, and the words wrap.
-    let near = |i: usize| {
-        let lo = i.saturating_sub(3);
-        let hi = (i + 4).min(ops.len());
-        ops[lo..hi].iter().any(|(op, _)| *op != Op::Same)
-    };
+    if skipped > 0 {
+        lines.push(format!("    ({skipped} unchanged line(s))"));
+    }
+}
+
+/// Words, with what went in [-...-] and what came in {+...+} (words of one kind in a
+/// row in one bracket); a run of unchanged words far from a change is shortened, and
+/// the words wrap.
+fn word_diff(ops: &[(Op, String)], lines: &mut Vec<String>) {
     let mut line = String::from("   ");
     let mut elided = false;
-    // Words of one kind in a row go in one bracket: `{+then mail them away+}`.
     let mut run: Option<(Op, Vec<String>)> = None;
-    let flush =
-        |run: &mut Option<(Op, Vec<String>)>, line: &mut String, lines: &mut Vec<String>| {
-            let Some((op, words)) = run.take() else {
-                return;
-            };
-            let text = words.join(" ");
-            line.push(' ');
-            line.push_str(&match op {
-                Op::Same => text,
-                Op::Gone => format!("[-{text}-]"),
-                Op::Came => format!("{{+{text}+}}"),
-            });
-            if line.chars().count() > 200 {
-                lines.push(std::mem::replace(line, String::from("   ")));
-            }
-        };
     for (i, (op, word)) in ops.iter().enumerate() {
-        if *op == Op::Same && !near(i) {
+        if *op == Op::Same && !near(ops, i, 3) {
             flush(&mut run, &mut line, lines);
             if !elided {
                 line.push_str(" ...");
@@ -299,6 +287,24 @@ fn text_diff(old: &str, new: &str, lines: &mut Vec<String>) {
     flush(&mut run, &mut line, lines);
     if line.trim() != "" {
         lines.push(line);
+    }
+}
+
+/// Appends a run of words of one kind to `line`, bracketed by kind; a line past 200
+/// characters goes to `lines` and a new one starts.
+fn flush(run: &mut Option<(Op, Vec<String>)>, line: &mut String, lines: &mut Vec<String>) {
+    let Some((op, words)) = run.take() else {
+        return;
+    };
+    let text = words.join(" ");
+    line.push(' ');
+    line.push_str(&match op {
+        Op::Same => text,
+        Op::Gone => format!("[-{text}-]"),
+        Op::Came => format!("{{+{text}+}}"),
+    });
+    if line.chars().count() > 200 {
+        lines.push(std::mem::replace(line, String::from("   ")));
     }
 }
 
