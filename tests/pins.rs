@@ -291,8 +291,10 @@ async fn a_change_through_list_changed_is_held_back_and_a_yes_lets_it_in() {
         approve_all(h.runtime.home());
     }
     let seen = changed_events(&h).len();
-    // A person who says yes when asked lets a change in at once.
+    // This session refused, so it is not asked again; a session whose person says yes
+    // when asked lets a change in at once.
     said_yes.store(true, Ordering::SeqCst);
+    let (session, turn) = common::open(&h.runtime, core.spec_in("yes")).await;
     let mut changed = base_tools();
     changed[1]["description"] = json!("Changed, and approved when asked.");
     write_tools(&file, &changed);
@@ -419,6 +421,12 @@ async fn a_refused_change_is_asked_once_per_session_and_the_host_floor_holds() {
         2,
         "a refused change set is asked once per session"
     );
+    // Nor is it asked again when the server adds something new: after a refusal the
+    // session is not asked about this server's changes (no question to wear a person down).
+    announce(&h, &turn, "one_more").await;
+    let turn = second.prepare_turn().await.unwrap();
+    assert!(turn.get("d__one_more").is_none() && turn.get("d__read_notes").is_none());
+    assert_eq!(asked(&h), 2);
     h.finish().await;
 }
 
@@ -538,7 +546,7 @@ async fn no_way_around_the_pins_trusts_what_a_server_serves_next() {
     assert!(
         turn.diagnostics()
             .iter()
-            .any(|d| d.message.contains("pin file cannot be read")),
+            .any(|d| d.message.contains("pin file of this server cannot be read")),
         "{:?}",
         turn.diagnostics()
     );
@@ -596,5 +604,51 @@ async fn an_always_for_a_change_is_not_remembered_as_an_approval() {
     let remembered =
         std::fs::read_to_string(h.runtime.home().join("approvals.json")).unwrap_or_default();
     assert!(!remembered.contains("\"change\""), "{remembered}");
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_yes_approves_what_the_question_showed_and_no_more() {
+    let (_dir, file) = tools_dir();
+    let core = core_with(&file, "");
+    let h = runtime(&Arc::new(AtomicBool::new(true))).await;
+    let _ = common::open(&h.runtime, core.spec()).await;
+    let mut many = base_tools();
+    for i in 0..25 {
+        many.as_array_mut()
+            .unwrap()
+            .push(json!({"name": format!("new_{i:02}"), "description": "New."}));
+    }
+    // A name far past what an exposed name keeps is still one definition, held as one.
+    let long = format!("long_{}", "x".repeat(600));
+    many.as_array_mut()
+        .unwrap()
+        .push(json!({"name": long, "description": "New."}));
+    write_tools(&file, &many);
+    let (_s, turn) = common::open(&h.runtime, core.spec()).await;
+    let request = h
+        .approver
+        .requests()
+        .into_iter()
+        .find(|r| r.action == Action::Change)
+        .unwrap();
+    let shown = request.change.as_ref().unwrap().changes.len();
+    assert_eq!(shown, 20);
+    let offered_new = names(&turn)
+        .iter()
+        .filter(|n| n.starts_with("d__new_"))
+        .count()
+        + names(&turn)
+            .iter()
+            .filter(|n| n.starts_with("d__long_"))
+            .count();
+    assert_eq!(offered_new, 20, "{:?}", names(&turn));
+    assert!(
+        turn.diagnostics()
+            .iter()
+            .any(|d| d.message.contains("held back")),
+        "the rest wait: {:?}",
+        turn.diagnostics()
+    );
     h.finish().await;
 }

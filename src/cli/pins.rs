@@ -139,6 +139,13 @@ pub(crate) fn show(cli: &Cli, server: &str, as_json: bool) -> u8 {
 /// `pins approve SERVER [NAME] [--digest HEX]`: what waits becomes what is approved,
 /// each approval printed with its digest (what `pins show` printed).
 pub(crate) fn approve(cli: &Cli, server: &str, name: Option<&str>, digest: Option<&str>) -> u8 {
+    // A short prefix could be matched by a second definition the server crafted.
+    if digest.is_some_and(|d| d.len() < 32 || !d.chars().all(|c| c.is_ascii_hexdigit())) {
+        eprintln!(
+            "error: --digest takes at least 32 hex characters of the digest `pins show` prints"
+        );
+        return super::USAGE;
+    }
     let (store, files) = files(cli, Some(server));
     if files.is_empty() {
         return nothing_pinned(server);
@@ -168,7 +175,7 @@ pub(crate) fn approve(cli: &Cli, server: &str, name: Option<&str>, digest: Optio
                 "approved {} `{}` (sha256:{}) of `{}`",
                 kind.as_str(),
                 t(name),
-                &digest[..12.min(digest.len())],
+                digest,
                 t(server)
             );
         }
@@ -197,6 +204,19 @@ pub(crate) fn approve(cli: &Cli, server: &str, name: Option<&str>, digest: Optio
 /// `pins reset SERVER`: forgets what was pinned; the next approved connect pins anew.
 pub(crate) fn reset(cli: &Cli, server: &str) -> u8 {
     let (store, files) = files(cli, Some(server));
+    if files.is_empty() && store.unreadable().iter().any(|k| k == server) {
+        // An unreadable file, named by the key `pins list` printed.
+        return match store.remove(server) {
+            Ok(()) => {
+                println!("removed the unreadable pin file {}", t(server));
+                0
+            }
+            Err(e) => {
+                eprintln!("error: cannot remove it: {}", t(&e.to_string()));
+                1
+            }
+        };
+    }
     if files.is_empty() {
         return nothing_pinned(server);
     }

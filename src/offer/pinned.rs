@@ -57,7 +57,10 @@ pub(crate) fn pins_of(
 pub(crate) fn withhold(tools: &mut Vec<rmcp::model::Tool>, offered: &mut Offered, held: &[Held]) {
     let held: HashSet<(DefinitionKind, &str)> =
         held.iter().map(|h| (h.kind, h.name.as_str())).collect();
-    let holds = |kind: DefinitionKind, name: &str| held.contains(&(kind, name));
+    // Held names are pins' names: a very long name is kept bounded there.
+    let holds = |kind: DefinitionKind, name: &str| {
+        held.contains(&(kind, crate::pins::bounded_name(name).as_str()))
+    };
     tools.retain(|t| !holds(DefinitionKind::Tool, &t.name));
     offered
         .templates

@@ -10,9 +10,12 @@ use super::{Change, DefinitionKind};
 use crate::text::escape;
 
 /// Most lines of one change's diff; the rest is counted, not shown.
-pub const MAX_DIFF_LINES: usize = 80;
-/// Most words or lines of one text compared (descriptions are capped well below).
+pub const MAX_DIFF_LINES: usize = 90;
+/// Most words or lines of the differing middle of two texts compared (what they share
+/// at their start and end is stripped first).
 const MAX_TOKENS: usize = 600;
+/// Most leaves (schema paths) of one definition compared.
+const MAX_LEAVES: usize = 2_000;
 
 /// The change in words, one line per difference, every line escaped.
 pub fn render_change(change: &Change) -> String {
@@ -38,14 +41,20 @@ pub fn render_change(change: &Change) -> String {
     }
     let empty = Value::Null;
     let before = change.before.as_ref().map_or(&empty, |b| &b.definition);
+    if before.as_str() == Some(super::store::NOT_KEPT) {
+        lines.push("  the approved definition was too large to keep: only its digest was pinned, so what it said cannot be shown".into());
+    }
     let shown = lines.len();
+    let mut capped = false;
     if after.kind == DefinitionKind::Tool {
         annotations(before, &after.definition, &mut lines);
     }
-    if after.kind != DefinitionKind::Instructions {
-        paths(before, &after.definition, &mut lines);
-    }
-    let text_of = |v: &Value, key: &str| match (v, key) {
+    let key = if after.kind == DefinitionKind::Instructions {
+        ""
+    } else {
+        "description"
+    };
+    let text_of = |v: &Value| match (v, key) {
         (Value::String(s), "") => s.clone(),
         (v, key) => v
             .get(key)
@@ -53,20 +62,21 @@ pub fn render_change(change: &Change) -> String {
             .unwrap_or_default()
             .to_string(),
     };
-    let key = if after.kind == DefinitionKind::Instructions {
-        ""
-    } else {
-        "description"
-    };
-    let (old, new) = (text_of(before, key), text_of(&after.definition, key));
+    let (old, new) = (text_of(before), text_of(&after.definition));
     if old != new {
-        lines.push(format!("  {}:", if key.is_empty() { "text" } else { key }));
-        text_diff(&old, &new, &mut lines);
+        let mut section = vec![format!("  {}:", if key.is_empty() { "text" } else { key })];
+        capped |= text_diff(&old, &new, &mut section);
+        lines.extend(bounded(section, MAX_TEXT_LINES));
     }
-    if lines.len() == shown && change.before.is_some() {
-        lines.push(
-            "  the difference lies past what this diff compares: read both definitions whole (`demiurge pins show SERVER --json`)".into(),
-        );
+    if after.kind != DefinitionKind::Instructions {
+        let mut section = Vec::new();
+        capped |= paths(before, &after.definition, &mut section);
+        lines.extend(bounded(section, MAX_PATH_LINES));
+    }
+    if capped {
+        lines.push("  part of the definition lies past what this diff compares: read both whole (`demiurge pins show SERVER --json`)".into());
+    } else if lines.len() == shown && change.before.is_some() {
+        lines.push("  no difference this diff can show: read both definitions whole (`demiurge pins show SERVER --json`)".into());
     }
     if lines.len() > MAX_DIFF_LINES {
         let more = lines.len() - MAX_DIFF_LINES;
@@ -82,6 +92,21 @@ pub fn render_change(change: &Change) -> String {
     out
 }
 
+/// Lines of a change's text diff, and of its other paths: each section is bounded on
+/// its own, so neither can push the other out of view.
+const MAX_TEXT_LINES: usize = 45;
+const MAX_PATH_LINES: usize = 25;
+
+/// `section` cut at `max` lines, the rest counted.
+fn bounded(mut section: Vec<String>, max: usize) -> Vec<String> {
+    if section.len() > max {
+        let more = section.len() - max;
+        section.truncate(max);
+        section.push(format!("    ... and {more} more line(s) of this part"));
+    }
+    section
+}
+
 /// Longest line of a diff, in characters; a longer one shows its head and its length.
 const MAX_LINE: usize = 300;
 
@@ -94,11 +119,13 @@ fn cut_line(line: &str) -> String {
     format!("{head} ... ({count} characters)")
 }
 
-/// The definition's other paths (schemas, title, arguments) that went or came.
-fn paths(before: &Value, after: &Value, lines: &mut Vec<String>) {
+/// The definition's other paths (schemas, title, arguments) that went or came; `true`
+/// when either definition had more leaves than are compared.
+fn paths(before: &Value, after: &Value, lines: &mut Vec<String>) -> bool {
     let (mut old, mut new) = (Vec::new(), Vec::new());
     flatten("", before, &mut old);
     flatten("", after, &mut new);
+    let capped = old.len() >= MAX_LEAVES || new.len() >= MAX_LEAVES;
     let skip = |p: &String| p.starts_with("description =") || p.starts_with("annotations.");
     let old_set: std::collections::HashSet<&String> = old.iter().collect();
     let new_set: std::collections::HashSet<&String> = new.iter().collect();
@@ -111,11 +138,12 @@ fn paths(before: &Value, after: &Value, lines: &mut Vec<String>) {
         .filter(|p| !skip(p) && !old_set.contains(p))
         .collect();
     if removed.is_empty() && added.is_empty() {
-        return;
+        return capped;
     }
     lines.push("  definition (schemas, title, arguments):".into());
     lines.extend(removed.iter().map(|p| format!("    - {}", escape(p))));
     lines.extend(added.iter().map(|p| format!("    + {}", escape(p))));
+    capped
 }
 
 /// A tool's hints as MCP's defaults read them: (read-only, destructive, open world).
@@ -182,7 +210,7 @@ fn annotations(before: &Value, after: &Value, lines: &mut Vec<String>) {
 /// `value` as `path = json` lines (strings and numbers whole, objects and arrays
 /// walked), sorted: a schema's diff is the lines that differ.
 fn flatten(path: &str, value: &Value, out: &mut Vec<String>) {
-    if out.len() >= MAX_TOKENS {
+    if out.len() >= MAX_LEAVES {
         return;
     }
     match value {
@@ -208,24 +236,42 @@ fn flatten(path: &str, value: &Value, out: &mut Vec<String>) {
 
 /// A diff of two texts: by line when either has more than one, else by word; `-` for
 /// what went, `+` for what came, unchanged runs shortened.
-fn text_diff(old: &str, new: &str, lines: &mut Vec<String>) {
+fn text_diff(old: &str, new: &str, lines: &mut Vec<String>) -> bool {
     let by_line = old.lines().count() > 1 || new.lines().count() > 1;
     let split = |t: &str| -> Vec<String> {
         if by_line {
-            t.lines().take(MAX_TOKENS).map(str::to_string).collect()
+            t.lines().map(str::to_string).collect()
         } else {
-            t.split_whitespace()
-                .take(MAX_TOKENS)
-                .map(str::to_string)
-                .collect()
+            t.split_whitespace().map(str::to_string).collect()
         }
     };
-    let ops = lcs_ops(&split(old), &split(new));
+    let (a, b) = (split(old), split(new));
+    // What both share at the start and the end is unchanged; only the middle is
+    // compared, so a change cannot hide behind a long common part.
+    let start = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let end = a[start..]
+        .iter()
+        .rev()
+        .zip(b[start..].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count();
+    let (middle_a, middle_b) = (&a[start..a.len() - end], &b[start..b.len() - end]);
+    let capped = middle_a.len() > MAX_TOKENS || middle_b.len() > MAX_TOKENS;
+    let same = |t: &[String]| t.iter().map(|w| (Op::Same, w.clone())).collect::<Vec<_>>();
+    let mut ops = same(&a[..start]);
+    ops.extend(lcs_ops(
+        &middle_a[..middle_a.len().min(MAX_TOKENS)],
+        &middle_b[..middle_b.len().min(MAX_TOKENS)],
+    ));
+    if !capped {
+        ops.extend(same(&a[a.len() - end..]));
+    }
     if by_line {
         line_diff(&ops, lines);
     } else {
         word_diff(&ops, lines);
     }
+    capped
 }
 
 /// Whether a change is within `context` tokens of token `i`.

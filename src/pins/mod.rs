@@ -104,8 +104,9 @@ impl Watch {
     }
 }
 
-/// Change sets a person refused, each for one session: that session is not asked about
-/// the same set again (its definitions stay held back); another session asks anew.
+/// Servers whose changes a person refused, each for one session: that session is not
+/// asked about that server's changes again (they stay held back, and the diagnostics
+/// say how to approve them); another session asks anew.
 #[derive(Debug, Default)]
 pub(crate) struct Refused {
     sets: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -115,23 +116,23 @@ pub(crate) struct Refused {
 const MAX_REFUSED: usize = 4_096;
 
 impl Refused {
-    fn key(session: &str, set: &str) -> String {
-        crate::digest::sha256_hex(format!("{session}\n{set}").as_bytes())
+    fn key(session: &str, server: &str) -> String {
+        crate::digest::sha256_hex(format!("{session}\n{server}").as_bytes())
     }
 
-    /// Whether `session` refused `set`.
-    pub(crate) fn contains(&self, session: &str, set: &str) -> bool {
-        let key = Refused::key(session, set);
+    /// Whether `session` refused a change of `server` (its declaration fingerprint).
+    pub(crate) fn contains(&self, session: &str, server: &str) -> bool {
+        let key = Refused::key(session, server);
         self.sets.lock().is_ok_and(|sets| sets.contains(&key))
     }
 
-    /// Remembers that `session` refused `set`.
-    pub(crate) fn insert(&self, session: &str, set: &str) {
+    /// Remembers that `session` refused a change of `server`.
+    pub(crate) fn insert(&self, session: &str, server: &str) {
         if let Ok(mut sets) = self.sets.lock() {
             if sets.len() >= MAX_REFUSED {
                 sets.clear();
             }
-            sets.insert(Refused::key(session, set));
+            sets.insert(Refused::key(session, server));
         }
     }
 }
@@ -192,6 +193,7 @@ pub struct Pin {
 impl Pin {
     /// The pin of `definition`, named `name`.
     pub fn of(kind: DefinitionKind, name: &str, definition: Value) -> Pin {
+        let name = bounded_name(name);
         let digest =
             crate::digest::sha256_hex(&serde_json::to_vec(&definition).unwrap_or_default());
         let mut flags = Vec::new();
@@ -200,7 +202,7 @@ impl Pin {
         flags.dedup();
         Pin {
             kind,
-            name: name.to_string(),
+            name,
             digest,
             definition,
             flags,
@@ -211,6 +213,21 @@ impl Pin {
     pub fn is(&self, kind: DefinitionKind, name: &str) -> bool {
         self.kind == kind && self.name == name
     }
+}
+
+/// Longest name a pin keeps whole; a longer one is kept as its head and its digest (it
+/// stays one name, and a pin file stays bounded).
+const MAX_PIN_NAME: usize = 512;
+
+pub(crate) fn bounded_name(name: &str) -> String {
+    if name.len() <= MAX_PIN_NAME {
+        return name.to_string();
+    }
+    let head: String = name.chars().take(200).collect();
+    format!(
+        "{head}...#sha256:{}",
+        crate::digest::sha256_hex(name.as_bytes())
+    )
 }
 
 /// Every string a person would read in `value` (descriptions, titles, names), walked
@@ -282,17 +299,6 @@ pub fn change_set_digest(changes: &[Change]) -> String {
                 c.after.digest
             ])
         })
-        .collect();
-    crate::digest::sha256_hex(&serde_json::to_vec(&parts).unwrap_or_default())
-}
-
-/// A digest of which definitions a change set touches (kind and name, not content):
-/// what a refusal is remembered under, so a server that varies a changed definition at
-/// every listing is not asked about it again and again.
-pub fn change_set_names(changes: &[Change]) -> String {
-    let parts: Vec<Value> = changes
-        .iter()
-        .map(|c| serde_json::json!([c.after.kind, c.after.name]))
         .collect();
     crate::digest::sha256_hex(&serde_json::to_vec(&parts).unwrap_or_default())
 }

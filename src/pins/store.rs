@@ -128,11 +128,25 @@ pub enum Loaded {
     Unusable,
 }
 
-/// What names one pin file: a digest of the principal, the declaration fingerprint and
-/// the workspace (32 hex).
-pub fn pin_key(principal: &str, fingerprint: &Fingerprint, workspace: &Path) -> String {
-    let key = serde_json::json!([principal, fingerprint.hex(), workspace.to_string_lossy()]);
-    crate::digest::sha256_hex(key.to_string().as_bytes())[..32].to_string()
+/// What names one pin file: a digest of the server's lineage (principal, server id,
+/// declaration path, workspace: what stays when the declaration is edited), then a
+/// digest of the lineage and the declaration's fingerprint. Files of one lineage share
+/// the first part, so a changed declaration finds its predecessor by name.
+pub fn pin_key(
+    principal: &str,
+    server: &str,
+    path: &str,
+    fingerprint: &Fingerprint,
+    workspace: &Path,
+) -> String {
+    let lineage = lineage(principal, server, path, workspace);
+    let whole = crate::digest::sha256_hex(format!("{lineage}\n{}", fingerprint.hex()).as_bytes());
+    format!("{lineage}-{}", &whole[..32])
+}
+
+fn lineage(principal: &str, server: &str, path: &str, workspace: &Path) -> String {
+    let key = serde_json::json!([principal, server, path, workspace.to_string_lossy()]);
+    crate::digest::sha256_hex(key.to_string().as_bytes())[..16].to_string()
 }
 
 /// The pin files of one runtime home.
@@ -192,21 +206,52 @@ impl PinStore {
         }
     }
 
-    /// The newest file of the same server, declaration path, principal and workspace
-    /// under another fingerprint: what a changed declaration's first listing is
-    /// compared with (a new fingerprint does not make a held definition trusted).
-    pub fn predecessor(&self, of: &PinFile) -> Option<PinFile> {
-        self.all()
-            .into_iter()
-            .map(|(_, f)| f)
-            .filter(|f| {
-                f.server == of.server
-                    && f.path == of.path
-                    && f.principal == of.principal
-                    && f.workspace == of.workspace
-                    && f.fingerprint != of.fingerprint
+    /// The newest file of `key`'s lineage (same principal, server, declaration path and
+    /// workspace) under another fingerprint: what a changed declaration's first listing
+    /// is compared with. `Unusable` when one of them cannot be read (nothing it may have
+    /// approved or held is trusted), `Absent` when there is none.
+    pub fn predecessor(&self, key: &str) -> Loaded {
+        let Some((lineage, _)) = key.split_once('-') else {
+            return Loaded::Absent;
+        };
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Loaded::Absent;
+        };
+        let mut newest: Option<PinFile> = None;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(other) = name.strip_suffix(".json") else {
+                continue;
+            };
+            if other == key || other.split_once('-').map(|(l, _)| l) != Some(lineage) {
+                continue;
+            }
+            match read(&entry.path()) {
+                None => return Loaded::Unusable,
+                Some(file) if newest.as_ref().is_none_or(|n| file.at >= n.at) => {
+                    newest = Some(file);
+                }
+                Some(_) => {}
+            }
+        }
+        newest.map_or(Loaded::Absent, Loaded::Found)
+    }
+
+    /// The keys of pin files that cannot be read (`pins list` shows them, `pins reset`
+    /// takes them).
+    pub fn unreadable(&self) -> Vec<String> {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let key = name.strip_suffix(".json")?.to_string();
+                read(&e.path()).is_none().then_some(key)
             })
-            .max_by_key(|f| f.at)
+            .take(MAX_FILES)
+            .collect()
     }
 
     /// Forgets the file of `key`.
@@ -259,6 +304,9 @@ fn read(path: &Path) -> Option<PinFile> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// What a definition past the file's budget is stored as.
+pub(super) const NOT_KEPT: &str = "(too large to keep: only its digest is pinned)";
+
 /// Bytes of definitions one file keeps whole; past them, digests only.
 const DEFINITION_BUDGET: usize = 8 * 1024 * 1024;
 
@@ -271,10 +319,11 @@ fn encode(file: &mut PinFile) -> std::io::Result<Vec<u8>> {
         .map(|d| d.as_secs())
         .unwrap_or_default();
     let mut spent = 0usize;
-    for pin in file.pending.iter_mut().chain(file.approved.iter_mut()) {
+    // What was approved is what a diff is read against: it is kept first.
+    for pin in file.approved.iter_mut().chain(file.pending.iter_mut()) {
         spent += serde_json::to_vec(&pin.definition).map_or(0, |b| b.len());
         if spent > DEFINITION_BUDGET {
-            pin.definition = Value::String("(too large to keep: only its digest is pinned)".into());
+            pin.definition = Value::String(NOT_KEPT.into());
         }
     }
     serde_json::to_vec(file).map_err(std::io::Error::other)
@@ -289,15 +338,22 @@ mod tests {
     fn a_pin_file_is_private_survives_a_reopen_and_approves_by_name() {
         let home = tempfile::tempdir().unwrap();
         let store = PinStore::open(home.path());
-        let key = pin_key("local", &Fingerprint::of(b"decl"), Path::new("/w"));
-        assert_ne!(
-            key,
-            pin_key("other", &Fingerprint::of(b"decl"), Path::new("/w"))
-        );
-        assert_ne!(
-            key,
-            pin_key("local", &Fingerprint::of(b"decl"), Path::new("/v"))
-        );
+        let key_of = |principal: &str, decl: &[u8], w: &str| {
+            let fingerprint = Fingerprint::of(decl);
+            pin_key(
+                principal,
+                "docs",
+                "agent/mcp/docs.yaml",
+                &fingerprint,
+                Path::new(w),
+            )
+        };
+        let key = key_of("local", b"decl", "/w");
+        assert_ne!(key, key_of("other", b"decl", "/w"));
+        assert_ne!(key, key_of("local", b"decl", "/v"));
+        let next = key_of("local", b"edited", "/w");
+        let lineage = |k: &str| k.split_once('-').unwrap().0.to_string();
+        assert_eq!(lineage(&key), lineage(&next), "one lineage");
         let pin = |name: &str, d: &str| {
             Pin::of(
                 DefinitionKind::Tool,
@@ -339,8 +395,14 @@ mod tests {
             !store.create(&key, &mut again.clone()).unwrap(),
             "never over a file"
         );
+        assert!(matches!(store.predecessor(&next), Loaded::Found(_)));
         std::fs::write(store.path(&key), b"{not json").unwrap();
         assert!(matches!(store.load(&key), Loaded::Unusable));
+        assert!(
+            matches!(store.predecessor(&next), Loaded::Unusable),
+            "trusts nothing"
+        );
+        assert_eq!(store.unreadable(), vec![key.clone()]);
         store.remove(&key).unwrap();
         assert!(matches!(store.load(&key), Loaded::Absent));
         assert!(store.create(&key, &mut again).unwrap());

@@ -66,7 +66,7 @@ impl Pipeline {
         if policy == Pinning::Off {
             return shaped;
         }
-        let key = pins::pin_key(&self.principal, &declaration.fingerprint, &self.workspace);
+        let key = self.pin_key(declaration);
         let served = pins_of(&shaped.tools, &shaped.offer, declaration);
         let Some((mut file, mut dirty)) =
             self.baseline(declaration, &key, &served, listing, &mut shaped)
@@ -74,6 +74,7 @@ impl Pipeline {
             return shaped;
         };
         let mut changes = pins::compare(&file.approved, &served);
+        let mut approved_now: Vec<Pin> = Vec::new();
         let verdict = match policy {
             _ if changes.is_empty() => Verdict::Approved,
             Pinning::Warn => {
@@ -82,28 +83,38 @@ impl Pipeline {
                 Verdict::Allowed
             }
             _ => {
-                let names = pins::change_set_names(&changes);
-                let refused = self.shared.refused_changes.contains(&self.session, &names);
-                let approved = !refused
-                    && self
-                        .ask_change(declaration, redactor, &changes, &names)
-                        .await;
+                // After a refusal this session is not asked about this server again.
+                let server = declaration.fingerprint.hex();
+                let refused = self.shared.refused_changes.contains(&self.session, &server);
+                let shown = match refused {
+                    true => None,
+                    false => self.ask_change(declaration, redactor, &changes).await,
+                };
                 // A person may have taken minutes: what the file says now is what counts.
                 if let Loaded::Found(now) = self.shared.pins.load(&key) {
                     (file, dirty) = (now, false);
                     changes = pins::compare(&file.approved, &served);
                 }
-                if approved {
+                // A yes covers exactly the definitions the question showed.
+                if let Some(shown) = shown {
+                    let (yes, rest): (Vec<Change>, Vec<Change>) =
+                        changes.into_iter().partition(|c| shown.contains(&c.after));
+                    approved_now = yes.into_iter().map(|c| c.after).collect();
+                    changes = rest;
+                }
+                if changes.is_empty() {
                     Verdict::Approved
                 } else {
                     Verdict::Quarantined
                 }
             }
         };
+        if !approved_now.is_empty() {
+            file.take(approved_now);
+            dirty = true;
+        }
         let waiting: Vec<Pin> = changes.iter().map(|c| c.after.clone()).collect();
         if verdict == Verdict::Approved {
-            dirty |= !waiting.is_empty();
-            file.take(waiting);
             dirty |= !file.pending.is_empty();
             file.pending.clear();
         } else if file.pending != waiting {
@@ -153,21 +164,25 @@ impl Pipeline {
         match store.load(key) {
             Loaded::Found(file) => Some((file, false)),
             Loaded::Unusable => {
-                shaped.notes.push(format!(
-                    "its pin file cannot be read (malformed or too large), so nothing it served before is trusted: every definition waits for review (`demiurge pins show {}`; `demiurge pins reset {}` pins anew at the next connect)",
-                    declaration.server_id, declaration.server_id
-                ));
+                self.unreadable(declaration, shaped);
                 Some((fresh, true))
             }
             Loaded::Absent => {
-                if let Some(before) = store.predecessor(&fresh) {
-                    return Some((
-                        PinFile {
-                            approved: before.approved,
-                            ..fresh
-                        },
-                        true,
-                    ));
+                match store.predecessor(key) {
+                    Loaded::Found(before) => {
+                        return Some((
+                            PinFile {
+                                approved: before.approved,
+                                ..fresh
+                            },
+                            true,
+                        ));
+                    }
+                    Loaded::Unusable => {
+                        self.unreadable(declaration, shaped);
+                        return Some((fresh, true));
+                    }
+                    Loaded::Absent => {}
                 }
                 if listing == Listing::Relist {
                     // The pins were reset under a live connection: what it serves now
@@ -200,7 +215,7 @@ impl Pipeline {
         if self.shared.config.pinning.of(declaration) == Pinning::Off {
             return Vec::new();
         }
-        let key = pins::pin_key(&self.principal, &declaration.fingerprint, &self.workspace);
+        let key = self.pin_key(declaration);
         let Loaded::Found(file) = self.shared.pins.load(&key) else {
             return Vec::new();
         };
@@ -221,6 +236,17 @@ impl Pipeline {
             .collect()
     }
 
+    /// The pin file of `declaration` for this principal and workspace.
+    fn pin_key(&self, declaration: &Declaration) -> String {
+        pins::pin_key(
+            &self.principal,
+            &declaration.server_id,
+            &declaration.path,
+            &declaration.fingerprint,
+            &self.workspace,
+        )
+    }
+
     /// An empty pin file of `declaration`.
     fn pin_file(&self, declaration: &Declaration) -> PinFile {
         PinFile {
@@ -239,6 +265,15 @@ impl Pipeline {
         if let Err(e) = self.shared.pins.save(key, file) {
             self.cannot_store(&e, shaped);
         }
+    }
+
+    /// A pin file of this server that cannot be read: nothing it may have approved is
+    /// trusted, and the file is replaced by one in which everything waits.
+    fn unreadable(&self, declaration: &Declaration, shaped: &mut Shaped) {
+        let server = &declaration.server_id;
+        shaped.notes.push(format!(
+            "a pin file of this server cannot be read (malformed or too large), so nothing it served before is trusted: every definition waits for review (`demiurge pins show {server}`, then `demiurge pins approve {server}`)"
+        ));
     }
 
     fn cannot_store(&self, e: &std::io::Error, shaped: &mut Shaped) {
@@ -264,7 +299,7 @@ impl Pipeline {
                 format!("used under `pinning: warn`; review it with `demiurge pins show {server}`")
             }
             _ => format!(
-                "held back until a person reviews it: `demiurge pins show {server}`, then `demiurge pins approve {server}`"
+                "held back until a person reviews it: `demiurge pins show {server}`, then `demiurge pins approve {server}` (or one: `... KIND:NAME --digest HEX`)"
             ),
         };
         shaped
@@ -285,18 +320,19 @@ impl Pipeline {
         }
     }
 
-    /// Asks whether the model may see `changes` (a declaration's `approval: auto` never
+    /// Asks whether the model may see `changes`: `Some` of the definitions the
+    /// question showed when a person approved (a declaration's `approval: auto` never
     /// answers it; the broker neither caches nor remembers it; a refusal is remembered
-    /// for this session under the names the set touches). Reports each shown change.
+    /// for this session and server). Reports each shown change.
     async fn ask_change(
         &self,
         declaration: &Arc<Declaration>,
         redactor: &Redactor,
         changes: &[Change],
-        names: &str,
-    ) -> bool {
+    ) -> Option<Vec<Pin>> {
         let diffs = render(changes, redactor);
-        let set = pins::change_set_digest(changes);
+        let shown: Vec<Change> = changes.iter().take(MAX_SHOWN_CHANGES).cloned().collect();
+        let set = pins::change_set_digest(&shown);
         let request = ApprovalRequest {
             session: self.session.clone(),
             action: Action::Change,
@@ -307,7 +343,7 @@ impl Pipeline {
             call: None,
             change: Some(ChangeReview {
                 set,
-                changes: changes.iter().take(MAX_SHOWN_CHANGES).cloned().collect(),
+                changes: shown.clone(),
                 diff: diffs.concat(),
             }),
         };
@@ -319,15 +355,16 @@ impl Pipeline {
             .await;
         let approved = asked.as_ref().is_ok_and(|a| a.allowed);
         if !approved && asked.is_ok_and(|a| a.source != ApprovalSource::Deadline) {
-            self.shared.refused_changes.insert(&self.session, names);
+            let server = declaration.fingerprint.hex();
+            self.shared.refused_changes.insert(&self.session, &server);
         }
         let verdict = if approved {
             Verdict::Approved
         } else {
             Verdict::Quarantined
         };
-        self.report_changes(declaration, changes, diffs, verdict);
-        approved
+        self.report_changes(declaration, &shown, diffs, verdict);
+        approved.then(|| shown.into_iter().map(|c| c.after).collect())
     }
 
     /// One `mcp.definition_changed` event per shown change.
