@@ -31,6 +31,14 @@ pub(in crate::actors::catalog) enum Listing {
     Relist,
 }
 
+/// What asking about a change set left: the pin file as reloaded after the question,
+/// the changes still waiting, and what a yes approved.
+struct Asked {
+    file: Option<PinFile>,
+    waiting: Vec<Change>,
+    approved: Vec<Pin>,
+}
+
 /// What became of a change set.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Verdict {
@@ -83,25 +91,13 @@ impl Pipeline {
                 Verdict::Allowed
             }
             _ => {
-                // After a refusal this session is not asked about this server again.
-                let server = declaration.fingerprint.hex();
-                let refused = self.shared.refused_changes.contains(&self.session, &server);
-                let shown = match refused {
-                    true => None,
-                    false => self.ask_change(declaration, redactor, &changes).await,
-                };
-                // A person may have taken minutes: what the file says now is what counts.
-                if let Loaded::Found(now) = self.shared.pins.load(&key) {
+                let asked = self
+                    .ask_once(declaration, redactor, &key, &served, changes)
+                    .await;
+                if let Some(now) = asked.file {
                     (file, dirty) = (now, false);
-                    changes = pins::compare(&file.approved, &served);
                 }
-                // A yes covers exactly the definitions the question showed.
-                if let Some(shown) = shown {
-                    let (yes, rest): (Vec<Change>, Vec<Change>) =
-                        changes.into_iter().partition(|c| shown.contains(&c.after));
-                    approved_now = yes.into_iter().map(|c| c.after).collect();
-                    changes = rest;
-                }
+                (changes, approved_now) = (asked.waiting, asked.approved);
                 if changes.is_empty() {
                     Verdict::Approved
                 } else {
@@ -128,23 +124,53 @@ impl Pipeline {
             self.note_changes(declaration, &changes, verdict, &mut shaped);
         }
         if verdict == Verdict::Quarantined {
-            let held: Vec<Held> = changes
-                .iter()
-                .map(|c| Held {
-                    kind: c.after.kind,
-                    name: c.after.name.clone(),
-                })
-                .collect();
-            withhold(&mut shaped.tools, &mut shaped.offer, &held);
-            shaped.offer.held = held;
-            shaped.held = Some(Watch {
+            let watch = Watch {
                 store: self.shared.pins.clone(),
                 stamp: std::sync::Mutex::new(self.shared.pins.stamp(&key)),
                 approved: file.approved_digest(),
                 key,
-            });
+            };
+            hold(&changes, watch, &mut shaped);
         }
         shaped
+    }
+
+    /// Under `strict`: asks about `changes` unless this session refused this server
+    /// before, then compares again with the pin file as it is now (a person may have
+    /// taken minutes). Returns the file as reloaded, the changes still waiting, and the
+    /// definitions a yes approved (exactly those the question showed).
+    async fn ask_once(
+        &self,
+        declaration: &Arc<Declaration>,
+        redactor: &Redactor,
+        key: &str,
+        served: &[Pin],
+        mut changes: Vec<Change>,
+    ) -> Asked {
+        let server = declaration.fingerprint.hex();
+        let shown = match self.shared.refused_changes.contains(&self.session, &server) {
+            true => None,
+            false => self.ask_change(declaration, redactor, &changes).await,
+        };
+        let now = match self.shared.pins.load(key) {
+            Loaded::Found(now) => Some(now),
+            _ => None,
+        };
+        if let Some(now) = &now {
+            changes = pins::compare(&now.approved, served);
+        }
+        let mut approved = Vec::new();
+        if let Some(shown) = shown {
+            let (yes, rest): (Vec<Change>, Vec<Change>) =
+                changes.into_iter().partition(|c| shown.contains(&c.after));
+            approved = yes.into_iter().map(|c| c.after).collect();
+            changes = rest;
+        }
+        Asked {
+            file: now,
+            waiting: changes,
+            approved,
+        }
     }
 
     /// What `served` is compared with, and whether the file must be written: the pin
@@ -389,6 +415,20 @@ impl Pipeline {
             });
         }
     }
+}
+
+/// Leaves `changes` out of `shaped` until a person approves them, watching `watch`.
+fn hold(changes: &[Change], watch: Watch, shaped: &mut Shaped) {
+    let held: Vec<Held> = changes
+        .iter()
+        .map(|c| Held {
+            kind: c.after.kind,
+            name: c.after.name.clone(),
+        })
+        .collect();
+    withhold(&mut shaped.tools, &mut shaped.offer, &held);
+    shaped.offer.held = held;
+    shaped.held = Some(watch);
 }
 
 /// The diffs of the first changes, redacted with the connection's secrets; the rest
