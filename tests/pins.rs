@@ -491,8 +491,36 @@ fn the_cli_holds_a_change_under_yes_and_pins_approve_lets_it_in() {
             "{text:?}"
         );
     }
-    let (code, out, _) = run(&["pins", "approve", "d"]);
+    // Approved exactly as shown: the command `pins show` printed, full digest and all.
+    let digest = out
+        .split("--digest ")
+        .nth(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_hexdigit)
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    assert_eq!(digest.len(), 64, "{out}");
+    let (code, _, err) = run(&[
+        "pins",
+        "approve",
+        "d",
+        "tool:read_notes",
+        "--digest",
+        &digest[..8],
+    ]);
+    assert_eq!(code, Some(2), "a short digest is refused: {err}");
+    let (code, out, _) = run(&[
+        "pins",
+        "approve",
+        "d",
+        "tool:read_notes",
+        "--digest",
+        &digest,
+    ]);
     assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&digest), "{out}");
     let (_, out, _) = run(&["--yes", "tools", "--json"]);
     let listed: Value = serde_json::from_str(&out).unwrap();
     let read = listed["tools"]

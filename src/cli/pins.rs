@@ -112,9 +112,22 @@ pub(crate) fn show(cli: &Cli, server: &str, as_json: bool) -> u8 {
             println!("  nothing waits for review");
         }
         for change in &changes {
-            print!(
-                "{}",
-                demiurge_mcp::text::indented(&render_change(change), "  ")
+            // Already escaped line by line; indented as it is.
+            for line in render_change(change).lines() {
+                println!("  {line}");
+            }
+            println!(
+                "    to approve this one: demiurge pins approve {} {}:{} --digest {}",
+                t(&f.server),
+                change.after.kind.word(),
+                t(&change.after.name),
+                change.after.digest
+            );
+        }
+        if changes.len() > 1 {
+            println!(
+                "  to approve all of it: demiurge pins approve {}",
+                t(&f.server)
             );
         }
         println!("  pinned:");
