@@ -1484,3 +1484,74 @@ async fn fetched_through_the_proxy_only_when_trusted(
     );
     h.finish().await;
 }
+
+/// What servers written by others serve is pinned stably: a second connection of the
+/// everything server (npm) and of the Python SDK server in both eras (PyPI) changes
+/// nothing; a pin that no longer matches what one serves (as after a rug pull) holds
+/// that definition back, and only it.
+#[tokio::test]
+async fn what_servers_written_by_others_serve_is_pinned_and_held_when_it_moves() {
+    let (Some(prefix), Some(venv)) = (npm_prefix(), pypi_prefix()) else {
+        return;
+    };
+    let core = Core::new().grant_servers(&["everything", "modern", "legacy"]);
+    let script = core.root().join("sdk_echo.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_echo.py"),
+        &script,
+    )
+    .unwrap();
+    let python = serde_json::to_string(&venv.join("bin/python")).unwrap();
+    let script = serde_json::to_string(&script).unwrap();
+    let core = core
+        .server(
+            "everything",
+            &node_server(prefix, "mcp-server-everything", "stdio", ""),
+        )
+        .server(
+            "modern",
+            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n"),
+        )
+        .server(
+            "legacy",
+            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nprotocol: 2025-11-25\nconnect_timeout_seconds: 60\n"),
+        );
+    let no_changes = Recorder::new(|r| match r.action {
+        demiurge_mcp::actors::Action::Change => demiurge_mcp::ApprovalAnswer::Deny,
+        _ => demiurge_mcp::ApprovalAnswer::AllowSession,
+    });
+    let h = harness_with(no_changes, |c| product_sandbox(c, true)).await;
+    let first = common::clean_turn(&h, &core).await;
+    let tools = first.tools().len();
+    assert!(tools > 10, "{tools}");
+    let (_s, again) = common::open(&h.runtime, core.spec_in("again")).await;
+    assert!(again.diagnostics().is_empty(), "{:?}", again.diagnostics());
+    assert_eq!(again.tools().len(), tools);
+    assert!(h.sink.of_type("mcp.definition_changed").is_empty());
+
+    // Each server's first tool pin no longer matches what it serves.
+    let store = demiurge_mcp::pins::PinStore::open(h.runtime.home());
+    let mut moved = Vec::new();
+    for (key, mut file) in store.all() {
+        let pin = file
+            .approved
+            .iter_mut()
+            .find(|p| p.kind == demiurge_mcp::pins::DefinitionKind::Tool)
+            .unwrap();
+        pin.digest = "0".repeat(64);
+        moved.push(format!("{}__{}", file.server, pin.name));
+        store.save(&key, &mut file).unwrap();
+    }
+    assert_eq!(moved.len(), 3);
+    let (_s, held) = common::open(&h.runtime, core.spec_in("held")).await;
+    assert_eq!(held.tools().len(), tools - 3, "{:?}", held.diagnostics());
+    for name in &moved {
+        let exposed = name.replace('_', "-").replacen("--", "__", 1);
+        assert!(
+            held.get(name).is_none() && held.get(&exposed).is_none(),
+            "{name} is held"
+        );
+    }
+    assert_eq!(h.sink.of_type("mcp.definition_changed").len(), 3);
+    h.finish().await;
+}
