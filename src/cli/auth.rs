@@ -297,7 +297,7 @@ pub(crate) fn status(cli: &Cli) -> anyhow::Result<u8> {
 }
 
 /// The principal the CLI's sessions act for.
-const PRINCIPAL: &str = "local";
+pub(super) const PRINCIPAL: &str = "local";
 
 /// The token file of SERVER, when it is a streamable HTTP declaration of the core
 /// (otherwise a message says why, and `None`).

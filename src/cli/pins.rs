@@ -1,14 +1,12 @@
-//! `demiurge pins list|show SERVER|approve SERVER [NAME]|reset SERVER`: what servers
+//! `demiurge pins list|show SERVER|approve SERVER [KIND:NAME] [--digest HEX]|reset SERVER|KEY`: what servers
 //! served when a person approved them, what they serve since and waits for review.
 //! Every file of the runtime home's `pins/` that the CLI's principal made is covered;
 //! `--workspace` narrows them to one workspace.
 
 use demiurge_mcp::pins::{Change, PinFile, PinStore, render_change};
 
+use super::auth::PRINCIPAL;
 use super::{Cli, t};
-
-/// The principal the CLI's sessions act for (as in `auth`).
-const PRINCIPAL: &str = "local";
 
 /// The store and the files of this CLI's principal (and workspace, when given), with
 /// their keys, of `server` when named.
