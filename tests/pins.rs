@@ -648,7 +648,7 @@ async fn a_yes_approves_what_the_question_showed_and_no_more() {
             .push(json!({"name": format!("new_{i:02}"), "description": "New."}));
     }
     // A name far past what an exposed name keeps is still one definition, held as one.
-    let long = format!("long_{}", "x".repeat(600));
+    let long = format!("zz_long_{}", "x".repeat(600));
     many.as_array_mut()
         .unwrap()
         .push(json!({"name": long, "description": "New."}));
@@ -665,12 +665,19 @@ async fn a_yes_approves_what_the_question_showed_and_no_more() {
     let offered_new = names(&turn)
         .iter()
         .filter(|n| n.starts_with("d__new_"))
-        .count()
-        + names(&turn)
-            .iter()
-            .filter(|n| n.starts_with("d__long_"))
-            .count();
+        .count();
     assert_eq!(offered_new, 20, "{:?}", names(&turn));
+    // The long name sorts last: held, and refused by type under the name it would get
+    // (cut to 64 characters).
+    let exposed: String = format!("d__{long}").chars().take(64).collect();
+    assert!(turn.get(&exposed).is_none());
+    assert!(
+        matches!(
+            turn.call(&exposed, json!({})).await,
+            Err(CallError::Quarantined { .. })
+        ),
+        "{exposed}"
+    );
     assert!(
         turn.diagnostics()
             .iter()

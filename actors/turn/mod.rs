@@ -452,32 +452,33 @@ impl TurnCatalog {
     }
 
     /// The server holding back `name` (a tool or prompt's exposed name) until a
-    /// person approves its changed definition.
+    /// person approves its changed definition: a held tool under the name it would
+    /// first be given (the servers that could own the prefix, as `unavailable` finds
+    /// them), a held prompt under its prompt name.
     pub fn held_back(&self, name: &str) -> Option<String> {
+        use crate::pins::DefinitionKind;
+        let (prefix, _) = name.split_once("__")?;
+        let owners = crate::naming::same_prefix(
+            self.offers
+                .iter()
+                .map(|o| o.binding.declaration.server_id.as_str()),
+            name,
+        );
         self.offers.iter().find_map(|o| {
             let server = &o.binding.declaration.server_id;
-            let prefix = crate::naming::normalize_fragment(server, "server");
-            o.offered
-                .held
-                .iter()
-                .filter(|h| {
-                    matches!(
-                        h.kind,
-                        crate::pins::DefinitionKind::Tool | crate::pins::DefinitionKind::Prompt
-                    )
-                })
-                .any(|h| {
-                    let kind = if h.kind == crate::pins::DefinitionKind::Tool {
-                        "tool"
-                    } else {
-                        "prompt"
-                    };
-                    name == format!(
-                        "{prefix}__{}",
-                        crate::naming::normalize_fragment(&h.name, kind)
-                    )
-                })
-                .then(|| server.clone())
+            let prompt_prefix = crate::naming::normalize_fragment(server, "server");
+            let holds = o.offered.held.iter().any(|h| match h.kind {
+                DefinitionKind::Tool => {
+                    owners.contains(server)
+                        && crate::naming::first_choice(prefix, &h.name).eq_ignore_ascii_case(name)
+                }
+                DefinitionKind::Prompt => {
+                    let fragment = crate::naming::normalize_fragment(&h.name, "prompt");
+                    name == format!("{prompt_prefix}__{fragment}")
+                }
+                _ => false,
+            });
+            holds.then(|| server.clone())
         })
     }
 
