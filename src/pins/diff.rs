@@ -398,7 +398,7 @@ mod tests {
     use crate::pins::Pin;
 
     fn tool(v: Value) -> Pin {
-        Pin::of(DefinitionKind::Tool, "t", v)
+        Pin::of(DefinitionKind::Tool, "t", v).flagged()
     }
 
     #[test]

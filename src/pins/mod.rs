@@ -191,22 +191,29 @@ pub struct Pin {
 }
 
 impl Pin {
-    /// The pin of `definition`, named `name`.
+    /// The pin of `definition`, named `name`, without its flags (what comparing needs;
+    /// [`Pin::flagged`] adds them where a person will read it).
     pub fn of(kind: DefinitionKind, name: &str, definition: Value) -> Pin {
         let name = bounded_name(name);
         let digest =
             crate::digest::sha256_hex(&serde_json::to_vec(&definition).unwrap_or_default());
-        let mut flags = Vec::new();
-        texts_of(&definition, &mut |t| flags.extend(flags_of(t)));
-        flags.sort();
-        flags.dedup();
         Pin {
             kind,
             name,
             digest,
             definition,
-            flags,
+            flags: Vec::new(),
         }
+    }
+
+    /// This pin with the flags of what its text may hide from a person.
+    pub fn flagged(mut self) -> Pin {
+        let mut flags = Vec::new();
+        texts_of(&self.definition, &mut |t| flags.extend(flags_of(t)));
+        flags.sort();
+        flags.dedup();
+        self.flags = flags;
+        self
     }
 
     /// Whether this pin is of `kind` and `name`.
@@ -277,7 +284,7 @@ pub fn compare(approved: &[Pin], served: &[Pin]) -> Vec<Change> {
                 Some(before) if before.digest == now.digest => None,
                 before => Some(Change {
                     before: before.cloned(),
-                    after: now.clone(),
+                    after: now.clone().flagged(),
                 }),
             }
         })

@@ -149,10 +149,21 @@ fn lineage(principal: &str, server: &str, path: &str, workspace: &Path) -> Strin
     crate::digest::sha256_hex(key.to_string().as_bytes())[..16].to_string()
 }
 
+/// What identifies one version of a file (modification time, length, inode).
+type Stamp = (SystemTime, u64, u64);
+
+/// Files parsed before, by key, with the stamp they had: a connect whose pin file did
+/// not change since reads no more than its stamp.
+type Parsed = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (Stamp, PinFile)>>>;
+
+/// Most parsed files kept; past it the memory starts over.
+const MAX_PARSED: usize = 1_024;
+
 /// The pin files of one runtime home.
 #[derive(Debug, Clone)]
 pub struct PinStore {
     dir: PathBuf,
+    parsed: Parsed,
 }
 
 impl PinStore {
@@ -160,6 +171,7 @@ impl PinStore {
     pub fn open(home: &Path) -> Self {
         PinStore {
             dir: home.join("pins"),
+            parsed: Parsed::default(),
         }
     }
 
@@ -171,10 +183,29 @@ impl PinStore {
     /// The file of `key`.
     pub fn load(&self, key: &str) -> Loaded {
         let path = self.path(key);
-        match std::fs::symlink_metadata(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Loaded::Absent,
-            _ => read(&path).map_or(Loaded::Unusable, Loaded::Found),
+        let stamp = match std::fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Absent,
+            _ => crate::process::file_stamp(&path),
+        };
+        let Some(stamp) = stamp else {
+            return Loaded::Unusable;
+        };
+        if let Ok(parsed) = self.parsed.lock()
+            && let Some((seen, file)) = parsed.get(key)
+            && *seen == stamp
+        {
+            return Loaded::Found(file.clone());
         }
+        let Some(file) = read(&path) else {
+            return Loaded::Unusable;
+        };
+        if let Ok(mut parsed) = self.parsed.lock() {
+            if parsed.len() >= MAX_PARSED {
+                parsed.clear();
+            }
+            parsed.insert(key.to_string(), (stamp, file.clone()));
+        }
+        Loaded::Found(file)
     }
 
     /// Writes the file of `key` (a definition past the file's budget is kept as its
@@ -266,7 +297,7 @@ impl PinStore {
     }
 
     /// What identifies the current version of `key`'s file.
-    pub fn stamp(&self, key: &str) -> Option<(SystemTime, u64, u64)> {
+    pub fn stamp(&self, key: &str) -> Option<Stamp> {
         crate::process::file_stamp(&self.path(key))
     }
 

@@ -216,7 +216,7 @@ impl Pipeline {
                     return Some((fresh, true));
                 }
                 let mut first = PinFile {
-                    approved: served.to_vec(),
+                    approved: served.iter().map(|p| p.clone().flagged()).collect(),
                     ..fresh
                 };
                 match store.create(key, &mut first) {
