@@ -922,14 +922,10 @@ async fn speaks_and_echoes(catalog: &demiurge_mcp::TurnCatalog, server: &str, er
     );
 }
 
-/// An echo server on the Python MCP SDK (`mcp` 2.3 from PyPI, dual-era by default),
-/// confined: the default (`auto`) speaks 2026-07-28 with it, `protocol: 2025-11-25` the
-/// legacy era.
-#[tokio::test]
-async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
-    let Some(venv) = pypi_prefix() else { return };
-    let core = Core::new().grant_servers(&["modern", "legacy"]);
-    // The script lives in the workspace, which a confined server reads.
+/// `core` with the Python SDK echo server declared twice: `modern` (the default `auto`)
+/// and `legacy` (`protocol: 2025-11-25`); the script lives in the workspace, which a
+/// confined server reads.
+fn with_sdk_echo(core: Core, venv: &Path) -> Core {
     let script = core.root().join("sdk_echo.py");
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_echo.py"),
@@ -938,7 +934,7 @@ async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
     .unwrap();
     let python = serde_json::to_string(&venv.join("bin/python")).unwrap();
     let script = serde_json::to_string(&script).unwrap();
-    let core = core
+    core
         .server(
             "modern",
             &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n"),
@@ -946,7 +942,16 @@ async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
         .server(
             "legacy",
             &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nprotocol: 2025-11-25\nconnect_timeout_seconds: 60\n"),
-        );
+        )
+}
+
+/// An echo server on the Python MCP SDK (`mcp` 2.3 from PyPI, dual-era by default),
+/// confined: the default (`auto`) speaks 2026-07-28 with it, `protocol: 2025-11-25` the
+/// legacy era.
+#[tokio::test]
+async fn the_python_sdk_server_speaks_the_era_each_declaration_asks_for() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = with_sdk_echo(Core::new().grant_servers(&["modern", "legacy"]), venv);
     let (h, catalog) = confined_turn(&core).await;
     for (server, era) in [("modern", "2026-07-28"), ("legacy", "2025-11-25")] {
         speaks_and_echoes(&catalog, server, era).await;
@@ -976,25 +981,10 @@ impl demiurge_mcp::authority::Elicitor for Teal {
 async fn the_python_sdk_server_asks_for_input_in_both_eras() {
     let Some(venv) = pypi_prefix() else { return };
     let core = Core::new().grant_servers(&["modern", "legacy"]);
-    let script = core.root().join("sdk_echo.py");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_echo.py"),
-        &script,
-    )
-    .unwrap();
-    let python = serde_json::to_string(&venv.join("bin/python")).unwrap();
-    let script = serde_json::to_string(&script).unwrap();
-    let declare = |protocol: &str| {
-        format!(
-            "command: {python}\nargs: [{script}]\napproval_policy: auto\n{protocol}connect_timeout_seconds: 60\n"
-        )
-    };
     let root = url::Url::from_directory_path(core.root())
         .unwrap()
         .to_string();
-    let core = core
-        .server("modern", &declare(""))
-        .server("legacy", &declare("protocol: 2025-11-25\n"));
+    let core = with_sdk_echo(core, venv);
     let h = harness_with(Recorder::allow(), |c| {
         let mut c = product_sandbox(c, true);
         c.elicitor = Arc::new(Teal);
@@ -1494,28 +1484,14 @@ async fn what_servers_written_by_others_serve_is_pinned_and_held_when_it_moves()
     let (Some(prefix), Some(venv)) = (npm_prefix(), pypi_prefix()) else {
         return;
     };
-    let core = Core::new().grant_servers(&["everything", "modern", "legacy"]);
-    let script = core.root().join("sdk_echo.py");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/sdk_echo.py"),
-        &script,
+    let core = with_sdk_echo(
+        Core::new().grant_servers(&["everything", "modern", "legacy"]),
+        venv,
     )
-    .unwrap();
-    let python = serde_json::to_string(&venv.join("bin/python")).unwrap();
-    let script = serde_json::to_string(&script).unwrap();
-    let core = core
-        .server(
-            "everything",
-            &node_server(prefix, "mcp-server-everything", "stdio", ""),
-        )
-        .server(
-            "modern",
-            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n"),
-        )
-        .server(
-            "legacy",
-            &format!("command: {python}\nargs: [{script}]\napproval_policy: auto\nprotocol: 2025-11-25\nconnect_timeout_seconds: 60\n"),
-        );
+    .server(
+        "everything",
+        &node_server(prefix, "mcp-server-everything", "stdio", ""),
+    );
     let no_changes = Recorder::new(|r| match r.action {
         demiurge_mcp::actors::Action::Change => demiurge_mcp::ApprovalAnswer::Deny,
         _ => demiurge_mcp::ApprovalAnswer::AllowSession,

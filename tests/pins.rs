@@ -68,6 +68,25 @@ fn tools_dir() -> (tempfile::TempDir, PathBuf) {
     (dir, file)
 }
 
+/// A fresh tools file served by `d` (declared with `extra`), pinned by a first session
+/// of a runtime whose approver refuses every change.
+async fn pinned_by_a_first_session(extra: &str) -> (tempfile::TempDir, PathBuf, Core, Harness) {
+    let (dir, file) = tools_dir();
+    let core = core_with(&file, extra);
+    let h = runtime(&Arc::new(AtomicBool::new(false))).await;
+    let _ = common::open(&h.runtime, core.spec()).await;
+    (dir, file, core, h)
+}
+
+/// The first question about a change the approver was asked.
+fn change_request(h: &Harness) -> demiurge_mcp::ApprovalRequest {
+    h.approver
+        .requests()
+        .into_iter()
+        .find(|r| r.action == Action::Change)
+        .unwrap()
+}
+
 /// Approves everything waiting in the home's pin files, as `demiurge pins approve` does.
 fn approve_all(home: &Path) {
     let store = PinStore::open(home);
@@ -177,9 +196,7 @@ async fn each_change_at_a_reconnect_is_held_back_until_a_person_approves_it() {
         let events = changed_events(&h);
         assert_eq!(events.len(), 1, "{case}: {events:?}");
         assert_eq!(events[0]["action"], "quarantined", "{case}");
-        let asked = h.approver.requests();
-        let change = asked.iter().find(|r| r.action == Action::Change).unwrap();
-        assert!(change.render().contains(&name[3..]), "{case}");
+        assert!(change_request(&h).render().contains(&name[3..]), "{case}");
 
         // A person approves (as `demiurge pins approve d` does): the running session
         // picks it up at its next turn, without reconnecting.
@@ -193,10 +210,7 @@ async fn each_change_at_a_reconnect_is_held_back_until_a_person_approves_it() {
 
 #[tokio::test]
 async fn a_diff_shows_what_changed_without_the_secret_or_a_raw_control_character() {
-    let (_dir, file) = tools_dir();
-    let core = core_with(&file, "");
-    let h = runtime(&Arc::new(AtomicBool::new(false))).await;
-    let _ = common::open(&h.runtime, core.spec()).await;
+    let (_dir, file, core, h) = pinned_by_a_first_session("").await;
     let mut changed = changes().remove(0).1;
     changed[0]["annotations"] = json!({"readOnlyHint": false});
     changed[0]["inputSchema"]["properties"]["forward_to"] = json!({"type": "string"});
@@ -217,12 +231,7 @@ async fn a_diff_shows_what_changed_without_the_secret_or_a_raw_control_character
         diff.contains("FLAGGED") && diff.contains("an HTML comment"),
         "{diff}"
     );
-    let request = h
-        .approver
-        .requests()
-        .into_iter()
-        .find(|r| r.action == Action::Change)
-        .unwrap();
+    let request = change_request(&h);
     let shown = [
         diff.to_string(),
         request.render(),
@@ -319,10 +328,7 @@ async fn a_change_through_list_changed_is_held_back_and_a_yes_lets_it_in() {
 #[tokio::test]
 async fn under_warn_each_change_is_used_with_an_event_and_a_diagnostic() {
     for (case, changed) in changes() {
-        let (_dir, file) = tools_dir();
-        let core = core_with(&file, "pinning: warn\n");
-        let h = runtime(&Arc::new(AtomicBool::new(false))).await;
-        let _ = common::open(&h.runtime, core.spec()).await;
+        let (_dir, file, core, h) = pinned_by_a_first_session("pinning: warn\n").await;
         write_tools(&file, &changed);
         let (_s, turn) = common::open(&h.runtime, core.spec()).await;
         let name = held_name(case);
@@ -350,10 +356,7 @@ async fn under_warn_each_change_is_used_with_an_event_and_a_diagnostic() {
 
 #[tokio::test]
 async fn a_reordered_list_changes_nothing_and_pinning_off_pins_nothing() {
-    let (_dir, file) = tools_dir();
-    let core = core_with(&file, "");
-    let h = runtime(&Arc::new(AtomicBool::new(false))).await;
-    let _ = common::open(&h.runtime, core.spec()).await;
+    let (_dir, file, core, h) = pinned_by_a_first_session("").await;
     // The same definitions, listed in another order with their keys in another order.
     let text = r#"[
       {"description": "Never changes.", "name": "stable"},
@@ -368,10 +371,7 @@ async fn a_reordered_list_changes_nothing_and_pinning_off_pins_nothing() {
     assert!(names(&turn).contains(&"d__read_notes".to_string()));
     h.finish().await;
 
-    let (_dir, file) = tools_dir();
-    let core = core_with(&file, "pinning: off\n");
-    let h = runtime(&Arc::new(AtomicBool::new(false))).await;
-    let _ = common::open(&h.runtime, core.spec()).await;
+    let (_dir, file, core, h) = pinned_by_a_first_session("pinning: off\n").await;
     write_tools(&file, &changes().remove(0).1);
     let (_s, turn) = common::open(&h.runtime, core.spec()).await;
     assert!(turn.get("d__read_notes").is_some());
@@ -562,10 +562,7 @@ fn pin_files(home: &Path) -> Vec<PathBuf> {
 async fn no_way_around_the_pins_trusts_what_a_server_serves_next() {
     // A pin file that cannot be read (malformed, or grown past its bound) trusts
     // nothing: every definition waits.
-    let (_dir, file) = tools_dir();
-    let core = core_with(&file, "");
-    let h = runtime(&Arc::new(AtomicBool::new(false))).await;
-    let _ = common::open(&h.runtime, core.spec()).await;
+    let (_dir, _file, core, h) = pinned_by_a_first_session("").await;
     for path in pin_files(h.runtime.home()) {
         std::fs::write(&path, b"{\"approved\": [").unwrap();
     }
@@ -582,10 +579,7 @@ async fn no_way_around_the_pins_trusts_what_a_server_serves_next() {
 
     // A changed declaration (here a longer timeout) is compared with what was approved
     // under the old one: a change held before stays held.
-    let (_dir, file) = tools_dir();
-    let core = core_with(&file, "");
-    let h = runtime(&Arc::new(AtomicBool::new(false))).await;
-    let _ = common::open(&h.runtime, core.spec()).await;
+    let (_dir, file, core, h) = pinned_by_a_first_session("").await;
     write_tools(&file, &changes().remove(0).1);
     let (_s, turn) = common::open(&h.runtime, core.spec()).await;
     assert!(turn.get("d__read_notes").is_none());
@@ -654,12 +648,7 @@ async fn a_yes_approves_what_the_question_showed_and_no_more() {
         .push(json!({"name": long, "description": "New."}));
     write_tools(&file, &many);
     let (_s, turn) = common::open(&h.runtime, core.spec()).await;
-    let request = h
-        .approver
-        .requests()
-        .into_iter()
-        .find(|r| r.action == Action::Change)
-        .unwrap();
+    let request = change_request(&h);
     let shown = request.change.as_ref().unwrap().changes.len();
     assert_eq!(shown, 20);
     let offered_new = names(&turn)

@@ -130,16 +130,15 @@ pub(crate) fn show(cli: &Cli, server: &str, as_json: bool) -> u8 {
         }
         println!("  pinned:");
         for pin in &f.approved {
-            let flags: Vec<&str> = pin.flags.iter().map(|f| f.words()).collect();
             println!(
                 "    {} `{}` sha256:{}{}",
                 pin.kind.as_str(),
                 t(&pin.name),
                 &pin.digest[..12.min(pin.digest.len())],
-                if flags.is_empty() {
+                if pin.flags.is_empty() {
                     String::new()
                 } else {
-                    format!(" (FLAGGED: {})", flags.join(", "))
+                    format!(" (FLAGGED: {})", pin.flags_in_words())
                 }
             );
         }

@@ -36,8 +36,10 @@ pub fn render_change(change: &Change) -> String {
             .unwrap_or_default(),
     )];
     if !after.flags.is_empty() {
-        let words: Vec<&str> = after.flags.iter().map(|f| f.words()).collect();
-        lines.push(format!("  FLAGGED: its text has {}", words.join(", ")));
+        lines.push(format!(
+            "  FLAGGED: its text has {}",
+            after.flags_in_words()
+        ));
     }
     let empty = Value::Null;
     let before = change.before.as_ref().map_or(&empty, |b| &b.definition);

@@ -216,6 +216,12 @@ impl Pin {
         self
     }
 
+    /// Its flags in words, comma-separated (empty when it has none).
+    pub fn flags_in_words(&self) -> String {
+        let words: Vec<&str> = self.flags.iter().map(|f| f.words()).collect();
+        words.join(", ")
+    }
+
     /// Whether this pin is of `kind` and `name`.
     pub fn is(&self, kind: DefinitionKind, name: &str) -> bool {
         self.kind == kind && self.name == name

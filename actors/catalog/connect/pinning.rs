@@ -251,12 +251,11 @@ impl Pipeline {
             .filter(|p| !p.flags.is_empty())
             .take(MAX_SHOWN_CHANGES)
             .map(|p| {
-                let words: Vec<&str> = p.flags.iter().map(|f| f.words()).collect();
                 format!(
                     "{} `{}`: {}",
                     p.kind.as_str(),
                     crate::text::escape(&p.name),
-                    words.join(", ")
+                    p.flags_in_words()
                 )
             })
             .collect()
