@@ -89,6 +89,16 @@ pub struct RuntimeConfig {
     /// What a server serves is pinned how: the default of declarations without
     /// `pinning:` (`strict`) and the floor none goes below (`off`) (`docs/design.md`).
     pub pinning: crate::pins::PinningPolicy,
+    /// When a declaration without `start:` is started: `lazy` (the default) lists it
+    /// from its last listing and starts it at its first call, read or prompt; `eager`
+    /// starts every server for every turn.
+    pub start: crate::core::Start,
+    /// How long a server's last listing may stand in for it (`start: lazy`); past it,
+    /// the server is started to list again (default one day).
+    pub listing_ttl: Duration,
+    /// The token budget of a turn's tool definitions; `None` (the default) offers every
+    /// definition whole. A session's own budget (`SessionSpec::tool_budget`) wins.
+    pub tool_budget: Option<crate::search::ToolBudget>,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -152,6 +162,9 @@ impl RuntimeConfig {
             sandbox_launcher: crate::sandbox::launcher_path(),
             sandbox_launch_ahead: true,
             pinning: crate::pins::PinningPolicy::default(),
+            start: crate::core::Start::Lazy,
+            listing_ttl: Duration::from_secs(24 * 3600),
+            tool_budget: None,
         }
     }
 

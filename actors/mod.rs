@@ -79,6 +79,6 @@ pub use host::{
 pub use limiter::{LimiterStats, Permit};
 pub use session::{EvictionReport, InlineServers, LIVE_REVISION, SessionSpec};
 pub use turn::{
-    CallError, Denial, Diagnostic, NameCollision, PrepareError, StaleReason, ToolEntry, ToolHints,
-    TurnCatalog,
+    CallError, DESCRIBE_TOOL, Deferral, Denial, Diagnostic, MAX_LOOKUP, ModelTool, NameCollision,
+    PrepareError, SEARCH_TOOLS, StaleReason, ToolEntry, ToolHints, TurnCatalog,
 };

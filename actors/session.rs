@@ -51,6 +51,9 @@ pub struct SessionSpec {
     /// last held the lane cannot be reached (the host knows that node is gone); by
     /// default such a start fails closed with [`super::RuntimeError::LaneUnreachable`].
     pub proceed_if_owner_unreachable: bool,
+    /// The token budget of this session's tool definitions; the runtime's
+    /// (`RuntimeConfig::tool_budget`) when `None`.
+    pub tool_budget: Option<crate::search::ToolBudget>,
 }
 
 /// Declarations a host gives a session in memory: validated exactly as files are (the
@@ -149,6 +152,7 @@ impl SessionSpec {
             policy: None,
             inline: None,
             proceed_if_owner_unreachable: false,
+            tool_budget: None,
         }
     }
 }
@@ -282,12 +286,19 @@ impl Actor for SessionActor {
                 cancel,
                 scope,
             } => {
+                let budget = spec
+                    .0
+                    .tool_budget
+                    .clone()
+                    .or_else(|| state.args.shared.config.tool_budget.clone());
                 let request = TurnRequest {
                     core,
                     turn: 0,
                     reply,
                     cancel,
                     scope,
+                    budget,
+                    wake: false,
                 };
                 state.prepare_turn(&myself, request, &spec, revision).await;
             }

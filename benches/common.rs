@@ -122,6 +122,9 @@ pub fn config(home: &Path, limit: usize) -> RuntimeConfig {
     // cost is its own pair (`sandbox/cold_1`).
     config.sandbox_default = None;
     config.discovery_limit = limit;
+    // The pairs measure connects: every server starts with its turn, as bare rmcp's
+    // do (lazy start is measured against eager in `benches/reach.rs`).
+    config.start = demiurge_mcp::core::Start::Eager;
     config.url_policy =
         demiurge_mcp::net::UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
     config

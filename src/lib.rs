@@ -11,7 +11,9 @@
 //!
 //! 1. [`text`], `digest`, [`clock`]: escaping untrusted text for terminals, hex and
 //!    SHA-256, the clock the caches read (pure).
-//! 2. [`redact`]: known secrets, secret shapes, and the views of a text (pure).
+//! 2. [`redact`]: known secrets, secret shapes, and the views of a text (pure);
+//!    [`search`]: finding tools by what they do (BM25), their one-line summaries, the
+//!    token estimate of a deferred turn (pure).
 //! 3. [`result`]: MCP results converted into tool results with their views, within
 //!    their budget.
 //! 4. [`net`]: the URL policy (verdict and audit view), pinned DNS, the HTTP client
@@ -67,6 +69,7 @@ pub(crate) mod process;
 pub mod redact;
 pub mod result;
 pub mod sandbox;
+pub mod search;
 pub mod text;
 pub(crate) mod transport;
 
@@ -100,8 +103,8 @@ pub mod limits {
 }
 
 pub use actors::{
-    ApprovalAnswer, ApprovalRequest, Approver, CallError, ChildSession, Clock, DenyReason,
-    Eviction, EvictionReport, FixedApprover, ManualClock, NameCollision, OpenReply, Opened,
-    PrepareError, Runtime, RuntimeConfig, RuntimeError, RuntimeMsg, Session, SessionSpec,
-    StaleReason, SystemClock, ToolEntry, ToolHints, TurnCatalog,
+    ApprovalAnswer, ApprovalRequest, Approver, CallError, ChildSession, Clock, Deferral,
+    DenyReason, Eviction, EvictionReport, FixedApprover, ManualClock, ModelTool, NameCollision,
+    OpenReply, Opened, PrepareError, Runtime, RuntimeConfig, RuntimeError, RuntimeMsg, Session,
+    SessionSpec, StaleReason, SystemClock, ToolEntry, ToolHints, TurnCatalog,
 };

@@ -28,6 +28,7 @@ const SRC_FLOORS: &[(&str, u32)] = &[
     ("digest", 1),
     ("clock", 1),
     ("redact", 2),
+    ("search", 2),
     ("result", 3),
     ("net", 4),
     ("sandbox", 5),

@@ -1531,3 +1531,190 @@ async fn what_servers_written_by_others_serve_is_pinned_and_held_when_it_moves()
     assert_eq!(h.sink.of_type("mcp.definition_changed").len(), 3);
     h.finish().await;
 }
+
+/// Five servers written by others (three from npm, two from PyPI), declared
+/// in one core whose workspace is a git repository (52 tools in these versions).
+fn reach_core(npm: &Path, venv: &Path) -> Core {
+    let core = Core::new().grant_servers(&["everything", "filesystem", "memory", "time", "git"]);
+    let repo = core.root();
+    let out = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&repo)
+        .output();
+    assert!(out.is_ok_and(|o| o.status.success()));
+    let python = |bin: &str, args: &str| {
+        format!(
+            "command: {}\nargs: [{args}]\napproval_policy: auto\nconnect_timeout_seconds: 60\n",
+            serde_json::to_string(&venv.join("bin").join(bin)).unwrap()
+        )
+    };
+    core.server(
+        "everything",
+        &node_server(npm, "mcp-server-everything", "stdio", ""),
+    )
+    .server(
+        "filesystem",
+        &node_server(npm, "mcp-server-filesystem", "", ""),
+    )
+    .server("memory", &node_server(npm, "mcp-server-memory", "", ""))
+    .server("time", &python("mcp-server-time", "--local-timezone, UTC"))
+    .server(
+        "git",
+        &python(
+            "mcp-server-git",
+            &format!("--repository, {}", serde_json::to_string(&repo).unwrap()),
+        ),
+    )
+}
+
+/// A new session's first turn of `core`: how long it took, and the turn.
+async fn timed_first_turn(
+    h: &common::Harness,
+    core: &Core,
+    budget: Option<usize>,
+) -> (Duration, demiurge_mcp::TurnCatalog) {
+    let mut spec = core.spec();
+    spec.tool_budget = budget.map(demiurge_mcp::search::ToolBudget::new);
+    let (session, _) = h.runtime.start_session(spec).await.unwrap();
+    let started = std::time::Instant::now();
+    let turn = session.prepare_turn().await.unwrap();
+    (started.elapsed(), turn)
+}
+
+/// Twenty requests a model might make of those servers, in its own words, and the
+/// tool that answers each.
+const QUERIES: [(&str, &str); 20] = [
+    ("what time is it in Tokyo", "time__get_current_time"),
+    (
+        "convert 3pm in New York to London time",
+        "time__convert_time",
+    ),
+    (
+        "show uncommitted changes in the working directory",
+        "git__git_diff_unstaged",
+    ),
+    ("list the commit history", "git__git_log"),
+    ("switch to another branch", "git__git_checkout"),
+    ("stage a file for the next commit", "git__git_add"),
+    ("create a new branch", "git__git_create_branch"),
+    ("read a text file", "filesystem__read_text_file"),
+    ("rename a file", "filesystem__move_file"),
+    ("create a new directory", "filesystem__create_directory"),
+    (
+        "find files matching a glob pattern",
+        "filesystem__search_files",
+    ),
+    (
+        "file size and modification time",
+        "filesystem__get_file_info",
+    ),
+    ("add two numbers", "everything__get-sum"),
+    ("echo a message back", "everything__echo"),
+    ("show the environment variables", "everything__get-env"),
+    (
+        "compress a file with gzip",
+        "everything__gzip-file-as-resource",
+    ),
+    ("add observations to an entity", "memory__add_observations"),
+    ("search the knowledge graph", "memory__search_nodes"),
+    (
+        "delete a relation between entities",
+        "memory__delete_relations",
+    ),
+    (
+        "a long running operation that reports progress",
+        "everything__trigger-long-running-operation",
+    ),
+];
+
+/// The deferred catalog and lazy start over servers written by others: what a turn's
+/// definitions cost a model with and without a budget, how long a second session's
+/// first turn takes with lazy start against eager start, and whether `search_tools`
+/// finds the tool each of twenty requests means (in its top three for at least 18).
+#[tokio::test]
+async fn many_servers_by_others_are_searched_deferred_and_started_when_used() {
+    let (Some(npm), Some(venv)) = (npm_prefix(), pypi_prefix()) else {
+        return;
+    };
+    let core = reach_core(npm, venv);
+    let lazy = harness_with(Recorder::allow(), |mut c| {
+        c.start = demiurge_mcp::core::Start::Lazy;
+        c
+    })
+    .await;
+    let (_, first) = timed_first_turn(&lazy, &core, None).await;
+    let tools = first.tools().len();
+    assert!(
+        tools >= 50,
+        "{:?} {:?}",
+        first.diagnostics(),
+        common::names(&first)
+    );
+    let listings = lazy.runtime.home().join("listings");
+    assert!(
+        eventually(Duration::from_secs(10), || std::fs::read_dir(&listings)
+            .is_ok_and(|d| d.count() == 5))
+        .await
+    );
+    let (lazy_took, second) = timed_first_turn(&lazy, &core, None).await;
+    assert_eq!(second.tools().len(), tools);
+    assert!(second.tools().iter().all(|t| t.deferred_start));
+
+    let eager = harness_with(Recorder::allow(), |c| c).await;
+    timed_first_turn(&eager, &core, None).await;
+    let (eager_took, _) = timed_first_turn(&eager, &core, None).await;
+    println!(
+        "reach: a second session's first turn over 5 servers by others: lazy {lazy_took:?}, eager {eager_took:?} ({:.3}x)",
+        lazy_took.as_secs_f64() / eager_took.as_secs_f64()
+    );
+    assert!(lazy_took < eager_took, "{lazy_took:?} {eager_took:?}");
+
+    let (_, budgeted) = timed_first_turn(&lazy, &core, Some(2_000)).await;
+    let rule = budgeted.deferral().unwrap().clone();
+    assert!(rule.deferred);
+    println!(
+        "reach: {tools} tools by others take {} tokens whole ({}); deferred under a budget of {}: {} tokens",
+        rule.full_tokens, rule.estimator, rule.budget, rule.offered_tokens
+    );
+    assert!(rule.offered_tokens * 2 < rule.full_tokens, "{rule:?}");
+
+    let mut found = 0;
+    for (query, expected) in QUERIES {
+        let answer = budgeted
+            .call("search_tools", json!({"query": query, "limit": 3}))
+            .await
+            .unwrap();
+        let data = answer.view(demiurge_mcp::redact::View::Model).data.clone();
+        let top: Vec<&str> = data["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["name"].as_str())
+            .collect();
+        if top.contains(&expected) {
+            found += 1;
+        } else {
+            println!("reach: search missed {expected} for {query:?}: {top:?}");
+        }
+    }
+    println!("reach: search_tools put the expected tool in its top 3 for {found} of 20 requests");
+    assert!(found >= 18, "{found} of 20");
+
+    // A deferred, dormant tool: described, then called, which starts its server.
+    let name = "time__get_current_time";
+    budgeted
+        .call("describe_tool", json!({"names": [name]}))
+        .await
+        .unwrap();
+    let now = budgeted
+        .call(name, json!({"timezone": "Europe/Paris"}))
+        .await
+        .unwrap();
+    let text = now
+        .view(demiurge_mcp::redact::View::Operator)
+        .content
+        .clone();
+    assert!(!now.is_error && text.contains("Europe/Paris"), "{text}");
+    lazy.finish().await;
+    eager.finish().await;
+}

@@ -443,9 +443,20 @@ async fn the_cli_logs_in_through_a_loopback_redirect_and_out_again() {
     assert!(String::from_utf8_lossy(&logout.stdout).contains("logged out: docs"));
     let status = cli(&["auth", "status"]).output().await.unwrap();
     assert!(String::from_utf8_lossy(&status.stdout).contains("not logged in"));
-    // Logged out and no terminal: `tools` fails closed and names the command.
+    // Logged out: `tools` lists the server from its last listing, to start when
+    // called; with no terminal the call fails closed and names the command.
     let tools = cli(&["tools"]).output().await.unwrap();
-    let diagnostics = String::from_utf8_lossy(&tools.stderr).to_string();
+    let listed = String::from_utf8_lossy(&tools.stdout).to_string();
+    assert!(
+        listed.contains("docs__echo") && listed.contains("[starts when called]"),
+        "{listed}"
+    );
+    let call = cli(&["call", "docs__echo", "--args", "{\"message\": \"x\"}"])
+        .output()
+        .await
+        .unwrap();
+    let diagnostics = String::from_utf8_lossy(&call.stderr).to_string();
+    assert!(!call.status.success());
     assert!(
         diagnostics.contains("demiurge auth login docs"),
         "{diagnostics}"

@@ -437,7 +437,9 @@ async fn a_refused_change_is_asked_once_per_session_and_the_host_floor_holds() {
 fn the_cli_holds_a_change_under_yes_and_pins_approve_lets_it_in() {
     use std::process::{Command, Stdio};
     let (_dir, file) = tools_dir();
-    let core = core_with(&file, "");
+    // Listed at every command, not from its last listing: what `tools` shows is what
+    // the server serves now.
+    let core = core_with(&file, "start: eager\n");
     let home = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
         let out = Command::new(common::exe())

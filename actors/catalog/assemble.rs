@@ -1,21 +1,68 @@
-//! A turn's catalog assembled from the connections that answered: the last turn's entries
-//! reused when nothing they depend on changed, else each server's tools filtered, named and
-//! bound to its connection.
+//! A turn's catalog assembled from the connections that answered and the servers listed
+//! from their last listing (dormant): the last turn's entries reused when nothing they
+//! depend on changed, else each server's tools filtered, named and bound to its
+//! connection (or marked to start at their first use).
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use ractor::ActorId;
 
+use rmcp::model::Tool;
+
 use crate::actors::connection::Live;
 use crate::actors::turn::{
-    Binding, Denial, Diagnostic, Entries, PrepareError, ServerEntry, TurnCatalog, Warm, bind,
-    required,
+    Binding, Denial, Diagnostic, Entries, Link, PrepareError, ServerEntry, TurnCatalog, Warm,
+    WarmKey, bind, required,
 };
-use crate::core::{AgentCore, Fingerprint};
+use crate::core::{AgentCore, Declaration};
 use crate::naming::Names;
+use crate::offer::Offered;
+use crate::redact::Redactor;
 
+use super::dormant::Dormant;
 use super::{CatalogState, plan};
+
+/// A server a turn offers: connected, or dormant (listed from its last listing).
+pub(super) struct Served<'a> {
+    declaration: &'a Arc<Declaration>,
+    tools: &'a [Tool],
+    offer: &'a Arc<Offered>,
+    notes: &'a [String],
+    redactor: Redactor,
+    link: Link,
+    actor: Option<ActorId>,
+    generation: u64,
+}
+
+impl<'a> Served<'a> {
+    fn live(l: &'a Live) -> Self {
+        Served {
+            declaration: &l.declaration,
+            tools: &l.tools,
+            offer: &l.offer,
+            notes: &l.notes,
+            redactor: l.redactor.clone(),
+            link: Link::Live(l.dispatch.clone()),
+            actor: Some(l.actor.get_id()),
+            generation: l.generation,
+        }
+    }
+
+    fn dormant(d: &'a Dormant) -> Self {
+        Served {
+            declaration: &d.declaration,
+            tools: &d.tools,
+            offer: &d.offer,
+            notes: &d.notes,
+            // Nothing of the server runs yet: its effects go to the turn that starts it.
+            redactor: Redactor::new(),
+            link: Link::Dormant,
+            actor: None,
+            generation: d.generation,
+        }
+    }
+}
 
 impl CatalogState {
     /// The turn's catalog: the last turn's entries when nothing they depend on changed
@@ -38,18 +85,26 @@ impl CatalogState {
         {
             return Err(required(missing, &diagnostics, &denied));
         }
-        let connected: Vec<&Live> = core
+        let connected: Vec<Served<'_>> = core
             .enabled()
             .filter(covered)
-            .filter_map(|d| self.live.get(self.by_server.get(&d.server_id)?))
+            .filter_map(|d| match self.by_server.get(&d.server_id) {
+                Some(id) => self.live.get(id).map(Served::live),
+                None if self.failures.contains_key(&d.server_id) => None,
+                None => self
+                    .dormant
+                    .get(&d.server_id)
+                    .filter(|x| x.declaration.fingerprint == d.fingerprint)
+                    .map(Served::dormant),
+            })
             .collect();
-        for live in &connected {
-            let d = &live.declaration;
-            diagnostics.extend(live.notes.iter().map(|n| Diagnostic::of(d, n.clone())));
+        for served in &connected {
+            let d = served.declaration;
+            diagnostics.extend(served.notes.iter().map(|n| Diagnostic::of(d, n.clone())));
         }
-        let key: Vec<(ActorId, u64, Fingerprint)> = connected
+        let key: WarmKey = connected
             .iter()
-            .map(|l| (l.actor.get_id(), l.generation, l.declaration.fingerprint))
+            .map(|s| (s.actor, s.generation, s.declaration.fingerprint))
             .collect();
         let (shared, collisions) = match self.last.as_ref().and_then(|warm| warm.reuse(&key)) {
             Some(reused) => reused,
@@ -62,11 +117,11 @@ impl CatalogState {
             }
         };
         for (server, note) in collisions.iter() {
-            if let Some(live) = connected
+            if let Some(served) = connected
                 .iter()
                 .find(|l| &l.declaration.server_id == server)
             {
-                diagnostics.push(Diagnostic::of(&live.declaration, note.clone()));
+                diagnostics.push(Diagnostic::of(served.declaration, note.clone()));
             }
         }
         Ok(TurnCatalog::from_parts(
@@ -85,15 +140,15 @@ impl CatalogState {
     /// the names they took.
     pub(super) fn entries(
         &self,
-        connected: &[&Live],
+        connected: &[Served<'_>],
         kept: &HashSet<String>,
     ) -> Result<(Entries, Names), PrepareError> {
-        let binding = |l: &Live| Binding {
+        let binding = |l: &Served<'_>| Binding {
             session: self.identity.session.clone(),
             catalog_id: self.catalog_id,
-            declaration: Arc::clone(&l.declaration),
+            declaration: Arc::clone(l.declaration),
             redactor: l.redactor.clone(),
-            dispatch: l.dispatch.clone(),
+            link: l.link.clone(),
             call_allowed: self.capabilities.allows(&l.declaration.call_capability),
             approval_identity: l
                 .declaration
@@ -102,8 +157,8 @@ impl CatalogState {
         let servers: Vec<plan::Connected<'_, Binding>> = connected
             .iter()
             .map(|l| plan::Connected {
-                declaration: &l.declaration,
-                tools: &l.tools,
+                declaration: l.declaration,
+                tools: l.tools,
                 kept: kept.contains(&l.declaration.server_id),
                 binding: binding(l),
             })
@@ -111,7 +166,7 @@ impl CatalogState {
         let offers = connected
             .iter()
             .map(|l| ServerEntry {
-                offered: Arc::clone(&l.offer),
+                offered: Arc::clone(l.offer),
                 binding: binding(l),
             })
             .collect();

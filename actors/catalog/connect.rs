@@ -110,6 +110,7 @@ impl Pipeline {
                 connected.shaped = self
                     .pin(&declaration, &connected.redactor, shaped, Listing::Connect)
                     .await;
+                self.remember(&declaration, &connected.shaped);
                 Outcome::Connected(Box::new(connected))
             }
             Err(outcome) => outcome,
@@ -502,8 +503,11 @@ impl Pipeline {
             Ok(listed) => shape_listing(listed, &r.declaration, &r.redactor, &self.shared.schemas),
             Err(e) => return (r.id, Err(e)),
         };
-        let pinned = self.pin(&r.declaration, &r.redactor, shaped, Listing::Relist);
-        (r.id, Ok(pinned.await))
+        let pinned = self
+            .pin(&r.declaration, &r.redactor, shaped, Listing::Relist)
+            .await;
+        self.remember(&r.declaration, &pinned);
+        (r.id, Ok(pinned))
     }
 
     /// Closes clients that no catalog will own (an eviction raced the preparation);

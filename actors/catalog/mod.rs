@@ -21,7 +21,7 @@ use ractor::{
 
 use crate::actors::connection::{Connected, Live, LivePeer, close_all};
 use crate::actors::shared::Shared;
-use crate::actors::turn::{Denial, Diagnostic, PrepareError, Warm};
+use crate::actors::turn::{Denial, Diagnostic, PrepareError, Wakes, Warm};
 use crate::authority::{CapabilitySet, DenyReason, HostPolicy};
 use crate::core::{Declaration, Fingerprint};
 use crate::events::EventKind;
@@ -31,6 +31,7 @@ use crate::transport::ConnectErrorKind;
 
 mod assemble;
 mod connect;
+mod dormant;
 mod inbound;
 mod plan;
 mod preparation;
@@ -106,6 +107,8 @@ pub(crate) struct CatalogState {
     failures: HashMap<String, Failure>,
     denied: HashMap<String, DenyReason>,
     names: Names,
+    /// Servers listed from their last listing, not started (`start: lazy`).
+    dormant: HashMap<String, dormant::Dormant>,
     last: Option<Warm>,
     preparing: bool,
     queue: VecDeque<TurnRequest>,
@@ -134,6 +137,7 @@ impl Actor for Catalog {
             failures: HashMap::new(),
             denied: HashMap::new(),
             names: Names::default(),
+            dormant: HashMap::new(),
             last: None,
             preparing: false,
             queue: VecDeque::new(),
@@ -253,7 +257,7 @@ impl CatalogState {
         self.preparing = true;
         let peers: Vec<LivePeer> = self.live.values().map(Live::take_peer).collect();
         let covered = |server: &str| request.covers(server);
-        let plan = plan::plan_for(
+        let mut plan = plan::plan_for(
             &peers,
             &self.failures,
             &request.core,
@@ -266,6 +270,7 @@ impl CatalogState {
         for server in &plan.forget {
             self.failures.remove(server);
         }
+        plan.connect = self.dormancy(std::mem::take(&mut plan.connect), &request);
         self.denied.clear();
         let relist: Vec<Relist> = plan
             .relist
@@ -318,6 +323,7 @@ impl CatalogState {
                     turn,
                     reply,
                     scope,
+                    budget,
                     ..
                 },
             outcomes,
@@ -351,14 +357,45 @@ impl CatalogState {
         for (id, listed) in relisted {
             self.apply_relist(&id, listed, &mut diagnostics);
         }
-        let result = self.build_turn(&core, scope.as_deref(), turn, &kept, diagnostics, denied);
+        let result = self
+            .build_turn(&core, scope.as_deref(), turn, &kept, diagnostics, denied)
+            .map(|catalog| {
+                let starter = dormant::CatalogStarter {
+                    catalog: myself.clone(),
+                    core: Arc::clone(&core),
+                    turn,
+                };
+                let wakes = catalog
+                    .tools()
+                    .iter()
+                    .any(|t| t.deferred_start)
+                    .then(|| Wakes::new(starter));
+                catalog.with_reach(wakes, budget.as_ref())
+            });
         if let Ok(catalog) = &result {
             self.emit(EventKind::TurnPrepared {
                 turn,
                 tools: catalog.tools().len(),
-                failed: catalog.diagnostics().len(),
+                failed: catalog
+                    .diagnostics()
+                    .iter()
+                    .filter(|d| !d.path.is_empty())
+                    .count(),
                 denied: catalog.denied().len(),
             });
+            if let Some(rule) = catalog.deferral() {
+                self.emit(EventKind::ToolsDeferred {
+                    turn,
+                    budget: rule.budget,
+                    estimator: rule.estimator.to_string(),
+                    tools: rule.tools,
+                    full_tokens: rule.full_tokens,
+                    deferred: rule.deferred,
+                    offered_tokens: rule.offered_tokens,
+                    deferred_tools: rule.deferred_tools,
+                    always_loaded: rule.always_loaded.len(),
+                });
+            }
         }
         if reply.send(result).is_err() {
             // The caller left as the turn resolved: what it connected is not kept.
@@ -479,6 +516,7 @@ impl CatalogState {
         kind: Option<ConnectErrorKind>,
     ) -> Diagnostic {
         let ttl = self.shared.config.failure_ttl;
+        self.forget_listing(declaration);
         self.failures.insert(
             declaration.server_id.clone(),
             Failure {

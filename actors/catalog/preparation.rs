@@ -25,6 +25,11 @@ pub(crate) struct TurnRequest {
     /// The servers this turn is for (`Session::prepare_turn_for`); every enabled one
     /// when `None`. Connections of the others are kept, untouched.
     pub scope: Option<Arc<Vec<String>>>,
+    /// The token budget of the turn's tool definitions.
+    pub budget: Option<crate::search::ToolBudget>,
+    /// Start the servers of the scope even when their last listing could stand in for
+    /// them: a call, read or prompt needs one now.
+    pub wake: bool,
 }
 
 impl TurnRequest {

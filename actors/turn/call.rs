@@ -69,6 +69,9 @@ impl TurnCatalog {
         hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
         let Some(entry) = self.get(name) else {
+            if self.is_host_tool(name) {
+                return Ok(self.host_tool(name, &arguments));
+            }
             return Err(self.missing(name));
         };
         self.call_entry_with(entry, arguments, hooks).await
@@ -94,7 +97,11 @@ impl TurnCatalog {
         arguments: Value,
         hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
-        let outcome = self.dispatch(entry, arguments, hooks).await;
+        let outcome = if self.is_loaded(&entry.name) {
+            self.dispatch(entry, arguments, hooks).await
+        } else {
+            Err(CallError::NotLoaded(entry.name.clone()))
+        };
         if let Err(refused) = &outcome {
             self.shared.hub.emit(
                 &self.session,
@@ -122,10 +129,15 @@ impl TurnCatalog {
         if binding.session != self.session || binding.catalog_id != self.catalog_id {
             return Err(stale(StaleReason::OtherCatalog));
         }
+        if !matches!(arguments, Value::Null | Value::Object(_)) {
+            return Err(CallError::BadArguments);
+        }
+        if binding.link.dispatch().is_none() {
+            return self.dispatch_started(entry, arguments, hooks).await;
+        }
         let arguments = match arguments {
-            Value::Null => None,
             Value::Object(map) => Some(map),
-            _ => return Err(CallError::BadArguments),
+            _ => None,
         };
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let subject = subject_of(entry);
@@ -138,9 +150,9 @@ impl TurnCatalog {
             Some(subject),
         )
         .await?;
-        if binding.dispatch.is_closed() {
+        let Some(dispatch) = binding.link.dispatch().filter(|d| !d.is_closed()) else {
             return Err(stale(StaleReason::Closed));
-        }
+        };
         let started = Instant::now();
         let watch = CallWatch {
             sink: hooks
@@ -149,7 +161,7 @@ impl TurnCatalog {
             redactor: redactor.clone(),
             task: hooks.task,
         };
-        let called = binding.dispatch.call(&entry.tool, arguments, watch).await;
+        let called = dispatch.call(&entry.tool, arguments, watch).await;
         let provenance = |reached| Provenance {
             server: entry.server.clone(),
             tool: entry.tool.clone(),
@@ -162,9 +174,7 @@ impl TurnCatalog {
             Ok(raw) => ToolResult::from_mcp(provenance(true), raw, &redactor, shape),
             // A connection closed before the call left is a stale entry; one that dies
             // during the call is that call's error.
-            Err(CallFailure::NotSent(_) | CallFailure::Closed(_))
-                if binding.dispatch.is_closed() =>
-            {
+            Err(CallFailure::NotSent(_) | CallFailure::Closed(_)) if dispatch.is_closed() => {
                 return Err(stale(StaleReason::Closed));
             }
             Err(failure) => {
@@ -184,6 +194,57 @@ impl TurnCatalog {
             },
         );
         Ok(result)
+    }
+
+    /// A call of a tool listed from its server's last listing: the server is started
+    /// first (unless the call capability is missing: nothing starts for a call that
+    /// would be refused), then the call goes through the turn that started it, to the
+    /// same tool as listed now. A tool the started server lists otherwise is refused.
+    async fn dispatch_started(
+        &self,
+        entry: &ToolEntry,
+        arguments: Value,
+        hooks: Hooks,
+    ) -> Result<ToolResult, CallError> {
+        if !entry.binding.call_allowed {
+            return Err(CallError::MissingCapability {
+                tool: entry.name.clone(),
+                capability: entry.binding.declaration.call_capability.clone(),
+            });
+        }
+        let Some(started) = self.woken(&entry.binding, &entry.name).await? else {
+            return Err(CallError::Stale {
+                tool: entry.name.clone(),
+                reason: StaleReason::Closed,
+            });
+        };
+        let now = started
+            .tools()
+            .iter()
+            .find(|t| t.server == entry.server && t.tool == entry.tool);
+        let Some(now) = now.filter(|t| t.definition == entry.definition) else {
+            let held = started.offers().iter().any(|o| {
+                o.binding.declaration.server_id == entry.server
+                    && o.offered.held.iter().any(|h| {
+                        h.kind == crate::pins::DefinitionKind::Tool
+                            && h.name == crate::pins::bounded_name(&entry.tool)
+                    })
+            });
+            return Err(if held {
+                CallError::Quarantined {
+                    tool: entry.name.clone(),
+                    server: entry.server.clone(),
+                }
+            } else {
+                CallError::Stale {
+                    tool: entry.name.clone(),
+                    reason: StaleReason::Relisted,
+                }
+            });
+        };
+        let mut now = now.clone();
+        now.name.clone_from(&entry.name);
+        Box::pin(started.dispatch(&now, arguments, hooks)).await
     }
 
     /// The call capability, then the call approval under the effective policy (`auto`

@@ -43,8 +43,8 @@ pub(crate) struct Binding {
     pub declaration: Arc<Declaration>,
     /// The connection's secrets.
     pub redactor: Redactor,
-    /// The right to send on the entry's own connection.
-    pub dispatch: Dispatch,
+    /// The entry's own connection, or none yet (its server starts when first needed).
+    pub link: Link,
     /// Whether the catalog's capability snapshot grants the call capability (decided
     /// once per catalog build, not per call).
     pub call_allowed: bool,
@@ -52,6 +52,35 @@ pub(crate) struct Binding {
     /// in this workspace.
     pub approval_identity: crate::core::Fingerprint,
 }
+
+/// Where a binding's effects go.
+#[derive(Clone)]
+pub(crate) enum Link {
+    /// The right to send on a live connection.
+    Live(Dispatch),
+    /// Listed from the server's last listing (`start: lazy`): the server is started
+    /// (connect authority and approval as at any connect) when an effect needs it.
+    Dormant,
+}
+
+impl Link {
+    /// The live connection's dispatch rights; `None` while the server is not started.
+    pub(crate) fn dispatch(&self) -> Option<&Dispatch> {
+        match self {
+            Link::Live(dispatch) => Some(dispatch),
+            Link::Dormant => None,
+        }
+    }
+
+    /// Whether the connection behind it closed (a dormant server has none to close).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.dispatch().is_some_and(Dispatch::is_closed)
+    }
+}
+
+/// What a warm turn's entries were built from, per server: its connection actor (none
+/// for a dormant server), its tool-list generation, its declaration's fingerprint.
+pub(crate) type WarmKey = Vec<(Option<ractor::ActorId>, u64, Fingerprint)>;
 
 /// A turn's tool entries, their name index, and each connection's other offers; turns
 /// built from the same connections and lists share them.
@@ -68,7 +97,7 @@ pub(crate) type NameNotes = Arc<Vec<(String, String)>>;
 /// its tool-list generation and its declaration's fingerprint. Equal keys mean the
 /// entries are still exact, and the warm turn reuses them as they are.
 pub(crate) struct Warm {
-    key: Vec<(ractor::ActorId, u64, Fingerprint)>,
+    key: WarmKey,
     entries: Entries,
     /// What the entries' names say of each other (numbered names), by server: worked
     /// out once per build, not per turn.
@@ -76,11 +105,7 @@ pub(crate) struct Warm {
 }
 
 impl Warm {
-    pub(crate) fn new(
-        key: Vec<(ractor::ActorId, u64, Fingerprint)>,
-        entries: &Entries,
-        notes: &NameNotes,
-    ) -> Self {
+    pub(crate) fn new(key: WarmKey, entries: &Entries, notes: &NameNotes) -> Self {
         Warm {
             key,
             entries: entries.clone(),
@@ -91,7 +116,7 @@ impl Warm {
     /// The entries and their notes, when they were built from exactly `key`.
     pub(crate) fn reuse(
         &self,
-        key: &[(ractor::ActorId, u64, Fingerprint)],
+        key: &[(Option<ractor::ActorId>, u64, Fingerprint)],
     ) -> Option<(Entries, NameNotes)> {
         (self.key == key).then(|| (self.entries.clone(), Arc::clone(&self.notes)))
     }
@@ -132,23 +157,28 @@ pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -
     let entries: Vec<ToolEntry> = planned
         .into_iter()
         .zip(flags)
-        .map(|(e, flags)| ToolEntry {
-            flags,
-            name: e.name,
-            server: e.server.to_string(),
-            tool: e.tool.name.to_string(),
-            description: e
-                .tool
-                .description
-                .as_deref()
-                .unwrap_or_default()
-                .to_string(),
-            input_schema: Arc::clone(&e.tool.input_schema),
-            definition: definition_digest(e.tool),
-            title: e.tool.title.clone(),
-            annotations: e.tool.annotations.as_ref().map(ToolHints::of),
-            output_schema: e.tool.output_schema.clone(),
-            binding: e.binding,
+        .map(|(e, flags)| {
+            let (definition, tokens) = definition_digest(e.tool);
+            ToolEntry {
+                flags,
+                deferred_start: matches!(e.binding.link, Link::Dormant),
+                tokens,
+                definition,
+                name: e.name,
+                server: e.server.to_string(),
+                tool: e.tool.name.to_string(),
+                description: e
+                    .tool
+                    .description
+                    .as_deref()
+                    .unwrap_or_default()
+                    .to_string(),
+                input_schema: Arc::clone(&e.tool.input_schema),
+                title: e.tool.title.clone(),
+                annotations: e.tool.annotations.as_ref().map(ToolHints::of),
+                output_schema: e.tool.output_schema.clone(),
+                binding: e.binding,
+            }
         })
         .collect();
     let index = entries
@@ -160,7 +190,12 @@ pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -
 }
 
 /// The digest of a tool's definition as the listing shaped it (serde_json writes maps
-/// sorted, so equal definitions digest equally).
-fn definition_digest(tool: &rmcp::model::Tool) -> String {
-    crate::digest::sha256_hex(&serde_json::to_vec(tool).unwrap_or_default())
+/// sorted, so equal definitions digest equally), and the tokens that definition takes
+/// ([`crate::search::TOKEN_ESTIMATOR`]).
+fn definition_digest(tool: &rmcp::model::Tool) -> (String, usize) {
+    let bytes = serde_json::to_vec(tool).unwrap_or_default();
+    (
+        crate::digest::sha256_hex(&bytes),
+        crate::search::tokens(bytes.len()),
+    )
 }

@@ -14,11 +14,17 @@ use crate::authority::{DenyReason, HostPolicy};
 use crate::core::{CoreErrors, Declaration};
 
 mod call;
+mod deferred;
 mod entries;
+mod lazy;
 mod prompts;
 mod resources;
 
-pub(crate) use entries::{Binding, Entries, Entry, ServerEntry, Warm, bind};
+pub(crate) use deferred::Deferred;
+pub use deferred::{DESCRIBE_TOOL, Deferral, MAX_LOOKUP, ModelTool, SEARCH_TOOLS};
+pub(crate) use lazy::{Starter, Wakes};
+
+pub(crate) use entries::{Binding, Entries, Entry, Link, ServerEntry, Warm, WarmKey, bind};
 
 /// Why a turn could not be prepared.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -112,6 +118,12 @@ pub enum CallError {
         /// Its server.
         server: String,
     },
+    /// A tool of a deferred turn offered by name and summary only: the model has not
+    /// asked for its whole definition.
+    #[error(
+        "`{0}` is listed by name only in this turn: call describe_tool with its name to get its definition, then call it"
+    )]
+    NotLoaded(String),
     /// The session does not hold the server's call capability.
     #[error(
         "call denied: missing capability {capability}; grant it under capabilities.defaults in agent.yaml"
@@ -186,6 +198,9 @@ pub enum StaleReason {
         "it was resolved for another session or catalog revision; prepare a turn and use its entries"
     )]
     OtherCatalog,
+    /// Its server was started for it and now lists it otherwise (or not at all).
+    #[error("its server, started for this call, now lists it otherwise; prepare a new turn")]
+    Relisted,
     /// Its connection closed (the server failed, changed, or the session was evicted).
     #[error(
         "the connection behind it is closed (the server failed, changed or the session was evicted); prepare a new turn"
@@ -295,6 +310,11 @@ pub struct ToolEntry {
     pub output_schema: Option<Arc<JsonObject>>,
     /// What its description or title may hide from a person (flagged, not blocked).
     pub flags: Vec<crate::pins::TextFlag>,
+    /// Listed from its server's last listing: the server starts (connect approval as
+    /// at any connect) when a call first needs it.
+    pub deferred_start: bool,
+    /// The tokens its whole definition takes ([`crate::search::TOKEN_ESTIMATOR`]).
+    pub tokens: usize,
     pub(crate) binding: Binding,
 }
 
@@ -356,6 +376,10 @@ pub struct TurnCatalog {
     offers: Arc<Vec<ServerEntry>>,
     diagnostics: Vec<Diagnostic>,
     denied: Vec<Denial>,
+    /// Starts this turn's dormant servers; `None` when it has none.
+    wakes: Option<Arc<Wakes>>,
+    /// Set when a budget applies to the turn's definitions.
+    deferred: Option<Arc<Deferred>>,
 }
 
 impl std::fmt::Debug for TurnCatalog {
@@ -391,7 +415,31 @@ impl TurnCatalog {
             offers,
             diagnostics,
             denied,
+            wakes: None,
+            deferred: None,
         }
+    }
+
+    /// This turn, its dormant servers started through `wakes` and its definitions under
+    /// `budget` (the rule's decision a diagnostic when it defers).
+    pub(crate) fn with_reach(
+        mut self,
+        wakes: Option<Wakes>,
+        budget: Option<&crate::search::ToolBudget>,
+    ) -> Self {
+        self.wakes = wakes.map(Arc::new);
+        if let Some(budget) = budget {
+            let rule = Deferral::decide(&self.tools, budget);
+            if rule.deferred {
+                self.diagnostics.push(Diagnostic {
+                    server: String::new(),
+                    path: String::new(),
+                    message: rule.describe(),
+                });
+            }
+            self.deferred = Some(Arc::new(Deferred::new(rule)));
+        }
+        self
     }
 
     pub(crate) fn offers(&self) -> &[ServerEntry] {
@@ -498,6 +546,7 @@ impl TurnCatalog {
         let failed = self
             .diagnostics
             .iter()
+            .filter(|d| !d.path.is_empty())
             .map(|d| (&d.server, &d.message))
             .chain(self.denied.iter().map(|d| (&d.server, &d.reason)))
             .filter(|(server, _)| !connected(server));

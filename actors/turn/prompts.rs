@@ -34,6 +34,14 @@ impl TurnCatalog {
             _ => return Err(CallError::BadArguments),
         };
         let binding = &entry.binding;
+        if binding.link.dispatch().is_none() && binding.call_allowed {
+            let started = self.woken(binding, name).await;
+            let started = started.map_err(|e| self.refused(&prompt.server, e))?;
+            if let Some(started) = started {
+                let arguments = arguments.map_or(Value::Null, Value::Object);
+                return Box::pin(started.get_prompt(name, arguments)).await;
+            }
+        }
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let refused = |error: CallError| self.refused(&prompt.server, error);
         self.still_open(binding, name).map_err(refused)?;
@@ -57,12 +65,16 @@ impl TurnCatalog {
         )
         .await
         .map_err(refused)?;
-        let got = binding.dispatch.get_prompt(&prompt.prompt, arguments).await;
+        let Some(dispatch) = binding.link.dispatch() else {
+            return Err(CallError::Stale {
+                tool: name.to_string(),
+                reason: StaleReason::Closed,
+            });
+        };
+        let got = dispatch.get_prompt(&prompt.prompt, arguments).await;
         let got = match got {
             Ok(got) => got,
-            Err(CallFailure::NotSent(_) | CallFailure::Closed(_))
-                if binding.dispatch.is_closed() =>
-            {
+            Err(CallFailure::NotSent(_) | CallFailure::Closed(_)) if dispatch.is_closed() => {
                 return Err(CallError::Stale {
                     tool: name.to_string(),
                     reason: StaleReason::Closed,

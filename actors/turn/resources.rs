@@ -46,10 +46,19 @@ impl TurnCatalog {
     /// [`CallError`] when refused before reaching the server (`UnknownTool` names the
     /// server when it has no connection this turn).
     pub async fn read_resource(&self, server: &str, uri: &str) -> Result<ToolResult, CallError> {
+        if let Some(started) = self.started_for(server, uri).await? {
+            return Box::pin(started.read_resource(server, uri)).await;
+        }
         let (entry, subject, redactor) = self.resource_effect(server, uri, Action::Read).await?;
         let binding = &entry.binding;
         let started = Instant::now();
-        let read = binding.dispatch.read_resource(uri).await;
+        let Some(dispatch) = binding.link.dispatch() else {
+            return Err(CallError::Stale {
+                tool: subject,
+                reason: StaleReason::Closed,
+            });
+        };
+        let read = dispatch.read_resource(uri).await;
         let provenance = |reached| Provenance {
             server: server.to_string(),
             tool: "resources/read".into(),
@@ -91,9 +100,18 @@ impl TurnCatalog {
     /// # Errors
     /// [`CallError`] when refused; a server that refuses is `CallError::Failed`.
     pub async fn subscribe_resource(&self, server: &str, uri: &str) -> Result<(), CallError> {
+        if let Some(started) = self.started_for(server, uri).await? {
+            return Box::pin(started.subscribe_resource(server, uri)).await;
+        }
         let (entry, subject, redactor) =
             self.resource_effect(server, uri, Action::Subscribe).await?;
-        let subscribed = entry.binding.dispatch.subscribe(uri).await;
+        let Some(dispatch) = entry.binding.link.dispatch() else {
+            return Err(CallError::Stale {
+                tool: subject,
+                reason: StaleReason::Closed,
+            });
+        };
+        let subscribed = dispatch.subscribe(uri).await;
         subscribed.map_err(|failure| CallError::Failed {
             tool: subject,
             message: cap_chars(
@@ -143,6 +161,29 @@ impl TurnCatalog {
         Ok((entry, subject, redactor))
     }
 
+    /// The turn that started `server` for an effect on `uri`, when the server is dormant
+    /// in this turn and the effect could be allowed (the URI offered, the call
+    /// capability held): nothing starts for an effect that would be refused, and
+    /// `resource_effect` refuses it as for a live server.
+    async fn started_for(&self, server: &str, uri: &str) -> Result<Option<TurnCatalog>, CallError> {
+        let Ok(entry) = self.offer_of(server) else {
+            return Ok(None);
+        };
+        let binding = &entry.binding;
+        if binding.link.dispatch().is_some()
+            || !binding.call_allowed
+            || !offers_uri(&entry.offered, &binding.declaration, uri)
+        {
+            return Ok(None);
+        }
+        let subject = binding
+            .redactor
+            .text(&format!("{server} {uri}"), View::Event);
+        self.woken(binding, &subject)
+            .await
+            .map_err(|e| self.refused(server, e))
+    }
+
     /// `error`, recorded as a `call_denied` event first.
     pub(super) fn refused(&self, server: &str, error: CallError) -> CallError {
         let tool = match &error {
@@ -152,7 +193,10 @@ impl TurnCatalog {
             | CallError::ApprovalDenied { tool }
             | CallError::ApprovalTimedOut { tool }
             | CallError::ApprovalUnavailable { tool }
-            | CallError::Stale { tool, .. } => tool.clone(),
+            | CallError::Stale { tool, .. }
+            | CallError::ServerUnavailable { tool, .. }
+            | CallError::Quarantined { tool, .. }
+            | CallError::NotLoaded(tool) => tool.clone(),
             _ => String::new(),
         };
         self.shared().hub.emit(
@@ -184,7 +228,7 @@ impl TurnCatalog {
         subject: &str,
     ) -> Result<ToolResult, CallError> {
         match failure {
-            CallFailure::NotSent(_) | CallFailure::Closed(_) if binding.dispatch.is_closed() => {
+            CallFailure::NotSent(_) | CallFailure::Closed(_) if binding.link.is_closed() => {
                 Err(CallError::Stale {
                     tool: subject.to_string(),
                     reason: StaleReason::Closed,
@@ -203,7 +247,7 @@ impl TurnCatalog {
 
     /// Refuses an effect on a connection that has closed since the turn was built.
     pub(super) fn still_open(&self, binding: &Binding, subject: &str) -> Result<(), CallError> {
-        if binding.session != self.session() || binding.dispatch.is_closed() {
+        if binding.session != self.session() || binding.link.is_closed() {
             return Err(CallError::Stale {
                 tool: subject.to_string(),
                 reason: StaleReason::Closed,

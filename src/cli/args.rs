@@ -26,6 +26,14 @@ pub(crate) struct Cli {
     /// A trusted network for the URL policy (repeatable).
     #[arg(long = "trust-network", global = true, value_name = "CIDR")]
     pub(super) trust_network: Vec<ipnet::IpNet>,
+    /// A token budget for a turn's tool definitions: past it, tools are offered by name
+    /// and summary, with `search_tools` and `describe_tool` (estimated as bytes/4).
+    #[arg(long = "tool-budget", global = true, value_name = "TOKENS")]
+    pub(super) tool_budget: Option<usize>,
+    /// With --tool-budget: a server id or exposed tool name offered whole anyway
+    /// (repeatable).
+    #[arg(long = "always-load", global = true, value_name = "SERVER_OR_TOOL")]
+    pub(super) always_load: Vec<String>,
     /// The model provider of the interactive shell (`fake` only).
     #[arg(long, global = true, value_name = "NAME")]
     pub(super) provider: Option<String>,

@@ -2,6 +2,8 @@
 
 use std::io::{IsTerminal, Write};
 
+use demiurge_mcp::CallError;
+use demiurge_mcp::actors::{DESCRIBE_TOOL, SEARCH_TOOLS};
 use demiurge_mcp::redact::View;
 use demiurge_mcp::result::ToolResult;
 use serde_json::json;
@@ -30,8 +32,9 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
     };
     // Only the servers that can own TOOL are started (those sharing its name prefix,
     // so it is named as in a full turn); a name no server can own fails at once.
+    let host_tool = [SEARCH_TOOLS, DESCRIBE_TOOL].contains(&tool);
     let (ids, owners) = owners_of(cli, tool);
-    if owners.is_empty() && !ids.is_empty() {
+    if owners.is_empty() && !ids.is_empty() && !host_tool {
         let prefix = tool.split_once("__").map_or(tool, |(p, _)| p);
         let hint = demiurge_mcp::text::closest(prefix, ids.iter().map(String::as_str))
             .map(|id| format!("; did you mean a tool of `{}` (`{}__...`)?", t(id), t(id)))
@@ -60,7 +63,14 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
             );
             return Ok(Err(None));
         }
-        if catalog.get(tool).is_none() {
+        if host_tool && catalog.deferral().is_none_or(|d| !d.deferred) {
+            eprintln!(
+                "error: `{}` is a tool of a deferred turn only: give a --tool-budget the turn's definitions exceed",
+                t(tool)
+            );
+            return Ok(Err(None));
+        }
+        if catalog.get(tool).is_none() && !host_tool {
             let names = catalog.tools().iter().map(|e| e.name.as_str());
             let hint = demiurge_mcp::text::closest(tool, names)
                 .map(|n| format!("; did you mean `{}`?", t(n)))
@@ -68,6 +78,8 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
             eprintln!("error: unknown tool `{}`{hint}", t(tool));
             return Ok(Err(None));
         }
+        // A person named the tool: its definition is theirs to have read.
+        catalog.load(&[tool]);
         let progress = std::io::stderr().is_terminal().then(progress_line);
         let called = catalog.call_with_progress(tool, arguments, progress).await;
         if std::io::stderr().is_terminal() {
@@ -90,6 +102,9 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
                     &json!({"tool": tool, "is_error": true, "content": refused.to_string(), "data": {}}),
                     false,
                 );
+            } else if let CallError::ServerUnavailable { reason, .. } = &refused {
+                // A server started for this call that did not start: why (redacted).
+                eprintln!("error: {}: {}", t(&refused.to_string()), t(reason));
             } else {
                 eprintln!("error: {}", t(&refused.to_string()));
             }

@@ -365,6 +365,12 @@ impl Cli {
         config.url_policy =
             demiurge_mcp::net::UrlPolicy::with_trusted(self.trust_network.iter().copied());
         config.events = events;
+        config.tool_budget = self.tool_budget.map(|tokens| {
+            let budget = demiurge_mcp::search::ToolBudget::new(tokens);
+            self.always_load
+                .iter()
+                .fold(budget, |b, name| b.always_load(name.clone()))
+        });
         config
     }
 

@@ -1,5 +1,6 @@
 //! `demiurge tools [--json]`: one session, one turn, the catalog.
 
+use demiurge_mcp::actors::{DESCRIBE_TOOL, SEARCH_TOOLS};
 use demiurge_mcp::{PrepareError, TurnCatalog};
 use serde_json::json;
 
@@ -45,7 +46,12 @@ pub(crate) fn catalog_json(catalog: &TurnCatalog) -> serde_json::Value {
             "input_schema": t.input_schema.as_ref(),
             "output_schema": t.output_schema.as_deref(),
             "flags": t.flags,
+            "tokens": t.tokens,
+            "deferred": !catalog.is_loaded(&t.name),
+            "deferred_start": t.deferred_start,
         })).collect::<Vec<_>>(),
+        "budget": catalog.deferral(),
+        "model_tools": catalog.deferral().is_some_and(|d| d.deferred).then(|| catalog.model_tools()),
         "diagnostics": catalog.diagnostics(),
         "denied": catalog.denied(),
     })
@@ -76,10 +82,32 @@ pub(crate) fn print_catalog(catalog: &TurnCatalog, problems_to_stderr: bool) {
         } else {
             "[flagged: see tools --json] "
         };
+        let deferred = if catalog.is_loaded(&tool.name) {
+            ""
+        } else {
+            "[deferred] "
+        };
+        let lazy = if tool.deferred_start {
+            "[starts when called] "
+        } else {
+            ""
+        };
         rows.push(vec![
             t(&tool.name).into_owned(),
-            format!("{flagged}{hints}{}", t(description)),
+            format!("{flagged}{deferred}{lazy}{hints}{}", t(description)),
         ]);
+    }
+    if catalog.deferral().is_some_and(|d| d.deferred) {
+        for host in catalog
+            .model_tools()
+            .iter()
+            .filter(|m| m.name == SEARCH_TOOLS || m.name == DESCRIBE_TOOL)
+        {
+            rows.push(vec![
+                host.name.clone(),
+                format!("[host] {}", super::summary_line(&host.description)),
+            ]);
+        }
     }
     for line in super::aligned(&rows) {
         println!("{line}");
@@ -100,7 +128,12 @@ pub(crate) fn print_problems(catalog: &TurnCatalog, to_stderr: bool) {
                 .map(|d| ("denied", &d.server, &d.path, &d.reason)),
         );
     for (kind, server, path, message) in lines {
-        let line = format!("{kind}: {} ({}): {}", t(server), t(path), t(message));
+        let line = if path.is_empty() {
+            // The turn's own note (its deferral rule), about no server.
+            format!("note: {}", t(message))
+        } else {
+            format!("{kind}: {} ({}): {}", t(server), t(path), t(message))
+        };
         if to_stderr {
             eprintln!("{line}");
         } else {

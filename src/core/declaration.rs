@@ -157,6 +157,31 @@ impl Pinning {
     }
 }
 
+/// When a server is started (`start:`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Start {
+    /// Started for every turn that covers it, as soon as the turn is prepared.
+    Eager,
+    /// Listed from its last listing (same declaration, same approved pins, not
+    /// expired) and started when a call, read or prompt first needs it; started at
+    /// once when there is no such listing. The default.
+    #[default]
+    Lazy,
+}
+
+impl Start {
+    /// How a declaration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Start::Eager => "eager",
+            Start::Lazy => "lazy",
+        }
+    }
+}
+
 /// Include/exclude globs over raw tool names (`*` is the only wildcard).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolFilter {
@@ -237,6 +262,8 @@ pub struct Declaration {
     pub protocol: Protocol,
     /// What the server serves is pinned how (`pinning:`); `None`: the host's default.
     pub pinning: Option<Pinning>,
+    /// When the server is started (`start:`); `None`: the host's default.
+    pub start: Option<Start>,
     /// Which resources (by URI) and resource templates (by URI template) are visible.
     pub resources: ToolFilter,
     /// Which prompts (by name) are visible.

@@ -28,7 +28,7 @@ use serde::Deserialize;
 pub use crate::process::{UnsupportedReference, check_references};
 pub use declaration::{
     ApprovalPolicy, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, Declaration, DeclaredUrl,
-    Endpoint, Fingerprint, LogLevel, Pinning, Protocol, Risk, ToolFilter, TransportKind,
+    Endpoint, Fingerprint, LogLevel, Pinning, Protocol, Risk, Start, ToolFilter, TransportKind,
     fingerprint, is_env_name, is_header_name,
 };
 pub use oauth::{OAuthDeclared, OAuthGrant, SigningAlgorithm, TokenAuthMethod};

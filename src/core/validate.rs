@@ -17,7 +17,7 @@ mod fields;
 
 use super::LoadError;
 use super::declaration::{
-    ApprovalPolicy, Declaration, DeclaredUrl, Endpoint, LogLevel, Pinning, Protocol, Risk,
+    ApprovalPolicy, Declaration, DeclaredUrl, Endpoint, LogLevel, Pinning, Protocol, Risk, Start,
     TransportKind, is_env_name, is_header_name,
 };
 use super::oauth::{OAuthDeclared, RawOAuth, is_reference};
@@ -50,6 +50,7 @@ pub(crate) struct RawDeclaration {
     log_level: Option<LogLevel>,
     protocol: Option<Protocol>,
     pinning: Option<Pinning>,
+    start: Option<Start>,
     resources: Option<RawToolFilter>,
     prompts: Option<RawToolFilter>,
     env_vars: Option<Vec<String>>,
@@ -194,6 +195,7 @@ impl RawDeclaration {
             log_level,
             protocol,
             pinning,
+            start,
             resources,
             prompts,
             env_vars,
@@ -210,6 +212,7 @@ impl RawDeclaration {
             log_level,
             protocol,
             pinning,
+            start,
             required,
         };
         let endpoint = EndpointFields {
@@ -248,6 +251,7 @@ struct Settings {
     log_level: Option<LogLevel>,
     protocol: Option<Protocol>,
     pinning: Option<Pinning>,
+    start: Option<Start>,
     required: Option<bool>,
 }
 
@@ -315,6 +319,7 @@ impl Declaration {
             log_level: settings.log_level,
             protocol: settings.protocol.unwrap_or_default(),
             pinning: settings.pinning,
+            start: settings.start,
             max_call_timeout: timeouts.max_call,
             tool_timeouts: timeouts.per_tool,
             required: settings.required.unwrap_or(false),

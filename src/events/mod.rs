@@ -151,6 +151,29 @@ pub enum EventKind {
         /// Servers denied.
         denied: usize,
     },
+    /// A turn with a token budget for its tool definitions: the rule's inputs and its
+    /// decision (deterministic for the same tools and budget).
+    #[serde(rename = "mcp.tools_deferred")]
+    ToolsDeferred {
+        /// Turn number within the session.
+        turn: u64,
+        /// The budget, in tokens.
+        budget: usize,
+        /// How tokens were counted (`bytes/4`).
+        estimator: String,
+        /// Tools in the turn.
+        tools: usize,
+        /// Tokens of every tool's whole definition.
+        full_tokens: usize,
+        /// Whether the turn was deferred (`full_tokens` over `budget`).
+        deferred: bool,
+        /// Tokens of what the model is offered at the turn's start.
+        offered_tokens: usize,
+        /// Tools offered as a name and summary only.
+        deferred_tools: usize,
+        /// Tools offered whole although the turn is deferred.
+        always_loaded: usize,
+    },
     /// A server was skipped by authority (not cached: asked again next turn).
     #[serde(rename = "mcp.server_denied")]
     ServerDenied {
@@ -487,6 +510,7 @@ impl EventKind {
             EventKind::SessionEvicted { .. } => "mcp.session_evicted",
             EventKind::SessionEvictionFailed { .. } => "mcp.session_eviction_failed",
             EventKind::TurnPrepared { .. } => "mcp.turn_prepared",
+            EventKind::ToolsDeferred { .. } => "mcp.tools_deferred",
             EventKind::ServerDenied { .. } => "mcp.server_denied",
             EventKind::ServerConnecting { .. } => "mcp.server_connecting",
             EventKind::ServerConnected { .. } => "mcp.server_connected",

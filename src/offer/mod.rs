@@ -12,11 +12,14 @@
 use serde::Serialize;
 use serde_json::Value;
 
+mod cached;
 mod lists;
 mod pinned;
 mod prompts;
 mod tools;
 
+pub use cached::MAX_LISTING_FILE;
+pub(crate) use cached::{CachedListing, expired, forget, recall, remember};
 pub(crate) use lists::shape_offer;
 pub(crate) use pinned::{pins_of, withhold};
 pub(crate) use prompts::{offers_uri, prompt_result};
@@ -39,7 +42,7 @@ pub const MAX_URI: usize = 2_048;
 pub const MAX_PROMPT_ARGUMENTS: usize = 64;
 
 /// Who a server says it is (redacted, capped).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct ServerIdentity {
     /// Server id (the declaration's).
@@ -59,7 +62,7 @@ pub struct ServerIdentity {
 }
 
 /// One resource a server listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct ResourceInfo {
     /// Server id.
@@ -83,7 +86,7 @@ pub struct ResourceInfo {
 }
 
 /// One resource template (RFC 6570) a server listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct TemplateInfo {
     /// Server id.
@@ -101,7 +104,7 @@ pub struct TemplateInfo {
 }
 
 /// One prompt a server listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct PromptInfo {
     /// Exposed name (`server__prompt`): what `TurnCatalog::get_prompt` takes.
@@ -121,7 +124,7 @@ pub struct PromptInfo {
 }
 
 /// One argument of a prompt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub struct PromptArgumentInfo {
     /// Its name.

@@ -316,6 +316,10 @@ pub async fn harness_with(
     config.event_delivery = demiurge_mcp::events::EventDelivery::Direct;
     // Tests never ask real DNS: names resolve only where a test says so.
     config.resolver = Arc::new(demiurge_mcp::net::StaticResolver::new());
+    // These tests check what a connect does, turn by turn: every server starts with its
+    // turn. Servers started when first used (the product's default) have their own
+    // tests (tests/deferred.rs), and the CLI tests run the product's defaults.
+    config.start = demiurge_mcp::core::Start::Eager;
     let runtime = Runtime::start(tweak(config)).await.unwrap();
     Harness {
         home,

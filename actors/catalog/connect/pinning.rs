@@ -262,7 +262,7 @@ impl Pipeline {
     }
 
     /// The pin file of `declaration` for this principal and workspace.
-    fn pin_key(&self, declaration: &Declaration) -> String {
+    pub(in crate::actors::catalog) fn pin_key(&self, declaration: &Declaration) -> String {
         pins::pin_key(
             &self.principal,
             &declaration.server_id,
