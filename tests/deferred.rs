@@ -488,3 +488,61 @@ async fn a_failed_lazy_start_forgets_the_listing_and_the_next_turns_start_as_bef
     assert!(catalog.diagnostics().iter().any(|d| d.server == "d"));
     h.finish().await;
 }
+
+#[tokio::test]
+async fn a_start_from_a_turn_whose_declaration_changed_since_is_stale_and_starts_nothing() {
+    let h = runtime(Recorder::allow(), Start::Lazy).await;
+    let core = Core::new()
+        .grant_servers(&["d", "e"])
+        .server("d", &demo("approval_policy: auto\n"))
+        .server("e", &demo("approval_policy: auto\n"));
+    listed_by_a_first_session(&h, &core).await;
+    let (session, old) = common::open(&h.runtime, core.spec()).await;
+    assert!(old.get("d__echo").unwrap().deferred_start);
+    // The core changes d; the session's next turn starts it under its new declaration
+    // (no listing stands in for a declaration nobody listed).
+    core.write("d", &demo("approval_policy: auto\ntimeout_seconds: 33\n"));
+    let new = session.prepare_turn().await.unwrap();
+    assert!(!new.get("d__echo").unwrap().deferred_start);
+    let connected = h.sink.of_type("mcp.server_connected").len();
+    // The old turn's entry cannot start d under the declaration the core no longer has.
+    let stale = old.call("d__echo", json!({"message": "old"})).await;
+    assert!(matches!(stale, Err(CallError::Stale { .. })), "{stale:?}");
+    // e is declared as it was: the old turn may still start it, and the start closes
+    // nothing the new turn uses.
+    let e = old.call("e__echo", json!({"message": "e"})).await.unwrap();
+    assert!(!e.is_error);
+    assert_eq!(h.sink.of_type("mcp.server_connected").len(), connected + 1);
+    let again = new
+        .call("d__echo", json!({"message": "new"}))
+        .await
+        .unwrap();
+    assert!(!again.is_error, "the new turn's connection is still open");
+    h.finish().await;
+}
+
+#[tokio::test]
+async fn a_host_tool_under_a_reserved_name_fails_a_deferred_turn_closed() {
+    let h = harness_with(Recorder::allow(), |mut c| {
+        c.host_tools = vec![demiurge_mcp::actors::HostTool::new(
+            "search_tools",
+            "builtin:search_tools",
+        )];
+        c
+    })
+    .await;
+    let core = two_demo_servers();
+    let fits = turn(&h, with_budget(core.spec(), ToolBudget::new(usize::MAX))).await;
+    assert!(!fits.deferral().unwrap().deferred);
+    let (session, _) = h
+        .runtime
+        .start_session(with_budget(core.spec(), ToolBudget::new(1)))
+        .await
+        .unwrap();
+    let refused = session.prepare_turn().await;
+    assert!(
+        matches!(refused, Err(demiurge_mcp::PrepareError::Reserved { ref name, .. }) if name == "search_tools"),
+        "{refused:?}"
+    );
+    h.finish().await;
+}

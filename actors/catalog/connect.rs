@@ -110,7 +110,7 @@ impl Pipeline {
                 connected.shaped = self
                     .pin(&declaration, &connected.redactor, shaped, Listing::Connect)
                     .await;
-                self.remember(&declaration, &connected.shaped);
+                self.remember(&declaration, &connected.shaped).await;
                 Outcome::Connected(Box::new(connected))
             }
             Err(outcome) => outcome,
@@ -506,7 +506,7 @@ impl Pipeline {
         let pinned = self
             .pin(&r.declaration, &r.redactor, shaped, Listing::Relist)
             .await;
-        self.remember(&r.declaration, &pinned);
+        self.remember(&r.declaration, &pinned).await;
         (r.id, Ok(pinned))
     }
 

@@ -67,23 +67,26 @@ impl Pipeline {
     }
 
     /// Keeps `shaped` as the last listing of `declaration` when it may start lazily
-    /// (written off the turn's path); a listing that holds something back is not kept,
-    /// and the one before it is forgotten.
-    pub(super) fn remember(&self, declaration: &Declaration, shaped: &Shaped) {
+    /// (on a blocking thread, before the connect's outcome reaches the catalog, so a
+    /// failure the catalog records later forgets it for good); a listing that holds
+    /// something back is not kept, and the one before it is forgotten.
+    pub(super) async fn remember(&self, declaration: &Declaration, shaped: &Shaped) {
         if declaration.start.unwrap_or(self.shared.config.start) == Start::Eager {
             return;
         }
         let key = self.pin_key(declaration);
         let home = self.shared.config.home.clone();
         let listing = CachedListing::of(shaped);
-        tokio::task::spawn_blocking(move || match listing {
-            Some(listing) => {
-                if let Err(e) = remember(&home, &key, &listing) {
-                    tracing::debug!("a server's listing was not kept: {e}");
-                }
+        let written = tokio::task::spawn_blocking(move || match listing {
+            Some(listing) => remember(&home, &key, &listing),
+            None => {
+                forget(&home, &key);
+                Ok(())
             }
-            None => forget(&home, &key),
         });
+        if let Ok(Err(e)) = written.await {
+            tracing::debug!("a server's listing was not kept: {e}");
+        }
     }
 }
 
@@ -133,6 +136,42 @@ impl CatalogState {
             generation: self.shared.next_id(),
             declaration,
             written: listing.written,
+        }
+    }
+
+    /// `request` as it may run: a turn's own, kept as the latest core; a start for an
+    /// effect runs against the latest core, and only when that core still declares the
+    /// server as the effect's turn did (enabled, same fingerprint). A start from a turn
+    /// whose declaration changed or went since is answered stale (`Cancelled`): it
+    /// neither starts a declaration that is no longer the core's nor closes servers the
+    /// core declares now.
+    pub(super) fn current(&mut self, mut request: TurnRequest) -> Option<TurnRequest> {
+        if !request.wake {
+            self.latest = Some(Arc::clone(&request.core));
+            return Some(request);
+        }
+        let declared = |core: &AgentCore, server: &str| {
+            core.enabled()
+                .find(|d| d.server_id == server)
+                .map(|d| d.fingerprint)
+        };
+        let server = request.scope.as_ref().and_then(|s| s.first()).cloned();
+        let same = match (&self.latest, &server) {
+            (Some(latest), Some(server)) => {
+                let now = declared(latest, server);
+                now.is_some() && now == declared(&request.core, server)
+            }
+            _ => false,
+        };
+        match (&self.latest, same) {
+            (Some(latest), true) => {
+                request.core = Arc::clone(latest);
+                Some(request)
+            }
+            _ => {
+                let _ = request.reply.send(Err(PrepareError::Cancelled));
+                None
+            }
         }
     }
 

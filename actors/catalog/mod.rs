@@ -109,6 +109,8 @@ pub(crate) struct CatalogState {
     names: Names,
     /// Servers listed from their last listing, not started (`start: lazy`).
     dormant: HashMap<String, dormant::Dormant>,
+    /// The core of the latest turn: what a start for an effect runs against.
+    latest: Option<Arc<crate::core::AgentCore>>,
     last: Option<Warm>,
     preparing: bool,
     queue: VecDeque<TurnRequest>,
@@ -138,6 +140,7 @@ impl Actor for Catalog {
             denied: HashMap::new(),
             names: Names::default(),
             dormant: HashMap::new(),
+            latest: None,
             last: None,
             preparing: false,
             queue: VecDeque::new(),
@@ -254,6 +257,9 @@ impl CatalogState {
     /// Plans the turn, closes what changed, and answers at once when nothing needs a
     /// server (a warm turn); otherwise connects and relists on a task of its own.
     async fn start_turn(&mut self, myself: &ActorRef<CatalogMsg>, request: TurnRequest) {
+        let Some(request) = self.current(request) else {
+            return;
+        };
         self.preparing = true;
         let peers: Vec<LivePeer> = self.live.values().map(Live::take_peer).collect();
         let covered = |server: &str| request.covers(server);
@@ -359,7 +365,7 @@ impl CatalogState {
         }
         let result = self
             .build_turn(&core, scope.as_deref(), turn, &kept, diagnostics, denied)
-            .map(|catalog| {
+            .and_then(|catalog| {
                 let starter = dormant::CatalogStarter {
                     catalog: myself.clone(),
                     core: Arc::clone(&core),

@@ -132,7 +132,7 @@ impl TurnCatalog {
         if !matches!(arguments, Value::Null | Value::Object(_)) {
             return Err(CallError::BadArguments);
         }
-        if binding.link.dispatch().is_none() {
+        if self.may_start(binding) {
             return self.dispatch_started(entry, arguments, hooks).await;
         }
         let arguments = match arguments {
@@ -196,22 +196,24 @@ impl TurnCatalog {
         Ok(result)
     }
 
+    /// Whether an effect of `binding` starts its server first: a dormant server, for an
+    /// effect its call capability and call policy could allow. Nothing starts for an
+    /// effect they refuse: it is refused below as for a live server.
+    pub(crate) fn may_start(&self, binding: &Binding) -> bool {
+        binding.link.dispatch().is_none()
+            && binding.call_allowed
+            && self.policy.call_policy(&binding.declaration) != ApprovalPolicy::Deny
+    }
+
     /// A call of a tool listed from its server's last listing: the server is started
-    /// first (unless the call capability is missing: nothing starts for a call that
-    /// would be refused), then the call goes through the turn that started it, to the
-    /// same tool as listed now. A tool the started server lists otherwise is refused.
+    /// first, then the call goes through the turn that started it, to the same tool as
+    /// listed now. A tool the started server lists otherwise is refused.
     async fn dispatch_started(
         &self,
         entry: &ToolEntry,
         arguments: Value,
         hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
-        if !entry.binding.call_allowed {
-            return Err(CallError::MissingCapability {
-                tool: entry.name.clone(),
-                capability: entry.binding.declaration.call_capability.clone(),
-            });
-        }
         let Some(started) = self.woken(&entry.binding, &entry.name).await? else {
             return Err(CallError::Stale {
                 tool: entry.name.clone(),

@@ -54,6 +54,17 @@ pub enum PrepareError {
     /// An MCP tool name collides with a tool of another source.
     #[error("tool name collision: {0}")]
     Collision(NameCollision),
+    /// The turn is deferred and the host registers a tool under a name a deferred turn
+    /// reserves for its own (`search_tools`, `describe_tool`).
+    #[error(
+        "the host registers a tool named `{name}` ({host_tool}), a name a deferred turn reserves for its own; rename the host's tool or raise the tool budget"
+    )]
+    Reserved {
+        /// The reserved name.
+        name: String,
+        /// Where the host's tool comes from.
+        host_tool: String,
+    },
     /// The runtime is shutting down or an actor is gone.
     #[error("the runtime is not running: {0}")]
     Unavailable(String),
@@ -422,15 +433,29 @@ impl TurnCatalog {
 
     /// This turn, its dormant servers started through `wakes` and its definitions under
     /// `budget` (the rule's decision a diagnostic when it defers).
+    ///
+    /// # Errors
+    /// A deferred turn whose host registers a tool under a reserved name.
     pub(crate) fn with_reach(
         mut self,
         wakes: Option<Wakes>,
         budget: Option<&crate::search::ToolBudget>,
-    ) -> Self {
+    ) -> Result<Self, PrepareError> {
         self.wakes = wakes.map(Arc::new);
         if let Some(budget) = budget {
             let rule = Deferral::decide(&self.tools, budget);
             if rule.deferred {
+                let reserved = self.shared.config.host_tools.iter().find(|h| {
+                    [SEARCH_TOOLS, DESCRIBE_TOOL]
+                        .iter()
+                        .any(|r| h.name.eq_ignore_ascii_case(r))
+                });
+                if let Some(host) = reserved {
+                    return Err(PrepareError::Reserved {
+                        name: host.name.clone(),
+                        host_tool: host.provenance.clone(),
+                    });
+                }
                 self.diagnostics.push(Diagnostic {
                     server: String::new(),
                     path: String::new(),
@@ -439,7 +464,7 @@ impl TurnCatalog {
             }
             self.deferred = Some(Arc::new(Deferred::new(rule)));
         }
-        self
+        Ok(self)
     }
 
     pub(crate) fn offers(&self) -> &[ServerEntry] {

@@ -34,7 +34,7 @@ impl TurnCatalog {
             _ => return Err(CallError::BadArguments),
         };
         let binding = &entry.binding;
-        if binding.link.dispatch().is_none() && binding.call_allowed {
+        if self.may_start(binding) {
             let started = self.woken(binding, name).await;
             let started = started.map_err(|e| self.refused(&prompt.server, e))?;
             if let Some(started) = started {

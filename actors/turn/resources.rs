@@ -170,10 +170,7 @@ impl TurnCatalog {
             return Ok(None);
         };
         let binding = &entry.binding;
-        if binding.link.dispatch().is_some()
-            || !binding.call_allowed
-            || !offers_uri(&entry.offered, &binding.declaration, uri)
-        {
+        if !self.may_start(binding) || !offers_uri(&entry.offered, &binding.declaration, uri) {
             return Ok(None);
         }
         let subject = binding

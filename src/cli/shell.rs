@@ -132,6 +132,8 @@ impl Shell<'_> {
         };
         let (_, owners) = super::call::owners_of(self.cli, name);
         if let Some(catalog) = turn_for(&self.session, &owners).await {
+            // A person named the tool: a deferred one is theirs to call.
+            catalog.load(&[name]);
             match catalog.call(name, args).await {
                 Ok(result) => print_result(&result, false),
                 Err(refused) => println!("refused: {}", t(&refused.to_string())),

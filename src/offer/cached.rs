@@ -104,22 +104,64 @@ pub(crate) fn forget(home: &Path, key: &str) {
     let _ = std::fs::remove_file(listing_path(home, key));
 }
 
-/// The listing of `key`, when there is a usable one.
+/// The listing of `key`, when there is a usable one: a regular file of its format,
+/// within the bounds a listing is shaped to (whoever wrote it).
 pub(crate) fn recall(home: &Path, key: &str) -> Option<CachedListing> {
-    use std::io::Read;
-    let path = listing_path(home, key);
-    crate::process::file_stamp(&path)?;
-    let mut bytes = Vec::new();
-    std::fs::File::open(&path)
-        .ok()?
-        .take(MAX_LISTING_FILE + 1)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    if bytes.len() as u64 > MAX_LISTING_FILE {
-        return None;
-    }
+    let bytes = crate::process::read_regular(&listing_path(home, key), MAX_LISTING_FILE)?;
     let listing: CachedListing = serde_json::from_slice(&bytes).ok()?;
-    (listing.format == FORMAT).then_some(listing)
+    (listing.format == FORMAT && listing.within_bounds()).then_some(listing)
+}
+
+impl CachedListing {
+    /// Whether every list and text is within what shaping a listing keeps: a file
+    /// that holds more was not written by this runtime, and is not used.
+    fn within_bounds(&self) -> bool {
+        use super::{MAX_DESCRIPTION, MAX_INSTRUCTIONS, MAX_PROMPT_ARGUMENTS, MAX_TITLE, MAX_URI};
+        let max = crate::transport::MAX_TOOLS;
+        let fits = |text: &str, bound: usize| text.chars().count() <= bound + 1;
+        let short = |text: &Option<String>| text.as_deref().is_none_or(|t| fits(t, MAX_TITLE));
+        let said = |text: &Option<String>| text.as_deref().is_none_or(|t| fits(t, MAX_DESCRIPTION));
+        let lists = self.tools.len() <= max
+            && self.resources.len() <= max
+            && self.templates.len() <= max
+            && self.prompts.len() <= max
+            && self.notes.len() <= 64;
+        let tools = self.tools.iter().all(|t| {
+            fits(&t.name, MAX_TITLE)
+                && t.title.as_deref().is_none_or(|x| fits(x, MAX_TITLE))
+                && t.description
+                    .as_deref()
+                    .is_none_or(|d| fits(d, MAX_DESCRIPTION))
+        });
+        let resources = self.resources.iter().all(|r| {
+            fits(&r.uri, MAX_URI)
+                && fits(&r.name, MAX_TITLE)
+                && short(&r.title)
+                && said(&r.description)
+        });
+        let templates = self.templates.iter().all(|t| {
+            fits(&t.uri_template, MAX_URI) && fits(&t.name, MAX_TITLE) && said(&t.description)
+        });
+        let prompts = self.prompts.iter().all(|p| {
+            fits(&p.name, MAX_TITLE * 2)
+                && short(&p.title)
+                && said(&p.description)
+                && p.arguments.len() <= MAX_PROMPT_ARGUMENTS
+                && p.arguments
+                    .iter()
+                    .all(|a| fits(&a.name, MAX_TITLE) && said(&a.description))
+        });
+        let identity = fits(&self.identity.name, MAX_TITLE)
+            && fits(&self.identity.version, MAX_TITLE)
+            && short(&self.identity.title)
+            && self
+                .identity
+                .instructions
+                .as_deref()
+                .is_none_or(|i| fits(i, MAX_INSTRUCTIONS));
+        let notes = self.notes.iter().all(|n| fits(n, MAX_DESCRIPTION));
+        lists && tools && resources && templates && prompts && identity && notes
+    }
 }
 
 #[cfg(test)]
@@ -148,6 +190,15 @@ mod tests {
         std::fs::write(listing_path(home.path(), "k"), b"{not json").unwrap();
         assert!(recall(home.path(), "k").is_none());
         assert!(recall(home.path(), "absent").is_none());
+        // A file past the bounds a listing is shaped to is not one this runtime wrote.
+        let mut long = listing.clone();
+        long.identity.instructions = Some("x".repeat(crate::offer::MAX_INSTRUCTIONS + 10));
+        remember(home.path(), "long", &long).unwrap();
+        assert!(recall(home.path(), "long").is_none());
+        // Nor is anything but a regular file: a FIFO is refused, not waited on.
+        let fifo = listing_path(home.path(), "fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(recall(home.path(), "fifo").is_none());
         shaped.offer.held.push(crate::pins::Held {
             kind: crate::pins::DefinitionKind::Tool,
             name: "x".into(),

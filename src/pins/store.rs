@@ -321,17 +321,7 @@ impl PinStore {
 }
 
 fn read(path: &Path) -> Option<PinFile> {
-    use std::io::Read;
-    crate::process::file_stamp(path)?;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .ok()?
-        .take(MAX_PIN_FILE + 1)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    if bytes.len() as u64 > MAX_PIN_FILE {
-        return None;
-    }
+    let bytes = crate::process::read_regular(path, MAX_PIN_FILE)?;
     serde_json::from_slice(&bytes).ok()
 }
 

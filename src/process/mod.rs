@@ -268,6 +268,26 @@ pub fn file_stamp(path: &Path) -> Option<(std::time::SystemTime, u64, u64)> {
         .and_then(|(m, len, ino)| Some((m?, len, ino)))
 }
 
+/// The bytes of the regular file at `path`, when it has at most `max` of them: opened
+/// without following a link and without waiting (a FIFO or device swapped in after a
+/// look is refused by the open file's own type), read to `max + 1` bytes at most.
+pub fn read_regular(path: &Path, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.file_type().is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= max).then_some(bytes)
+}
+
 /// Opens `path` for appending, 0600 whatever the umask, its directory 0700; a symlink
 /// at `path` is refused, not followed.
 ///
