@@ -546,3 +546,59 @@ async fn a_host_tool_under_a_reserved_name_fails_a_deferred_turn_closed() {
     );
     h.finish().await;
 }
+
+#[tokio::test]
+async fn what_a_model_sends_the_host_tools_is_bounded_and_answered_as_a_tool_error() {
+    let h = runtime(Recorder::allow(), Start::Eager).await;
+    let core = two_demo_servers();
+    let catalog = turn(&h, with_budget(core.spec(), ToolBudget::new(1))).await;
+    let huge = "add ".repeat(300_000);
+    let queries = [
+        json!({"query": huge}),
+        json!({"query": "\u{1b}[8m\u{202e}add\u{0}", "limit": 1_000_000_000u64}),
+        json!({"query": "the a of to", "limit": -3}),
+        json!({"query": "", "limit": 0}),
+        json!({"query": "数字 add"}),
+    ];
+    for query in queries {
+        let found = catalog.call(SEARCH_TOOLS, query).await.unwrap();
+        assert!(!found.is_error);
+        let listed = data(&found)["tools"].as_array().unwrap().len();
+        assert!(listed <= demiurge_mcp::actors::MAX_LOOKUP);
+        assert!(!text(&found).contains('\u{1b}'));
+    }
+    for bad in [
+        json!({}),
+        json!({"query": 7}),
+        json!({"query": ["add"]}),
+        json!({"names": "d__add"}),
+    ] {
+        let tool = if bad.get("names").is_some() {
+            DESCRIBE_TOOL
+        } else {
+            SEARCH_TOOLS
+        };
+        let answered = catalog.call(tool, bad).await.unwrap();
+        assert!(answered.is_error);
+    }
+    // A thousand names, long ones and non-strings among them: twenty are looked at, an
+    // unknown one is echoed cut.
+    let mut names: Vec<Value> = (0..1_000)
+        .map(|n| json!(format!("x{n}__{}", "y".repeat(5_000))))
+        .collect();
+    names.insert(3, json!(42));
+    names.insert(5, json!({"name": "d__add"}));
+    let described = catalog
+        .call(DESCRIBE_TOOL, json!({"names": names}))
+        .await
+        .unwrap();
+    let unknown = data(&described)["unknown"].as_array().unwrap().clone();
+    assert_eq!(unknown.len(), 18);
+    assert!(
+        unknown
+            .iter()
+            .all(|u| u.as_str().unwrap().chars().count() <= 81)
+    );
+    assert!(!catalog.is_loaded("d__add"));
+    h.finish().await;
+}

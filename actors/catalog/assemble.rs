@@ -6,22 +6,24 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use ractor::ActorId;
+use ractor::{ActorId, ActorRef};
 
 use rmcp::model::Tool;
 
 use crate::actors::connection::Live;
 use crate::actors::turn::{
-    Binding, Denial, Diagnostic, Entries, Link, PrepareError, ServerEntry, TurnCatalog, Warm,
-    WarmKey, bind, required,
+    Binding, Denial, Diagnostic, Entries, Link, PrepareError, ServerEntry, TurnCatalog, Wakes,
+    Warm, WarmKey, bind, required,
 };
 use crate::core::{AgentCore, Declaration};
+use crate::events::EventKind;
 use crate::naming::Names;
 use crate::offer::Offered;
 use crate::redact::Redactor;
+use crate::search::ToolBudget;
 
-use super::dormant::Dormant;
-use super::{CatalogState, plan};
+use super::dormant::{CatalogStarter, Dormant};
+use super::{CatalogMsg, CatalogState, plan};
 
 /// A server a turn offers: connected, or dormant (listed from its last listing).
 pub(super) struct Served<'a> {
@@ -134,6 +136,48 @@ impl CatalogState {
             diagnostics,
             denied,
         ))
+    }
+
+    /// The turn `catalog` as its caller gets it: its dormant servers started through
+    /// this catalog when an effect needs one, its definitions under `budget`; its
+    /// events (`mcp.turn_prepared`, and `mcp.tools_deferred` under a budget) emitted.
+    pub(super) fn reach(
+        &self,
+        myself: &ActorRef<CatalogMsg>,
+        core: &Arc<AgentCore>,
+        turn: u64,
+        budget: Option<ToolBudget>,
+        catalog: TurnCatalog,
+    ) -> Result<TurnCatalog, PrepareError> {
+        let starter = CatalogStarter {
+            catalog: myself.clone(),
+            core: Arc::clone(core),
+            turn,
+        };
+        let dormant = catalog.tools().iter().any(|t| t.deferred_start);
+        let wakes = dormant.then(|| Wakes::new(starter));
+        let catalog = catalog.with_reach(wakes, budget.as_ref())?;
+        let failed = catalog.diagnostics().iter().filter(|d| !d.path.is_empty());
+        self.emit(EventKind::TurnPrepared {
+            turn,
+            tools: catalog.tools().len(),
+            failed: failed.count(),
+            denied: catalog.denied().len(),
+        });
+        if let Some(rule) = catalog.deferral() {
+            self.emit(EventKind::ToolsDeferred {
+                turn,
+                budget: rule.budget,
+                estimator: rule.estimator.to_string(),
+                tools: rule.tools,
+                full_tokens: rule.full_tokens,
+                deferred: rule.deferred,
+                offered_tokens: rule.offered_tokens,
+                deferred_tools: rule.deferred_tools,
+                always_loaded: rule.always_loaded.len(),
+            });
+        }
+        Ok(catalog)
     }
 
     /// Entries built anew through `plan::entries`, each bound to its connection, and

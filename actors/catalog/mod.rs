@@ -21,7 +21,7 @@ use ractor::{
 
 use crate::actors::connection::{Connected, Live, LivePeer, close_all};
 use crate::actors::shared::Shared;
-use crate::actors::turn::{Denial, Diagnostic, PrepareError, Wakes, Warm};
+use crate::actors::turn::{Denial, Diagnostic, PrepareError, Warm};
 use crate::authority::{CapabilitySet, DenyReason, HostPolicy};
 use crate::core::{Declaration, Fingerprint};
 use crate::events::EventKind;
@@ -363,46 +363,8 @@ impl CatalogState {
         for (id, listed) in relisted {
             self.apply_relist(&id, listed, &mut diagnostics);
         }
-        let result = self
-            .build_turn(&core, scope.as_deref(), turn, &kept, diagnostics, denied)
-            .and_then(|catalog| {
-                let starter = dormant::CatalogStarter {
-                    catalog: myself.clone(),
-                    core: Arc::clone(&core),
-                    turn,
-                };
-                let wakes = catalog
-                    .tools()
-                    .iter()
-                    .any(|t| t.deferred_start)
-                    .then(|| Wakes::new(starter));
-                catalog.with_reach(wakes, budget.as_ref())
-            });
-        if let Ok(catalog) = &result {
-            self.emit(EventKind::TurnPrepared {
-                turn,
-                tools: catalog.tools().len(),
-                failed: catalog
-                    .diagnostics()
-                    .iter()
-                    .filter(|d| !d.path.is_empty())
-                    .count(),
-                denied: catalog.denied().len(),
-            });
-            if let Some(rule) = catalog.deferral() {
-                self.emit(EventKind::ToolsDeferred {
-                    turn,
-                    budget: rule.budget,
-                    estimator: rule.estimator.to_string(),
-                    tools: rule.tools,
-                    full_tokens: rule.full_tokens,
-                    deferred: rule.deferred,
-                    offered_tokens: rule.offered_tokens,
-                    deferred_tools: rule.deferred_tools,
-                    always_loaded: rule.always_loaded.len(),
-                });
-            }
-        }
+        let built = self.build_turn(&core, scope.as_deref(), turn, &kept, diagnostics, denied);
+        let result = built.and_then(|catalog| self.reach(myself, &core, turn, budget, catalog));
         if reply.send(result).is_err() {
             // The caller left as the turn resolved: what it connected is not kept.
             for server in adopted {

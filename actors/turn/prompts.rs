@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{CallError, StaleReason, TurnCatalog};
+use super::{CallError, ServerEntry, StaleReason, TurnCatalog};
 use crate::authority::{Action, CallSubject};
 use crate::events::EventKind;
 use crate::offer::{MAX_DESCRIPTION, PromptResult, prompt_result};
@@ -35,12 +35,7 @@ impl TurnCatalog {
         };
         let binding = &entry.binding;
         if self.may_start(binding) {
-            let started = self.woken(binding, name).await;
-            let started = started.map_err(|e| self.refused(&prompt.server, e))?;
-            if let Some(started) = started {
-                let arguments = arguments.map_or(Value::Null, Value::Object);
-                return Box::pin(started.get_prompt(name, arguments)).await;
-            }
+            return self.get_started_prompt(entry, name, arguments).await;
         }
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let refused = |error: CallError| self.refused(&prompt.server, error);
@@ -98,5 +93,27 @@ impl TurnCatalog {
             },
         );
         Ok(prompt_result(name, &prompt.server, &got, &redactor))
+    }
+
+    /// A prompt of a server listed from its last listing: got through the turn that
+    /// started the server for it.
+    async fn get_started_prompt(
+        &self,
+        entry: &ServerEntry,
+        name: &str,
+        arguments: Option<serde_json::Map<String, Value>>,
+    ) -> Result<PromptResult, CallError> {
+        let server = &entry.binding.declaration.server_id;
+        let started = self.woken(&entry.binding, name).await;
+        match started.map_err(|e| self.refused(server, e))? {
+            Some(started) => {
+                let arguments = arguments.map_or(Value::Null, Value::Object);
+                Box::pin(started.get_prompt(name, arguments)).await
+            }
+            None => Err(CallError::Stale {
+                tool: name.to_string(),
+                reason: StaleReason::Closed,
+            }),
+        }
     }
 }

@@ -54,28 +54,7 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
             session.prepare_turn_for(&owners).await?
         };
         super::tools::print_problems(&catalog, true);
-        if let Some((server, _)) = catalog.unavailable(tool) {
-            // Its diagnostic or denial was printed just above.
-            eprintln!(
-                "error: `{}` is not available: server `{}` did not connect this turn (the reason is above)",
-                t(tool),
-                t(&server)
-            );
-            return Ok(Err(None));
-        }
-        if host_tool && catalog.deferral().is_none_or(|d| !d.deferred) {
-            eprintln!(
-                "error: `{}` is a tool of a deferred turn only: give a --tool-budget the turn's definitions exceed",
-                t(tool)
-            );
-            return Ok(Err(None));
-        }
-        if catalog.get(tool).is_none() && !host_tool {
-            let names = catalog.tools().iter().map(|e| e.name.as_str());
-            let hint = demiurge_mcp::text::closest(tool, names)
-                .map(|n| format!("; did you mean `{}`?", t(n)))
-                .unwrap_or_default();
-            eprintln!("error: unknown tool `{}`{hint}", t(tool));
+        if !callable(&catalog, tool, host_tool) {
             return Ok(Err(None));
         }
         // A person named the tool: its definition is theirs to have read.
@@ -111,6 +90,36 @@ pub(crate) async fn run(cli: &Cli, tool: &str, args: &str, as_json: bool) -> any
             Ok(1)
         }
     }
+}
+
+/// Whether `tool` can be called in `catalog`; else says why on stderr (its server did
+/// not connect, it is a host tool of deferred turns only, or no tool has that name).
+fn callable(catalog: &demiurge_mcp::TurnCatalog, tool: &str, host_tool: bool) -> bool {
+    if let Some((server, _)) = catalog.unavailable(tool) {
+        // Its diagnostic or denial was printed before.
+        eprintln!(
+            "error: `{}` is not available: server `{}` did not connect this turn (the reason is above)",
+            t(tool),
+            t(&server)
+        );
+        return false;
+    }
+    if host_tool && catalog.deferral().is_none_or(|d| !d.deferred) {
+        eprintln!(
+            "error: `{}` is a tool of a deferred turn only: give a --tool-budget the turn's definitions exceed",
+            t(tool)
+        );
+        return false;
+    }
+    if catalog.get(tool).is_none() && !host_tool {
+        let names = catalog.tools().iter().map(|e| e.name.as_str());
+        let hint = demiurge_mcp::text::closest(tool, names)
+            .map(|n| format!("; did you mean `{}`?", t(n)))
+            .unwrap_or_default();
+        eprintln!("error: unknown tool `{}`{hint}", t(tool));
+        return false;
+    }
+    true
 }
 
 /// Draws the server's progress on one terminal line (stderr), redrawn in place at most
