@@ -106,7 +106,11 @@ impl Deferral {
             self.offered_tokens
         );
         if self.offered_tokens > self.budget {
-            text.push_str(" (still over the budget: load fewer tools always)");
+            text.push_str(if self.always_loaded.is_empty() {
+                " (still over the budget: the summaries alone exceed it; raise it)"
+            } else {
+                " (still over the budget: load fewer tools always, or raise it)"
+            });
         }
         text
     }
