@@ -163,6 +163,22 @@ pub(super) enum Command {
         json: bool,
     },
     /// Serve the built-in demo MCP server on stdio (or streamable HTTP with --http).
+    /// Serve this core's MCP servers to any MCP client, as one MCP server: its tools,
+    /// resources and prompts are a session's turn (one session per client connection),
+    /// under the runtime's authority, approvals (asked of the client's person) and
+    /// redaction.
+    Serve {
+        /// Serve on stdin/stdout (the default).
+        #[arg(long, conflicts_with = "http")]
+        stdio: bool,
+        /// Serve streamable HTTP on this address (path /mcp); a non-loopback address
+        /// needs the bearer token made for it.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<std::net::SocketAddr>,
+        /// Print what to paste into a client's configuration (claude, codex, vscode).
+        #[arg(long = "print-config", value_name = "CLIENT")]
+        print_config: Option<String>,
+    },
     DemoServer {
         /// Serve streamable HTTP on this address (path /mcp) instead of stdio.
         #[arg(long, value_name = "ADDR")]

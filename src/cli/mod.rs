@@ -23,6 +23,7 @@ mod import;
 mod mcp;
 mod pins;
 mod resources;
+mod serve;
 mod shell;
 mod tools;
 mod url_check;
@@ -257,6 +258,11 @@ async fn run(cli: Cli) -> u8 {
             resources::prompt(&cli, name, args, *json).await
         }
         Some(Command::Demo) => demo::run(&cli).await,
+        Some(Command::Serve {
+            stdio: _,
+            http,
+            print_config,
+        }) => serve::run(&cli, *http, print_config.as_deref()).await,
         Some(Command::Approvals { action }) => Ok(match action {
             ApprovalsAction::List { json } => approvals::list(&cli, *json),
             ApprovalsAction::Revoke { id, all } => approvals::revoke(&cli, id.as_deref(), *all),

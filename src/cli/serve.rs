@@ -1,0 +1,288 @@
+//! `demiurge serve [--stdio | --http ADDR] [--print-config claude|codex|vscode]`: the
+//! runtime in front of any MCP client, as one MCP server (`gateway.rs`) whose tools,
+//! resources and prompts are a session's turn catalog, one session per client
+//! connection; approvals go to the person behind the client (`ask.rs`).
+//!
+//! The HTTP face binds loopback by default. Any other address needs the bearer token
+//! (generated once, kept 0600 in the home, printed when made) on every request; a
+//! request whose `Host` is not loopback (or the bound address), or whose `Origin` is not
+//! a loopback origin, is refused (DNS rebinding); bodies are bounded by rmcp (4 MiB).
+
+mod ask;
+mod gateway;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+
+use super::{Cli, register, t};
+use ask::{ClientApprover, Clients};
+use gateway::{Gateway, Shared};
+
+/// `serve`'s entry.
+pub(crate) async fn run(
+    cli: &Cli,
+    http: Option<SocketAddr>,
+    print_config: Option<&str>,
+) -> anyhow::Result<u8> {
+    if let Some(client) = print_config {
+        return Ok(match config_snippet(cli, client, http) {
+            Some(snippet) => {
+                println!("{snippet}");
+                0
+            }
+            None => {
+                eprintln!("error: --print-config takes claude, codex or vscode");
+                super::USAGE
+            }
+        });
+    }
+    let clients: Clients = Arc::default();
+    let mut config = cli.config(Arc::new(super::Progress::new()));
+    // Over stdio the terminal is the protocol stream: only the client can be asked
+    // (or `--yes` answers, as for any command).
+    let terminal = http.is_some() && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    let terminal_approver = (terminal || cli.yes).then(|| Arc::clone(&config.approver));
+    config.approver = Arc::new(ClientApprover {
+        clients: Arc::clone(&clients),
+        terminal: terminal_approver,
+    });
+    let runtime = demiurge_mcp::Runtime::start(config).await?;
+    register(&runtime);
+    let shared = Shared {
+        runtime: runtime.clone(),
+        spec: cli.session_spec(),
+        clients,
+    };
+    let served = match http {
+        None => serve_stdio(shared).await,
+        Some(addr) => serve_http(cli, addr, shared).await,
+    };
+    runtime.shutdown().await;
+    served.map(|()| 0)
+}
+
+async fn serve_stdio(shared: Shared) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+    let service = Gateway::new(shared).serve(rmcp::transport::stdio()).await?;
+    service.waiting().await?;
+    Ok(())
+}
+
+/// The token a non-loopback `serve --http` requires, made (and printed) when absent.
+fn bearer_token(cli: &Cli) -> anyhow::Result<String> {
+    let env = demiurge_mcp::HostEnv::from_process();
+    let path = cli.home_dir(&env).join("serve-token");
+    if let Ok(token) = std::fs::read_to_string(&path)
+        && token.trim().len() >= 32
+    {
+        return Ok(token.trim().to_string());
+    }
+    let mut raw = [0u8; 32];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut raw)?;
+    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    write_token(&path, &token)?;
+    eprintln!(
+        "serve: a bearer token was made for this address (shown once; kept in {}): {token}",
+        t(&path.display().to_string())
+    );
+    Ok(token)
+}
+
+/// Writes a new token file, 0600, never through a link.
+fn write_token(path: &std::path::Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let _ = std::fs::remove_file(path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)?;
+    file.write_all(token.as_bytes())
+}
+
+async fn serve_http(cli: &Cli, addr: SocketAddr, shared: Shared) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
+    let token = if addr.ip().is_loopback() {
+        None
+    } else {
+        Some(bearer_token(cli)?)
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+    hosts.push(bound.ip().to_string());
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts(hosts);
+    let sessions: Arc<
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+    > = Arc::default();
+    let service =
+        StreamableHttpService::new(move || Ok(Gateway::new(shared.clone())), sessions, config);
+    eprintln!("serve: MCP over streamable HTTP at http://{bound}/mcp");
+    let token: Option<Arc<str>> = token.map(Into::into);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let (service, token) = (service.clone(), token.clone());
+        let guarded =
+            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let (service, token) = (service.clone(), token.clone());
+                async move {
+                    if let Some(refused) = refuse(&request, token.as_deref()) {
+                        return Ok::<_, std::convert::Infallible>(refused);
+                    }
+                    Ok(service.handle(request).await)
+                }
+            });
+        tokio::spawn(async move {
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), guarded)
+                    .await;
+        });
+    }
+}
+
+type Response =
+    hyper::Response<http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>>;
+
+/// Why `request` is refused before rmcp sees it: a missing or wrong bearer token (when
+/// one is required), or an `Origin` that is not a loopback origin.
+fn refuse<B>(request: &hyper::Request<B>, token: Option<&str>) -> Option<Response> {
+    let answer = |status: u16, text: &str| {
+        let mut response = hyper::Response::new(Full::new(Bytes::from(text.to_string())).boxed());
+        *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or_default();
+        response
+    };
+    if let Some(token) = token {
+        let given = request
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let same = given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()));
+        if !same {
+            return Some(answer(
+                401,
+                "a bearer token is required (`demiurge serve --print-config` shows where it is kept)",
+            ));
+        }
+    }
+    if let Some(origin) = request.headers().get(hyper::header::ORIGIN) {
+        let loopback = origin
+            .to_str()
+            .ok()
+            .and_then(|o| url::Url::parse(o).ok())
+            .and_then(|u| u.host_str().map(str::to_string))
+            .is_some_and(|h| matches!(h.as_str(), "localhost" | "127.0.0.1" | "[::1]"));
+        if !loopback {
+            return Some(answer(403, "requests from that origin are refused"));
+        }
+    }
+    None
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What to paste into `client`'s configuration to use this core through `serve`.
+fn config_snippet(cli: &Cli, client: &str, http: Option<SocketAddr>) -> Option<String> {
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "demiurge".into());
+    let core = cli.core_dir().display().to_string();
+    let args = ["--core", core.as_str(), "serve", "--stdio"];
+    let url = http.map(|a| format!("http://{a}/mcp"));
+    let snippet = match (client, url) {
+        ("claude", None) => serde_json::to_string_pretty(&serde_json::json!({
+            "mcpServers": {"demiurge": {"command": exe, "args": args}}
+        }))
+        .ok()?,
+        ("claude", Some(url)) => serde_json::to_string_pretty(&serde_json::json!({
+            "mcpServers": {"demiurge": {"type": "http", "url": url}}
+        }))
+        .ok()?,
+        ("vscode", None) => serde_json::to_string_pretty(&serde_json::json!({
+            "servers": {"demiurge": {"type": "stdio", "command": exe, "args": args}}
+        }))
+        .ok()?,
+        ("vscode", Some(url)) => serde_json::to_string_pretty(&serde_json::json!({
+            "servers": {"demiurge": {"type": "http", "url": url}}
+        }))
+        .ok()?,
+        ("codex", None) => format!(
+            "[mcp_servers.demiurge]\ncommand = {}\nargs = {}",
+            serde_json::to_string(&exe).ok()?,
+            serde_json::to_string(&args).ok()?
+        ),
+        ("codex", Some(url)) => format!(
+            "[mcp_servers.demiurge]\nurl = {}",
+            serde_json::to_string(&url).ok()?
+        ),
+        _ => return None,
+    };
+    Some(snippet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(headers: &[(&str, &str)]) -> hyper::Request<()> {
+        let mut builder = hyper::Request::builder().uri("/mcp");
+        for (name, value) in headers {
+            builder = builder.header(*name, *value);
+        }
+        builder.body(()).unwrap()
+    }
+
+    fn status(refused: Option<Response>) -> Option<u16> {
+        refused.map(|r| r.status().as_u16())
+    }
+
+    #[test]
+    fn a_token_when_required_and_only_loopback_origins_pass() {
+        let token = "a".repeat(64);
+        let ok = format!("Bearer {token}");
+        assert_eq!(status(refuse(&request(&[]), None)), None);
+        assert_eq!(status(refuse(&request(&[]), Some(&token))), Some(401));
+        for wrong in ["Bearer ", "bearer x", "Basic abc", "Bearer aaaa"] {
+            let r = request(&[("authorization", wrong)]);
+            assert_eq!(status(refuse(&r, Some(&token))), Some(401), "{wrong}");
+        }
+        assert_eq!(
+            status(refuse(&request(&[("authorization", &ok)]), Some(&token))),
+            None
+        );
+        for origin in [
+            "http://localhost:3000",
+            "http://127.0.0.1",
+            "https://[::1]:8443",
+        ] {
+            assert_eq!(
+                status(refuse(&request(&[("origin", origin)]), None)),
+                None,
+                "{origin}"
+            );
+        }
+        for origin in [
+            "http://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.nip.io",
+            "null",
+            "file://",
+        ] {
+            let r = request(&[("origin", origin)]);
+            assert_eq!(status(refuse(&r, None)), Some(403), "{origin}");
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Approvals of `demiurge serve` go to the person behind the MCP client that caused
+//! them: by elicitation (form mode) when that client supports it, with the same preview
+//! text and the same choices as the terminal; otherwise by the terminal when `serve`
+//! has one that is not its protocol stream; otherwise they are refused (fail closed),
+//! and the refused call's error says how to approve.
+//!
+//! Adversary: the client (it answers for its own session only: a question is routed by
+//! the session that asked it, never to another client), and whatever it sends back (an
+//! answer outside the offered choices is a refusal).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use demiurge_mcp::actors::Action;
+use demiurge_mcp::{ApprovalAnswer, ApprovalRequest, Approver};
+use futures::future::BoxFuture;
+use rmcp::RoleServer;
+use rmcp::model::{ElicitRequestParams, ElicitationAction};
+use rmcp::service::Peer;
+use serde_json::{Value, json};
+
+/// How long a client's person has to answer.
+const ANSWER_WITHIN: Duration = Duration::from_secs(300);
+
+/// The client connection of each session, by session id.
+pub(crate) type Clients = Arc<Mutex<HashMap<String, Peer<RoleServer>>>>;
+
+/// The approver of `serve`.
+pub(crate) struct ClientApprover {
+    pub clients: Clients,
+    /// The terminal's approver, when `serve` has a terminal of its own.
+    pub terminal: Option<Arc<dyn Approver>>,
+}
+
+impl Approver for ClientApprover {
+    fn decide(&self, request: ApprovalRequest) -> BoxFuture<'static, ApprovalAnswer> {
+        let peer = self
+            .clients
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&request.session).cloned());
+        let asks_form = peer.as_ref().is_some_and(|p| {
+            p.supported_elicitation_modes()
+                .contains(&rmcp::service::ElicitationMode::Form)
+        });
+        match (peer, &self.terminal) {
+            (Some(peer), _) if asks_form => Box::pin(ask_client(peer, request)),
+            (_, Some(terminal)) => terminal.decide(request),
+            _ => Box::pin(async { ApprovalAnswer::Deny }),
+        }
+    }
+}
+
+/// The choices offered for `action`: a changed definition is approved once or not.
+fn choices(action: Action) -> &'static [&'static str] {
+    if action == Action::Change {
+        &["approve", "no"]
+    } else {
+        &["once", "session", "always", "no"]
+    }
+}
+
+async fn ask_client(peer: Peer<RoleServer>, request: ApprovalRequest) -> ApprovalAnswer {
+    let offered = choices(request.action);
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "answer": {
+                "type": "string",
+                "title": "Allow?",
+                "enum": offered,
+                "description": "once: this time; session: for this session; always: until the declaration changes; no: refuse",
+            }
+        },
+        "required": ["answer"],
+    });
+    let Ok(schema) = serde_json::from_value(schema) else {
+        return ApprovalAnswer::Deny;
+    };
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: request.render(),
+        requested_schema: schema,
+    };
+    let asked = peer
+        .create_elicitation_with_timeout(params, Some(ANSWER_WITHIN))
+        .await;
+    let Ok(answer) = asked else {
+        return ApprovalAnswer::Deny;
+    };
+    if answer.action != ElicitationAction::Accept {
+        return ApprovalAnswer::Deny;
+    }
+    let chosen = answer
+        .content
+        .as_ref()
+        .and_then(|c| c.get("answer"))
+        .and_then(Value::as_str)
+        .filter(|a| offered.contains(a));
+    match chosen {
+        Some("once" | "approve") => ApprovalAnswer::AllowOnce,
+        Some("session") => ApprovalAnswer::AllowSession,
+        Some("always") => ApprovalAnswer::AllowAlways,
+        _ => ApprovalAnswer::Deny,
+    }
+}

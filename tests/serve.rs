@@ -1,0 +1,154 @@
+//! `demiurge serve`: the runtime in front of an MCP client written with rmcp (a client
+//! of the same SDK family as most hosts), over stdio: the catalog's tools served under
+//! their exposed names, calls answered in the model view (a server's secret redacted),
+//! approvals refused closed when nobody can answer (with how to approve), answered by
+//! `--yes`, and every server process gone when the client goes.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Core, demo, eventually, servers_of};
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
+use serde_json::json;
+
+/// The secret the demo server is given, which a resource read returns.
+const CANARY: &str = "sk_canary_serve_51f0";
+
+async fn client(
+    core: &Core,
+    home: &Path,
+    yes: bool,
+) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    let mut command = tokio::process::Command::new(common::exe());
+    command
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home)
+        .arg("serve")
+        .env("SERVE_TOKEN", CANARY)
+        .stderr(std::process::Stdio::null());
+    if yes {
+        command.arg("--yes");
+    }
+    let transport = rmcp::transport::TokioChildProcess::new(command).unwrap();
+    ().serve(transport).await.unwrap()
+}
+
+fn core() -> Core {
+    Core::new().grant_servers(&["d"]).server(
+        "d",
+        &demo("env:\n  SERVE_TOKEN: \"${SERVE_TOKEN}\"\nsandbox: off\n"),
+    )
+}
+
+fn text(result: &rmcp::model::CallToolResult) -> String {
+    serde_json::to_string(&result.content).unwrap()
+}
+
+#[tokio::test]
+async fn a_client_lists_and_calls_through_serve_in_the_model_view() {
+    let core = core();
+    let home = tempfile::tempdir().unwrap();
+    let served = client(&core, home.path(), true).await;
+    let tools = served.list_all_tools().await.unwrap();
+    let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert!(names.contains(&"d__echo".to_string()), "{names:?}");
+    assert_eq!(names.len(), 16);
+    let params = CallToolRequestParams::new("d__add")
+        .with_arguments(json!({"a": 2, "b": 3}).as_object().cloned().unwrap());
+    let added = served.call_tool(params).await.unwrap();
+    assert_ne!(added.is_error, Some(true));
+    assert!(text(&added).contains('5'), "{}", text(&added));
+
+    // A server's secret reaches the client redacted, as it would reach a model.
+    let read = served
+        .read_resource(ReadResourceRequestParams::new("demo://env/SERVE_TOKEN"))
+        .await
+        .unwrap();
+    let read = serde_json::to_string(&read).unwrap();
+    assert!(!read.contains(CANARY), "{read}");
+
+    // An unknown tool is the client's tool error, not a protocol failure.
+    let unknown = served
+        .call_tool(CallToolRequestParams::new("d__nope"))
+        .await
+        .unwrap();
+    assert_eq!(unknown.is_error, Some(true));
+    served.cancel().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || servers_of(home.path())
+            .is_empty())
+        .await,
+        "a server outlived its client"
+    );
+}
+
+#[tokio::test]
+async fn without_anyone_to_ask_serve_refuses_and_says_how_to_approve() {
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("approval_policy: prompt\nsandbox: off\n"));
+    let home = tempfile::tempdir().unwrap();
+    // A first run with `--yes` connects (and keeps the listing); the next client cannot
+    // answer a question: the call's connect and call approvals are refused.
+    let first = client(&core, home.path(), true).await;
+    assert_eq!(first.list_all_tools().await.unwrap().len(), 16);
+    first.cancel().await.unwrap();
+    let served = client(&core, home.path(), false).await;
+    let tools = served.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 16, "listed from the last listing");
+    let refused = served
+        .call_tool(
+            CallToolRequestParams::new("d__echo")
+                .with_arguments(json!({"message": "x"}).as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(refused.is_error, Some(true));
+    let said = text(&refused);
+    assert!(
+        said.contains("not available") && said.contains("approve"),
+        "{said}"
+    );
+    served.cancel().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || servers_of(home.path())
+            .is_empty())
+        .await
+    );
+}
+
+#[test]
+fn print_config_gives_each_client_its_lines() {
+    let core = core();
+    for (client, needle) in [
+        ("claude", "\"mcpServers\""),
+        ("vscode", "\"servers\""),
+        ("codex", "[mcp_servers.demiurge]"),
+    ] {
+        let out = std::process::Command::new(common::exe())
+            .arg("--core")
+            .arg(core.root())
+            .args(["serve", "--print-config", client])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(needle),
+            "{client}: {stdout}"
+        );
+        assert!(
+            stdout.contains("serve") && stdout.contains("--stdio"),
+            "{stdout}"
+        );
+    }
+    let bad = std::process::Command::new(common::exe())
+        .args(["serve", "--print-config", "emacs"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
