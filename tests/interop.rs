@@ -1718,3 +1718,128 @@ async fn many_servers_by_others_are_searched_deferred_and_started_when_used() {
     lazy.finish().await;
     eager.finish().await;
 }
+
+/// The Python SDK client (`tests/interop/serve_client.py`) driving `demiurge serve` at
+/// `where` (`stdio` and the command, or `http` and the URL), answering its questions with
+/// `answers`; what it printed.
+fn python_client(venv: &Path, where_: &[String], answers: &[&str]) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/serve_client.py");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(script)
+        .args(where_)
+        .arg("--")
+        .args(answers)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// A core whose demo server asks before each connect and call.
+fn asking_core() -> Core {
+    Core::new().grant_servers(&["d"]).server(
+        "d",
+        &format!(
+            "command: {}\nargs: [demo-server]\napproval_policy: prompt\nsandbox: off\n",
+            serde_json::to_string(common::exe()).unwrap()
+        ),
+    )
+}
+
+/// `demiurge serve` in front of a client written by others (the Python SDK), over stdio:
+/// the runtime's connect and call questions reach the client's person by elicitation;
+/// a yes lets the call through, a no is the client's tool error saying how to approve.
+#[tokio::test]
+async fn a_python_sdk_client_drives_serve_and_answers_its_questions() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = asking_core();
+    let home = tempfile::tempdir().unwrap();
+    let stdio = |core: &Core| -> Vec<String> {
+        vec![
+            "stdio".into(),
+            common::exe().into(),
+            "--core".into(),
+            core.root().display().to_string(),
+            "--home".into(),
+            home.path().display().to_string(),
+            "serve".into(),
+        ]
+    };
+    let allowed = python_client(venv, &stdio(&core), &["once", "once"]);
+    assert_eq!(allowed["is_error"], false, "{allowed}");
+    assert!(allowed["text"].as_str().unwrap().contains("through serve"));
+    assert_eq!(allowed["tools"].as_array().unwrap().len(), 16);
+    let asked: Vec<&str> = allowed["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(asked[0].contains("wants to connect") && asked[1].contains("wants to run"));
+
+    // The server is listed from its last listing now; the call's connect is answered
+    // yes, the call itself no.
+    let refused = python_client(venv, &stdio(&core), &["once", "no"]);
+    assert_eq!(refused["is_error"], true, "{refused}");
+    let said = refused["text"].as_str().unwrap();
+    assert!(
+        said.contains("denied") && said.contains("demiurge approvals"),
+        "{said}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || common::servers_of(home.path())
+            .is_empty())
+        .await
+    );
+}
+
+/// The same client over streamable HTTP, `serve --http` on loopback.
+#[tokio::test]
+async fn a_python_sdk_client_drives_serve_over_http() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = asking_core();
+    let home = tempfile::tempdir().unwrap();
+    let mut serve = tokio::process::Command::new(common::exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["serve", "--http", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    use tokio::io::AsyncBufReadExt;
+    let mut lines = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("serve said where it listens");
+        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+            break url.to_string();
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let answered = python_client(venv, &["http".into(), url], &["once", "once"]);
+    assert_eq!(answered["is_error"], false, "{answered}");
+    assert!(answered["text"].as_str().unwrap().contains("through serve"));
+    assert_eq!(answered["asked"].as_array().unwrap().len(), 2);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(serve.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = serve.wait().await;
+    assert!(
+        eventually(Duration::from_secs(10), || common::servers_of(home.path())
+            .is_empty())
+        .await
+    );
+}

@@ -259,9 +259,7 @@ async fn run(cli: Cli) -> u8 {
         }
         Some(Command::Demo) => demo::run(&cli).await,
         Some(Command::Serve {
-            stdio: _,
-            http,
-            print_config,
+            http, print_config, ..
         }) => serve::run(&cli, *http, print_config.as_deref()).await,
         Some(Command::Approvals { action }) => Ok(match action {
             ApprovalsAction::List { json } => approvals::list(&cli, *json),
