@@ -1798,24 +1798,22 @@ async fn a_python_sdk_client_drives_serve_and_answers_its_questions() {
     );
 }
 
-/// The same client over streamable HTTP, `serve --http` on loopback.
-#[tokio::test]
-async fn a_python_sdk_client_drives_serve_over_http() {
-    let Some(venv) = pypi_prefix() else { return };
-    let core = asking_core();
-    let home = tempfile::tempdir().unwrap();
+/// `demiurge serve --http` on a free loopback port for `core` (with `extra` options
+/// before `serve`), and its MCP endpoint.
+async fn serve_http(core: &Core, home: &Path, extra: &[&str]) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
     let mut serve = tokio::process::Command::new(common::exe())
         .arg("--core")
         .arg(core.root())
         .arg("--home")
-        .arg(home.path())
+        .arg(home)
+        .args(extra)
         .args(["serve", "--http", "127.0.0.1:0"])
         .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
-    use tokio::io::AsyncBufReadExt;
     let mut lines = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
     let url = loop {
         let line = lines
@@ -1828,18 +1826,127 @@ async fn a_python_sdk_client_drives_serve_over_http() {
         }
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let answered = python_client(venv, &["http".into(), url], &["once", "once"]);
-    assert_eq!(answered["is_error"], false, "{answered}");
-    assert!(answered["text"].as_str().unwrap().contains("through serve"));
-    assert_eq!(answered["asked"].as_array().unwrap().len(), 2);
+    (serve, url)
+}
+
+/// Ends `serve` as a person would (SIGTERM) and checks nothing it started is left.
+async fn stop_serving(mut serve: tokio::process::Child, home: &Path) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(serve.id().unwrap() as i32),
         nix::sys::signal::Signal::SIGTERM,
     );
     let _ = serve.wait().await;
     assert!(
-        eventually(Duration::from_secs(10), || common::servers_of(home.path())
+        eventually(Duration::from_secs(10), || common::servers_of(home)
             .is_empty())
         .await
     );
+}
+
+/// The same client over streamable HTTP, `serve --http` on loopback.
+#[tokio::test]
+async fn a_python_sdk_client_drives_serve_over_http() {
+    let Some(venv) = pypi_prefix() else { return };
+    let core = asking_core();
+    let home = tempfile::tempdir().unwrap();
+    let (serve, url) = serve_http(&core, home.path(), &[]).await;
+    let answered = python_client(venv, &["http".into(), url], &["once", "once"]);
+    assert_eq!(answered["is_error"], false, "{answered}");
+    assert!(answered["text"].as_str().unwrap().contains("through serve"));
+    assert_eq!(answered["asked"].as_array().unwrap().len(), 2);
+    stop_serving(serve, home.path()).await;
+}
+
+/// The server scenarios of both conformance packages that a server fronted by `serve`
+/// can pass: those about the protocol and the HTTP face, not about the conformance
+/// package's own reference tools, resources and prompts (which `serve` would name
+/// `server__tool`, and which the fronted demo server does not have; the README lists
+/// them).
+const SERVER_SCENARIOS: [&str; 11] = [
+    "server-initialize",
+    "logging-set-level",
+    "ping",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-error",
+    "tools-call-elicitation",
+    "server-sse-multiple-streams",
+    "resources-list",
+    "prompts-list",
+    "dns-rebinding-protection",
+];
+const SERVER_SCENARIOS_NEXT: [&str; 16] = [
+    "server-initialize",
+    "server-session-lifecycle",
+    "logging-set-level",
+    "ping",
+    "tools-list",
+    "tools-call-simple-text",
+    "tools-call-error",
+    "server-sse-multiple-streams",
+    "resources-list",
+    "sep-2164-resource-not-found",
+    "sep-2640-skills-directory",
+    "sep-2640-skills-enumeration",
+    "sep-2640-skills-manifest",
+    "prompts-list",
+    "dns-rebinding-protection",
+    "tasks-status-notifications",
+];
+
+/// One server scenario of the conformance package at `prefix` against `url`.
+fn conformance_server(prefix: &Path, url: &str, scenario: &str) -> Result<(), String> {
+    let shim = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/register.mjs");
+    let out = Command::new("node")
+        .arg("--import")
+        .arg(&shim)
+        .arg(prefix.join("node_modules/.bin/conformance"))
+        .args(["server", "--url", url, "--scenario", scenario])
+        .output()
+        .unwrap();
+    let output = String::from_utf8_lossy(&out.stdout).to_string();
+    let passed = output
+        .lines()
+        .any(|l| l.starts_with("Passed:") && l.contains(" 0 failed"));
+    if passed {
+        Ok(())
+    } else {
+        Err(format!("{scenario}:\n{output}"))
+    }
+}
+
+/// The conformance package's server scenarios (0.1.16 and 0.2.0-alpha.12) against
+/// `demiurge serve --http` fronting the built-in demo server.
+#[tokio::test]
+async fn conformance_server_scenarios_pass_against_serve() {
+    let (Some(old), Some(next)) = (npm_prefix(), next_prefix()) else {
+        return;
+    };
+    let core = Core::new().grant_servers(&["d"]).server(
+        "d",
+        &format!(
+            "command: {}\nargs: [demo-server]\nsandbox: off\n",
+            serde_json::to_string(common::exe()).unwrap()
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let (serve, url) = serve_http(&core, home.path(), &["--yes"]).await;
+    let mut failed = Vec::new();
+    let runs = [
+        (old, &SERVER_SCENARIOS[..]),
+        (next, &SERVER_SCENARIOS_NEXT[..]),
+    ];
+    for (prefix, scenarios) in runs {
+        for scenario in scenarios {
+            let (prefix, url) = (prefix.to_path_buf(), url.clone());
+            let scenario = scenario.to_string();
+            let ran =
+                tokio::task::spawn_blocking(move || conformance_server(&prefix, &url, &scenario));
+            if let Err(why) = ran.await.unwrap() {
+                failed.push(why);
+            }
+        }
+    }
+    stop_serving(serve, home.path()).await;
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

@@ -8,6 +8,10 @@
 //! Adversary: the client (the model behind it): what it may call is exactly what the
 //! session's turn allows, under the same connect and call authority as any host.
 
+// Logging (`logging/setLevel`) is deprecated in 2026-07-28 and still part of 2025-11-25,
+// which `serve` speaks: accepted, as the demo server does.
+#![allow(deprecated)]
+
 use std::sync::Arc;
 
 use demiurge_mcp::redact::View;
@@ -209,6 +213,22 @@ fn refusal(error: &CallError) -> Value {
     json!({"content": [{"type": "text", "text": format!("{error}.{how}")}], "isError": true})
 }
 
+/// The server a URI is read from: the one that lists it, else the first whose listed
+/// templates could name it (the runtime checks that a template names it).
+fn owner(turn: &TurnCatalog, uri: &str) -> Option<String> {
+    turn.resources()
+        .find(|r| r.uri == uri)
+        .map(|r| r.server.clone())
+        .or_else(|| {
+            turn.resource_templates()
+                .find(|t| {
+                    let fixed = t.uri_template.split('{').next().unwrap_or_default();
+                    !fixed.is_empty() && uri.starts_with(fixed)
+                })
+                .map(|t| t.server.clone())
+        })
+}
+
 fn failed(error: impl std::fmt::Display) -> ErrorData {
     ErrorData::invalid_params(error.to_string(), None)
 }
@@ -219,7 +239,9 @@ impl ServerHandler for Gateway {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_resources()
+                .enable_resources_subscribe()
                 .enable_prompts()
+                .enable_logging()
                 .build(),
         )
         .with_instructions(
@@ -298,13 +320,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let turn = self.turn(false, &context.peer).await?;
-        // The server is the one that lists the URI (or a template that names it).
-        let owner = turn
-            .resources()
-            .find(|r| r.uri == request.uri)
-            .map(|r| r.server.clone())
-            .or_else(|| turn.servers().next().map(|s| s.server.clone()));
-        let Some(server) = owner else {
+        let Some(server) = owner(&turn, &request.uri) else {
             return Err(ErrorData::resource_not_found("no server offers it", None));
         };
         let read = turn
@@ -321,6 +337,39 @@ impl ServerHandler for Gateway {
             })
             .collect();
         Ok(parsed::<rmcp::model::ReadResourceResult>(json!({ "contents": contents }))?.into())
+    }
+
+    async fn set_level(
+        &self,
+        _request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // Servers' log messages are the runtime's redacted events (serve's log); the
+        // level a client asks for is accepted and changes nothing it is sent.
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let turn = self.turn(false, &context.peer).await?;
+        let Some(server) = owner(&turn, &request.uri) else {
+            return Err(ErrorData::resource_not_found("no server offers it", None));
+        };
+        turn.subscribe_resource(&server, &request.uri)
+            .await
+            .map_err(failed)
+    }
+
+    async fn unsubscribe(
+        &self,
+        _request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        // Updates reach serve's log, not the client: there is nothing to stop.
+        Ok(())
     }
 
     async fn list_prompts(
