@@ -8,6 +8,9 @@
 //! - The tokens of that turn's definitions, whole and under a budget (printed): what a
 //!   model is offered at the turn's start with and without the deferral.
 //! - `reach/search_tools`: one `search_tools` call over those 220 tools.
+//! - `serve/call`: a call through `demiurge serve` (stdio, fronting one demo server)
+//!   against the same call made to the demo server directly, both from rmcp's client;
+//!   paired and printed as a ratio (target: at most 1.25x).
 
 mod common;
 
@@ -138,5 +141,67 @@ fn tokens(rt: &tokio::runtime::Runtime, runtime: &Runtime, core: &Path) {
     );
 }
 
-criterion_group!(benches, reach);
+/// An rmcp client of `demiurge` with `args` over stdio.
+async fn stdio_client(args: &[&str]) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    use rmcp::ServiceExt;
+    let mut command = tokio::process::Command::new(common::EXE);
+    command.args(args).stderr(std::process::Stdio::null());
+    ().serve(rmcp::transport::TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap()
+}
+
+/// `calls` sequential calls of `tool` on `client`: how long they took.
+async fn calls(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &'static str,
+    calls: usize,
+) -> Duration {
+    let args = json!({"message": "ping"}).as_object().cloned().unwrap();
+    let started = Instant::now();
+    for _ in 0..calls {
+        let params = rmcp::model::CallToolRequestParams::new(tool).with_arguments(args.clone());
+        let result = client.call_tool(params).await.unwrap();
+        assert_ne!(result.is_error, Some(true));
+    }
+    started.elapsed()
+}
+
+fn serve(c: &mut Criterion) {
+    let rt = common::rt();
+    let dir = tempfile::tempdir().unwrap();
+    let core = common::core(dir.path(), 1, 0, false);
+    let home = dir.path().join("serve-home");
+    let (direct, served) = rt.block_on(async {
+        let direct = stdio_client(&["demo-server"]).await;
+        let core = core.display().to_string();
+        let home = home.display().to_string();
+        let args = ["--core", &core, "--home", &home, "--yes", "serve"];
+        let served = stdio_client(&args).await;
+        let tools = served.list_all_tools().await.unwrap();
+        assert!(tools.iter().any(|t| t.name == "s0__echo"));
+        (direct, served)
+    });
+    rt.block_on(common::paired(
+        "serve/call (200 sequential echo calls: direct vs through serve)",
+        "at most 1.25x",
+        20,
+        || calls(&direct, "echo", 200),
+        || calls(&served, "s0__echo", 200),
+    ));
+    let mut group = c.benchmark_group("serve");
+    group.bench_function("call_direct", |b| {
+        b.to_async(&rt).iter(|| calls(&direct, "echo", 1))
+    });
+    group.bench_function("call_through_serve", |b| {
+        b.to_async(&rt).iter(|| calls(&served, "s0__echo", 1))
+    });
+    group.finish();
+    rt.block_on(async {
+        let _ = direct.cancel().await;
+        let _ = served.cancel().await;
+    });
+}
+
+criterion_group!(benches, reach, serve);
 criterion_main!(benches);

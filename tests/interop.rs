@@ -28,6 +28,8 @@ const FILESYSTEM: &str = "@modelcontextprotocol/server-filesystem@2026.8.31";
 const MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 /// The TypeScript SDK of both eras (`tests/interop/ts_echo.mjs` runs on it).
 const TS_SDK: &str = "@modelcontextprotocol/server@2.4.0";
+/// The TypeScript SDK's client (`tests/interop/ts_serve_client.mjs` runs on it).
+const TS_CLIENT: &str = "@modelcontextprotocol/client@2.4.0";
 const ZOD: &str = "zod@4.6.7";
 
 /// Installs the packages once per test run under the target directory.
@@ -62,6 +64,9 @@ fn npm_prefix() -> Option<&'static Path> {
             .all(|bin| prefix.join("node_modules/.bin").join(bin).exists())
                 && prefix
                     .join("node_modules/@modelcontextprotocol/server/package.json")
+                    .exists()
+                && prefix
+                    .join("node_modules/@modelcontextprotocol/client/package.json")
                     .exists();
             if !ready {
                 std::fs::create_dir_all(&prefix).ok()?;
@@ -74,12 +79,14 @@ fn npm_prefix() -> Option<&'static Path> {
                     "--prefix",
                 ])
                 .arg(&prefix)
-                .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY, TS_SDK, ZOD]);
+                .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY, TS_SDK, TS_CLIENT, ZOD]);
                 install(npm, "npm install");
             }
             // Beside its packages, so that node resolves them from it.
             let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/ts_echo.mjs");
             std::fs::copy(script, prefix.join("ts_echo.mjs")).ok()?;
+            let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/interop/ts_serve_client.mjs");
+            std::fs::copy(client, prefix.join("ts_serve_client.mjs")).ok()?;
             Some(prefix)
         })
         .as_deref()
@@ -1949,4 +1956,53 @@ async fn conformance_server_scenarios_pass_against_serve() {
     }
     stop_serving(serve, home.path()).await;
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The TypeScript SDK's client (npm) driving `demiurge serve` over stdio, answering its
+/// connect and call questions by elicitation: a yes lets the call through, a no is the
+/// client's tool error that says how to approve.
+#[tokio::test]
+async fn a_typescript_sdk_client_drives_serve_and_answers_its_questions() {
+    let Some(prefix) = npm_prefix() else { return };
+    let core = asking_core();
+    let home = tempfile::tempdir().unwrap();
+    let run = |answers: &[&str]| -> serde_json::Value {
+        let out = Command::new("node")
+            .arg(prefix.join("ts_serve_client.mjs"))
+            .arg(common::exe())
+            .arg("--core")
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path())
+            .arg("serve")
+            .arg("--")
+            .args(answers)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+    };
+    let allowed = run(&["once", "once"]);
+    assert_eq!(allowed["is_error"], false, "{allowed}");
+    assert!(allowed["text"].as_str().unwrap().contains("from ts"));
+    assert_eq!(allowed["tools"].as_array().unwrap().len(), 16);
+    assert_eq!(allowed["asked"].as_array().unwrap().len(), 2);
+    let refused = run(&["once", "no"]);
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert!(
+        refused["text"]
+            .as_str()
+            .unwrap()
+            .contains("demiurge approvals")
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || common::servers_of(home.path())
+            .is_empty())
+        .await
+    );
 }
