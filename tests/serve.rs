@@ -152,3 +152,63 @@ fn print_config_gives_each_client_its_lines() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2));
 }
+
+/// A client that counts the progress it hears.
+#[derive(Clone, Default)]
+struct Heard(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl rmcp::ClientHandler for Heard {
+    async fn on_progress(
+        &self,
+        _params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_downstream_servers_progress_reaches_the_client_that_asked_for_it() {
+    let core = core();
+    let home = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(common::exe());
+    command
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--yes", "serve"])
+        .env("SERVE_TOKEN", CANARY)
+        .stderr(std::process::Stdio::null());
+    let heard = Heard::default();
+    let served = heard
+        .clone()
+        .serve(rmcp::transport::TokioChildProcess::new(command).unwrap())
+        .await
+        .unwrap();
+    served.list_all_tools().await.unwrap();
+    let mut params = CallToolRequestParams::new("d__progress")
+        .with_arguments(json!({"steps": 3, "ms": 10}).as_object().cloned().unwrap());
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    meta.set_progress_token(rmcp::model::ProgressToken(
+        rmcp::model::NumberOrString::Number(7),
+    ));
+    params.meta = Some(meta);
+    let answered = served.call_tool(params).await.unwrap();
+    assert_ne!(answered.is_error, Some(true), "{}", text(&answered));
+    assert!(
+        eventually(Duration::from_secs(5), || heard
+            .0
+            .load(std::sync::atomic::Ordering::SeqCst)
+            == 3)
+        .await,
+        "heard {}",
+        heard.0.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    served.cancel().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || servers_of(home.path())
+            .is_empty())
+        .await
+    );
+}

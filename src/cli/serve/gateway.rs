@@ -169,6 +169,33 @@ fn tools_of(turn: &TurnCatalog) -> Value {
     json!({ "tools": tools })
 }
 
+/// The downstream server's progress (redacted by the runtime) relayed to the client, in
+/// order, when the client asked for progress with a token; at most 64 wait to be sent
+/// (past them some are dropped: a later one says as much).
+fn progress_to(context: &RequestContext<RoleServer>) -> Option<demiurge_mcp::ProgressSink> {
+    let token = context.meta.get_progress_token()?;
+    let peer = context.peer.clone();
+    let (sender, mut waiting) =
+        tokio::sync::mpsc::channel::<rmcp::model::ProgressNotificationParam>(64);
+    tokio::spawn(async move {
+        while let Some(param) = waiting.recv().await {
+            let _ = peer.notify_progress(param).await;
+        }
+    });
+    Some(Arc::new(move |p: demiurge_mcp::Progress| {
+        let mut param = json!({"progressToken": token, "progress": p.progress});
+        if let Some(total) = p.total {
+            param["total"] = json!(total);
+        }
+        if let Some(message) = p.message {
+            param["message"] = json!(message);
+        }
+        if let Ok(param) = serde_json::from_value(param) {
+            let _ = sender.try_send(param);
+        }
+    }))
+}
+
 /// A result's model view in MCP's shape.
 fn result_of(result: &ToolResult) -> Value {
     let view = result.view(View::Model);
@@ -265,7 +292,15 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, ErrorData> {
         let turn = self.turn(false, &context.peer).await?;
         let arguments = request.arguments.map_or(Value::Null, Value::Object);
-        let answer = match turn.call(&request.name, arguments).await {
+        let progress = progress_to(&context);
+        // A client's cancellation ends the call; dropping it cancels it on the server.
+        let called = tokio::select! {
+            called = turn.call_with_progress(&request.name, arguments, progress) => called,
+            () = context.ct.cancelled() => {
+                return Err(ErrorData::internal_error("cancelled by the client", None));
+            }
+        };
+        let answer = match called {
             Ok(result) => result_of(&result),
             Err(refused) => {
                 if let CallError::ServerUnavailable { server, reason, .. } = &refused {
