@@ -1798,6 +1798,10 @@ async fn a_python_sdk_client_drives_serve_and_answers_its_questions() {
         said.contains("denied") && said.contains("demiurge approvals"),
         "{said}"
     );
+    // "always" outlives the session: a person's to give at a terminal, never a
+    // client's; answered anyway, it refuses.
+    let always = python_client(venv, &stdio(&core), &["always"]);
+    assert_eq!(always["is_error"], true, "{always}");
     assert!(
         eventually(Duration::from_secs(10), || common::servers_of(home.path())
             .is_empty())

@@ -21,6 +21,9 @@ use super::{Cli, register, t};
 use ask::{ClientApprover, Clients};
 use gateway::{Gateway, Shared};
 
+/// Most HTTP connections open at once; past it a new one is closed at once.
+const MAX_CONNECTIONS: usize = 128;
+
 /// `serve`'s entry.
 pub(crate) async fn run(
     cli: &Cli,
@@ -38,6 +41,17 @@ pub(crate) async fn run(
                 super::USAGE
             }
         });
+    }
+    if cli.yes && http.is_some_and(|a| !a.ip().is_loopback()) {
+        eprintln!(
+            "error: --yes with a non-loopback --http would approve every question of every client that reaches it; serve on loopback, or let clients answer"
+        );
+        return Ok(super::USAGE);
+    }
+    if cli.yes && http.is_some() {
+        eprintln!(
+            "serve: --yes approves the connects and calls of every client of this address, any local process included"
+        );
     }
     let clients: Clients = Arc::default();
     let mut config = cli.config(Arc::new(super::Progress::new()));
@@ -75,10 +89,8 @@ async fn serve_stdio(shared: Shared) -> anyhow::Result<()> {
 fn bearer_token(cli: &Cli) -> anyhow::Result<String> {
     let env = demiurge_mcp::HostEnv::from_process();
     let path = cli.home_dir(&env).join("serve-token");
-    if let Ok(token) = std::fs::read_to_string(&path)
-        && token.trim().len() >= 32
-    {
-        return Ok(token.trim().to_string());
+    if let Some(token) = read_token(&path) {
+        return Ok(token);
     }
     let mut raw = [0u8; 32];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut raw)?;
@@ -91,12 +103,38 @@ fn bearer_token(cli: &Cli) -> anyhow::Result<String> {
     Ok(token)
 }
 
-/// Writes a new token file, 0600, never through a link.
+/// The kept token, when the file is one this user wrote for it: a regular file (never
+/// through a link, never waited on), owned by this user, private (no group or other
+/// bits), of a token's length. Anything else is replaced by a new token.
+fn read_token(path: &std::path::Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits())
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    let own = meta.uid() == rustix::process::geteuid().as_raw();
+    if !meta.file_type().is_file() || !own || meta.mode() & 0o077 != 0 || meta.len() > 128 {
+        return None;
+    }
+    let mut token = String::new();
+    file.take(128).read_to_string(&mut token).ok()?;
+    let token = token.trim();
+    (token.len() >= 32 && token.bytes().all(|b| b.is_ascii_hexdigit())).then(|| token.to_string())
+}
+
+/// Writes a new token file, 0600 in a 0700 directory, never through a link.
 fn write_token(path: &std::path::Path, token: &str) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
     }
     let _ = std::fs::remove_file(path);
     let mut file = std::fs::OpenOptions::new()
@@ -129,8 +167,23 @@ async fn serve_http(cli: &Cli, addr: SocketAddr, shared: Shared) -> anyhow::Resu
         StreamableHttpService::new(move || Ok(Gateway::new(shared.clone())), sessions, config);
     eprintln!("serve: MCP over streamable HTTP at http://{bound}/mcp");
     let token: Option<Arc<str>> = token.map(Into::into);
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (stream, _) = listener.accept().await?;
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, or a connection reset before it was taken: the
+                // listener stays; the next accept is tried after a pause.
+                eprintln!("serve: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+            // Past the bound a connection is closed at once.
+            drop(stream);
+            continue;
+        };
         let (service, token) = (service.clone(), token.clone());
         let guarded =
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
@@ -143,10 +196,16 @@ async fn serve_http(cli: &Cli, addr: SocketAddr, shared: Shared) -> anyhow::Resu
                 }
             });
         tokio::spawn(async move {
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), guarded)
-                    .await;
+            let mut builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder
+                .http1()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(10));
+            let _ = builder
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), guarded)
+                .await;
+            drop(permit);
         });
     }
 }
@@ -172,7 +231,7 @@ fn refuse<B>(request: &hyper::Request<B>, token: Option<&str>) -> Option<Respons
         if !same {
             return Some(answer(
                 401,
-                "a bearer token is required (`demiurge serve --print-config` shows where it is kept)",
+                "a bearer token is required: the operator finds it in the runtime home's serve-token file",
             ));
         }
     }

@@ -44,25 +44,27 @@ impl Approver for ClientApprover {
             p.supported_elicitation_modes()
                 .contains(&rmcp::service::ElicitationMode::Form)
         });
+        // A changed definition is approved by a person with `demiurge pins approve` (or
+        // at `serve`'s terminal), never by a client that may be the model's own.
+        let change = request.action == Action::Change;
         match (peer, &self.terminal) {
-            (Some(peer), _) if asks_form => Box::pin(ask_client(peer, request)),
+            (Some(peer), _) if asks_form && !change => Box::pin(ask_client(peer, request)),
             (_, Some(terminal)) => terminal.decide(request),
             _ => Box::pin(async { ApprovalAnswer::Deny }),
         }
     }
 }
 
-/// The choices offered for `action`: a changed definition is approved once or not.
-fn choices(action: Action) -> &'static [&'static str] {
-    if action == Action::Change {
-        &["approve", "no"]
-    } else {
-        &["once", "session", "always", "no"]
-    }
-}
+/// The choices a client is offered: an "always" outlives the session and is a person's
+/// to give at a terminal (`demiurge call`, `approvals`), not a client's.
+const CHOICES: &[&str] = &["once", "session", "no"];
 
 async fn ask_client(peer: Peer<RoleServer>, request: ApprovalRequest) -> ApprovalAnswer {
-    let offered = choices(request.action);
+    // What cannot be shown whole cannot be approved (as at the terminal).
+    if !request.arguments_fit() {
+        return ApprovalAnswer::Deny;
+    }
+    let offered = CHOICES;
     let schema = json!({
         "type": "object",
         "properties": {
@@ -70,7 +72,7 @@ async fn ask_client(peer: Peer<RoleServer>, request: ApprovalRequest) -> Approva
                 "type": "string",
                 "title": "Allow?",
                 "enum": offered,
-                "description": "once: this time; session: for this session; always: until the declaration changes; no: refuse",
+                "description": "once: this time; session: for the rest of this session (a call: with any arguments); no: refuse",
             }
         },
         "required": ["answer"],
@@ -99,9 +101,8 @@ async fn ask_client(peer: Peer<RoleServer>, request: ApprovalRequest) -> Approva
         .and_then(Value::as_str)
         .filter(|a| offered.contains(a));
     match chosen {
-        Some("once" | "approve") => ApprovalAnswer::AllowOnce,
+        Some("once") => ApprovalAnswer::AllowOnce,
         Some("session") => ApprovalAnswer::AllowSession,
-        Some("always") => ApprovalAnswer::AllowAlways,
         _ => ApprovalAnswer::Deny,
     }
 }

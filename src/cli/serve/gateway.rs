@@ -45,15 +45,28 @@ pub(crate) struct Gateway {
     state: Arc<Mutex<Connection>>,
 }
 
-#[derive(Default)]
+/// Most client connections holding a session at once; past it a new one is refused.
+pub(crate) const MAX_SESSIONS: usize = 32;
+
+/// How many connections hold a session now.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 struct Connection {
     session: Option<Session>,
     turn: Option<TurnCatalog>,
+    clients: Clients,
 }
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        // The client went away: its session goes, with its servers' process trees.
+        // The client went away: its session goes, with its servers' process trees, and
+        // its route for questions with it.
+        if let Some(session) = &self.session {
+            LIVE.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            if let Ok(mut clients) = self.clients.lock() {
+                clients.remove(session.id());
+            }
+        }
         if let Some(session) = self.session.take()
             && let Ok(handle) = tokio::runtime::Handle::try_current()
         {
@@ -66,9 +79,14 @@ impl Drop for Connection {
 
 impl Gateway {
     pub(crate) fn new(shared: Shared) -> Self {
+        let state = Connection {
+            session: None,
+            turn: None,
+            clients: Arc::clone(&shared.clients),
+        };
         Gateway {
             shared,
-            state: Arc::default(),
+            state: Arc::new(Mutex::new(state)),
         }
     }
 
@@ -83,15 +101,25 @@ impl Gateway {
             return Ok(turn.clone());
         }
         if state.session.is_none() {
+            use std::sync::atomic::Ordering;
+            if LIVE.fetch_add(1, Ordering::SeqCst) >= MAX_SESSIONS {
+                LIVE.fetch_sub(1, Ordering::SeqCst);
+                return Err(ErrorData::internal_error(
+                    "too many clients at once; try again when one has gone",
+                    None,
+                ));
+            }
             let mut spec = self.shared.spec.clone();
             // Its own lane: a client never evicts another client's session.
             spec.lane = format!("serve-{}", unique());
-            let (session, _) = self
-                .shared
-                .runtime
-                .start_session(spec)
-                .await
-                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            let started = self.shared.runtime.start_session(spec).await;
+            let (session, _) = match started {
+                Ok(started) => started,
+                Err(e) => {
+                    LIVE.fetch_sub(1, Ordering::SeqCst);
+                    return Err(unprepared(&e));
+                }
+            };
             if let Ok(mut clients) = self.shared.clients.lock() {
                 clients.insert(session.id().to_string(), peer.clone());
             }
@@ -100,10 +128,7 @@ impl Gateway {
         let Some(session) = &state.session else {
             return Err(ErrorData::internal_error("no session", None));
         };
-        let turn = session
-            .prepare_turn()
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let turn = session.prepare_turn().await.map_err(|e| unprepared(&e))?;
         for d in turn.diagnostics() {
             // To the operator, never to the client's stdout.
             eprintln!(
@@ -115,6 +140,19 @@ impl Gateway {
         state.turn = Some(turn.clone());
         Ok(turn)
     }
+}
+
+/// A turn or session that could not be had: the detail (a diagnostic, paths) to the
+/// operator's log, a fixed message to the client.
+fn unprepared(error: &dyn std::fmt::Display) -> ErrorData {
+    eprintln!(
+        "serve: no turn: {}",
+        demiurge_mcp::text::escape(&error.to_string())
+    );
+    ErrorData::internal_error(
+        "the runtime could not prepare a turn; serve's log says why",
+        None,
+    )
 }
 
 fn unique() -> String {
@@ -240,20 +278,32 @@ fn refusal(error: &CallError) -> Value {
     json!({"content": [{"type": "text", "text": format!("{error}.{how}")}], "isError": true})
 }
 
-/// The server a URI is read from: the one that lists it, else the first whose listed
-/// templates could name it (the runtime checks that a template names it).
+/// The server a URI is read from: the one server that lists it, else the one server
+/// whose listed templates could name it (the runtime checks that a template does). Two
+/// candidates are refused: a server's template must not capture another's URIs.
 fn owner(turn: &TurnCatalog, uri: &str) -> Option<String> {
-    turn.resources()
-        .find(|r| r.uri == uri)
+    let one = |mut servers: Vec<String>| {
+        servers.sort();
+        servers.dedup();
+        (servers.len() == 1).then(|| servers.remove(0))
+    };
+    let listing: Vec<String> = turn
+        .resources()
+        .filter(|r| r.uri == uri)
         .map(|r| r.server.clone())
-        .or_else(|| {
-            turn.resource_templates()
-                .find(|t| {
-                    let fixed = t.uri_template.split('{').next().unwrap_or_default();
-                    !fixed.is_empty() && uri.starts_with(fixed)
-                })
-                .map(|t| t.server.clone())
+        .collect();
+    if !listing.is_empty() {
+        return one(listing);
+    }
+    let naming: Vec<String> = turn
+        .resource_templates()
+        .filter(|t| {
+            let fixed = t.uri_template.split('{').next().unwrap_or_default();
+            !fixed.is_empty() && uri.starts_with(fixed)
         })
+        .map(|t| t.server.clone())
+        .collect();
+    one(naming)
 }
 
 fn failed(error: impl std::fmt::Display) -> ErrorData {
