@@ -30,6 +30,8 @@ const MEMORY: &str = "@modelcontextprotocol/server-memory@2026.8.31";
 const TS_SDK: &str = "@modelcontextprotocol/server@2.4.0";
 /// The TypeScript SDK's client (`tests/interop/ts_serve_client.mjs` runs on it).
 const TS_CLIENT: &str = "@modelcontextprotocol/client@2.4.0";
+/// The MCP Inspector's command line.
+const INSPECTOR_CLI: &str = "@modelcontextprotocol/inspector-cli@1.0.3";
 const ZOD: &str = "zod@4.6.7";
 
 /// Installs the packages once per test run under the target directory.
@@ -67,6 +69,9 @@ fn npm_prefix() -> Option<&'static Path> {
                     .exists()
                 && prefix
                     .join("node_modules/@modelcontextprotocol/client/package.json")
+                    .exists()
+                && prefix
+                    .join("node_modules/@modelcontextprotocol/inspector-cli/package.json")
                     .exists();
             if !ready {
                 std::fs::create_dir_all(&prefix).ok()?;
@@ -79,7 +84,16 @@ fn npm_prefix() -> Option<&'static Path> {
                     "--prefix",
                 ])
                 .arg(&prefix)
-                .args([EVERYTHING, CONFORMANCE, FILESYSTEM, MEMORY, TS_SDK, TS_CLIENT, ZOD]);
+                .args([
+                    EVERYTHING,
+                    CONFORMANCE,
+                    FILESYSTEM,
+                    MEMORY,
+                    TS_SDK,
+                    TS_CLIENT,
+                    INSPECTOR_CLI,
+                    ZOD,
+                ]);
                 install(npm, "npm install");
             }
             // Beside its packages, so that node resolves them from it.
@@ -2009,4 +2023,54 @@ async fn a_typescript_sdk_client_drives_serve_and_answers_its_questions() {
             .is_empty())
         .await
     );
+}
+
+/// The MCP Inspector's command line (npm) as a client of `demiurge serve` over stdio:
+/// it lists and calls; it cannot answer a question, so without `--yes` the call is its
+/// tool error, saying how to approve.
+#[test]
+fn the_inspector_cli_lists_and_calls_through_serve() {
+    let Some(prefix) = npm_prefix() else { return };
+    let core = asking_core();
+    let home = tempfile::tempdir().unwrap();
+    // Its build reads its own package.json relative to the working directory.
+    let build = prefix.join("node_modules/@modelcontextprotocol/inspector-cli/build");
+    let inspect = |yes: bool, method: &[&str]| -> serde_json::Value {
+        let mut command = Command::new("node");
+        command
+            .current_dir(&build)
+            .arg("index.js")
+            .arg(common::exe())
+            .arg("--core")
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path());
+        if yes {
+            command.arg("--yes");
+        }
+        let out = command.arg("serve").args(method).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(&stdout).unwrap()
+    };
+    let listed = inspect(true, &["--method", "tools/list"]);
+    assert_eq!(listed["tools"].as_array().unwrap().len(), 16, "{listed}");
+    let call = [
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "d__echo",
+        "--tool-arg",
+        "message=inspected",
+    ];
+    let called = inspect(true, &call);
+    assert_eq!(called["isError"], false, "{called}");
+    assert!(called.to_string().contains("inspected"));
+    let refused = inspect(false, &call);
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(refused.to_string().contains("approve"), "{refused}");
 }
