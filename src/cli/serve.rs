@@ -54,7 +54,12 @@ pub(crate) async fn run(
         );
     }
     let clients: Clients = Arc::default();
-    let mut config = cli.config(Arc::new(super::Progress::new()));
+    let relay = ask::Relay {
+        clients: Arc::clone(&clients),
+        inner: Arc::new(super::Progress::new()),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let mut config = cli.config(Arc::new(relay));
     // Over stdio the terminal is the protocol stream: only the client can be asked
     // (or `--yes` answers, as for any command).
     let terminal = http.is_some() && std::io::IsTerminal::is_terminal(&std::io::stdin());

@@ -106,3 +106,32 @@ async fn ask_client(peer: Peer<RoleServer>, request: ApprovalRequest) -> Approva
         _ => ApprovalAnswer::Deny,
     }
 }
+
+/// The events of `serve`: each goes to the CLI's sink; a server's changed tool list
+/// (`mcp.tools_changed`) is also told to the client whose session it is in, as
+/// `notifications/tools/list_changed` (the client lists again; the change is applied at
+/// its next turn).
+pub(crate) struct Relay {
+    pub clients: Clients,
+    pub inner: Arc<dyn demiurge_mcp::events::EventSink>,
+    /// Where the notice is sent from (events are delivered on a thread of their own).
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl demiurge_mcp::events::EventSink for Relay {
+    fn emit(&self, event: &demiurge_mcp::events::Event) {
+        if let demiurge_mcp::events::EventKind::ToolsChanged { .. } = &event.kind {
+            let peer = self
+                .clients
+                .lock()
+                .ok()
+                .and_then(|c| c.get(&event.session).cloned());
+            if let Some(peer) = peer {
+                self.runtime.spawn(async move {
+                    let _ = peer.notify_tool_list_changed().await;
+                });
+            }
+        }
+        self.inner.emit(event);
+    }
+}
