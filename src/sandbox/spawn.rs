@@ -267,7 +267,7 @@ pub(crate) async fn spawn(
     // is replaced by a new one, once.
     if let Some(made) = launchers.take(spaces).await {
         let pid = made.pid;
-        match hand_over(made, &message).await {
+        match hand_over(made, &message, AHEAD_TIMEOUT).await {
             Ok(started) => {
                 spawned(pid);
                 return Ok(started);
@@ -277,7 +277,7 @@ pub(crate) async fn spawn(
         }
     }
     let summoned = summon(&launchers.path, &launchers.dir, spaces, spawned).await?;
-    hand_over(summoned, &message)
+    hand_over(summoned, &message, HANDSHAKE_TIMEOUT)
         .await
         .map_err(|(NotStarted::Silent(e) | NotStarted::Failed(e))| e)
 }
@@ -382,6 +382,11 @@ enum Told {
     Exec(i32),
 }
 
+/// How long a launcher made ahead, already waiting, has to take a server: one that has
+/// not answered by then (stopped, say, just after it was found waiting) is replaced
+/// by a new launcher, as one that answers nothing is.
+const AHEAD_TIMEOUT: Duration = Duration::from_secs(3);
+
 /// Why a hand-over did not start the server.
 enum NotStarted {
     /// The launcher answered nothing (it died, or its socket broke): a launcher made
@@ -396,6 +401,7 @@ enum NotStarted {
 async fn hand_over(
     summoned: Summoned,
     message: &super::launcher::Message,
+    within: Duration,
 ) -> Result<(tokio::process::Child, Option<std::net::TcpListener>), NotStarted> {
     let Summoned {
         child, mut stream, ..
@@ -435,7 +441,7 @@ async fn hand_over(
         }
         Ok(Told::Answer(answer, listener))
     };
-    let told = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await;
+    let told = tokio::time::timeout(within, handshake).await;
     let failed = |reason: String| NotStarted::Failed(unavailable(reason));
     match told {
         Ok(Ok(Told::Answer(text, listener))) if text == "ok" => Ok((child, listener)),
@@ -455,6 +461,11 @@ async fn hand_over(
         Ok(Err(e)) => Err(NotStarted::Silent(unavailable(format!(
             "the sandbox launcher failed ({e})"
         )))),
+        // A launcher made ahead that overran its shorter time is replaced (dropping it
+        // kills it); a new one that overran the whole handshake is the start's error.
+        Err(_) if within < HANDSHAKE_TIMEOUT => Err(NotStarted::Silent(unavailable(
+            "the sandbox launcher made ahead did not answer in time".into(),
+        ))),
         Err(_) => Err(failed("the sandbox launcher did not answer in time".into())),
     }
 }
