@@ -22,6 +22,15 @@ async fn client(
     home: &Path,
     yes: bool,
 ) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    client_with(core, home, yes, &[]).await
+}
+
+async fn client_with(
+    core: &Core,
+    home: &Path,
+    yes: bool,
+    options: &[&str],
+) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
     let mut command = tokio::process::Command::new(common::exe());
     command
         .arg("--core")
@@ -34,6 +43,7 @@ async fn client(
     if yes {
         command.arg("--yes");
     }
+    command.args(options);
     let transport = rmcp::transport::TokioChildProcess::new(command).unwrap();
     ().serve(transport).await.unwrap()
 }
@@ -274,6 +284,54 @@ async fn a_downstream_servers_progress_reaches_the_client_that_asked_for_it() {
     assert_eq!(held.is_error, Some(true));
     assert!(text(&held).contains("pins approve"), "{}", text(&held));
     assert!(heard.0.load(std::sync::atomic::Ordering::SeqCst) <= 3);
+    served.cancel().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || servers_of(home.path())
+            .is_empty())
+        .await
+    );
+}
+
+#[tokio::test]
+async fn under_a_tool_budget_a_client_searches_describes_then_calls() {
+    let core = core();
+    let home = tempfile::tempdir().unwrap();
+    let served = client_with(&core, home.path(), true, &["--tool-budget", "100"]).await;
+    let tools = served.list_all_tools().await.unwrap();
+    let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    assert_eq!(names.len(), 18, "{names:?}");
+    assert!(
+        names.contains(&"search_tools".to_string()) && names.contains(&"describe_tool".to_string())
+    );
+    let echo = |message: &str| {
+        CallToolRequestParams::new("d__echo")
+            .with_arguments(json!({"message": message}).as_object().cloned().unwrap())
+    };
+    let early = served.call_tool(echo("early")).await.unwrap();
+    assert_eq!(early.is_error, Some(true));
+    assert!(text(&early).contains("describe_tool"), "{}", text(&early));
+    let found = served
+        .call_tool(
+            CallToolRequestParams::new("search_tools").with_arguments(
+                json!({"query": "return the message unchanged"})
+                    .as_object()
+                    .cloned()
+                    .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert!(text(&found).contains("d__echo"), "{}", text(&found));
+    served
+        .call_tool(
+            CallToolRequestParams::new("describe_tool")
+                .with_arguments(json!({"names": ["d__echo"]}).as_object().cloned().unwrap()),
+        )
+        .await
+        .unwrap();
+    let called = served.call_tool(echo("described")).await.unwrap();
+    assert_ne!(called.is_error, Some(true), "{}", text(&called));
+    assert!(text(&called).contains("described"));
     served.cancel().await.unwrap();
     assert!(
         eventually(Duration::from_secs(10), || servers_of(home.path())

@@ -130,10 +130,16 @@ impl Gateway {
         };
         let turn = session.prepare_turn().await.map_err(|e| unprepared(&e))?;
         for d in turn.diagnostics() {
-            // To the operator, never to the client's stdout.
+            // To the operator, never to the client's stdout; the turn's own note (its
+            // deferral rule) names no server.
+            let about = if d.server.is_empty() {
+                "note"
+            } else {
+                &d.server
+            };
             eprintln!(
                 "serve: {}: {}",
-                demiurge_mcp::text::escape(&d.server),
+                demiurge_mcp::text::escape(about),
                 demiurge_mcp::text::escape(&d.message)
             );
         }
