@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use common::serving::{serve_http, stop_serving};
 use common::{Core, Recorder, eventually, harness_with};
 use demiurge_mcp::RuntimeConfig;
 use demiurge_mcp::net::UrlPolicy;
@@ -1818,51 +1819,6 @@ async fn a_python_sdk_client_drives_serve_and_answers_its_questions() {
     assert_eq!(always["is_error"], true, "{always}");
     assert!(
         eventually(Duration::from_secs(10), || common::servers_of(home.path())
-            .is_empty())
-        .await
-    );
-}
-
-/// `demiurge serve --http` on a free loopback port for `core` (with `extra` options
-/// before `serve`), and its MCP endpoint.
-async fn serve_http(core: &Core, home: &Path, extra: &[&str]) -> (tokio::process::Child, String) {
-    use tokio::io::AsyncBufReadExt;
-    let mut serve = tokio::process::Command::new(common::exe())
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home)
-        .args(extra)
-        .args(["serve", "--http", "127.0.0.1:0"])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next_line()
-            .await
-            .unwrap()
-            .expect("serve said where it listens");
-        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
-            break url.to_string();
-        }
-    };
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (serve, url)
-}
-
-/// Ends `serve` as a person would (SIGTERM) and checks nothing it started is left.
-async fn stop_serving(mut serve: tokio::process::Child, home: &Path) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(serve.id().unwrap() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = serve.wait().await;
-    assert!(
-        eventually(Duration::from_secs(10), || common::servers_of(home)
             .is_empty())
         .await
     );

@@ -25,6 +25,9 @@ pub(crate) fn interactive() -> bool {
 
 pub(crate) struct TerminalAuthorizer {
     ask: bool,
+    /// Where a flow's person may be reached instead of this terminal (`serve`: the
+    /// MCP client of the session, by a URL-mode elicitation).
+    relay: Option<Relay>,
     /// One loopback listener per flow, by port: bound when the flow learns its
     /// redirect URI, taken (and closed afterwards) by that flow's `authorize`.
     listeners: std::sync::Mutex<std::collections::HashMap<u16, std::net::TcpListener>>,
@@ -53,14 +56,32 @@ const MAX_LISTENERS: usize = 8;
 /// How long one connection to the redirect listener may take to send its request.
 const CALLBACK_READ: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Asks the person behind a flow's session to open its URL, when that person can be
+/// reached: `None` when not; else whether they agreed.
+pub(crate) type Relay =
+    Arc<dyn Fn(&AuthorizationPrompt) -> Option<BoxFuture<'static, bool>> + Send + Sync>;
+
 impl TerminalAuthorizer {
     /// An authorizer that asks when `ask` (a terminal, or `auth login`), else declines.
     pub(crate) fn new(ask: bool) -> Self {
         TerminalAuthorizer {
             ask,
+            relay: None,
             listeners: std::sync::Mutex::default(),
             waiting: Arc::default(),
         }
+    }
+
+    /// One that first asks through `relay`, then (when `ask`) the terminal.
+    pub(crate) fn relayed(ask: bool, relay: Relay) -> Self {
+        TerminalAuthorizer {
+            relay: Some(relay),
+            ..TerminalAuthorizer::new(ask)
+        }
+    }
+
+    fn may_ask(&self) -> bool {
+        self.ask || self.relay.is_some()
     }
 }
 
@@ -82,7 +103,7 @@ impl Authorizer for TerminalAuthorizer {
             .listeners
             .lock()
             .map_or(true, |all| all.len() >= MAX_LISTENERS);
-        if !self.ask || full {
+        if !self.may_ask() || full {
             return "http://127.0.0.1:0/callback".into();
         }
         let bound = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| {
@@ -135,17 +156,25 @@ impl Authorizer for TerminalAuthorizer {
             .ok()
             .and_then(|u| u.port());
         let listener = port.and_then(|p| self.listeners.lock().ok()?.remove(&p));
-        let listener = listener.filter(|_| self.ask);
+        let listener = listener.filter(|_| self.may_ask());
         let waiting = Arc::clone(&self.waiting);
+        let relayed = self.relay.as_ref().and_then(|relay| relay(&prompt));
+        let terminal = self.ask;
         Box::pin(async move {
             let listener = tokio::net::TcpListener::from_std(listener?).ok()?;
             let expected = state_of(&prompt.url)?;
-            eprint!("{}", prompt.render());
-            open_browser(&prompt.url);
-            eprintln!(
-                "  waiting for the browser to come back to {} ...",
-                t(&prompt.redirect_uri)
-            );
+            match relayed {
+                Some(agreed) => agreed.await.then_some(())?,
+                None if terminal => {
+                    eprint!("{}", prompt.render());
+                    open_browser(&prompt.url);
+                    eprintln!(
+                        "  waiting for the browser to come back to {} ...",
+                        t(&prompt.redirect_uri)
+                    );
+                }
+                None => return None,
+            }
             loop {
                 let (mut stream, _) = listener.accept().await.ok()?;
                 let mut request = vec![0u8; MAX_REDIRECT_REQUEST];

@@ -10,6 +10,8 @@
 
 mod ask;
 mod gateway;
+mod rounds;
+mod views;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +20,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 
 use super::{Cli, register, t};
-use ask::{ClientApprover, Clients};
+use ask::{ClientApprover, ClientElicitor, Clients};
 use gateway::{Gateway, Shared};
 
 /// Most HTTP connections open at once; past it a new one is closed at once.
@@ -63,10 +65,23 @@ pub(crate) async fn run(
     // Over stdio the terminal is the protocol stream: only the client can be asked
     // (or `--yes` answers, as for any command).
     let terminal = http.is_some() && std::io::IsTerminal::is_terminal(&std::io::stdin());
-    let terminal_approver = (terminal || cli.yes).then(|| Arc::clone(&config.approver));
-    config.approver = Arc::new(ClientApprover {
+    // `--yes` answers every question itself, as for any command; otherwise the client
+    // is asked first.
+    if !cli.yes {
+        let terminal_approver = terminal.then(|| Arc::clone(&config.approver));
+        config.approver = Arc::new(ClientApprover {
+            clients: Arc::clone(&clients),
+            terminal: terminal_approver,
+        });
+    }
+    let for_auth = Arc::clone(&clients);
+    config.authorizer = Arc::new(super::auth::TerminalAuthorizer::relayed(
+        terminal,
+        Arc::new(move |prompt| ask::authorization(&for_auth, prompt)),
+    ));
+    config.elicitor = Arc::new(ClientElicitor {
         clients: Arc::clone(&clients),
-        terminal: terminal_approver,
+        terminal: terminal.then(|| Arc::clone(&config.elicitor)),
     });
     let runtime = demiurge_mcp::Runtime::start(config).await?;
     register(&runtime);
@@ -74,11 +89,21 @@ pub(crate) async fn run(
         runtime: runtime.clone(),
         spec: cli.session_spec(),
         clients,
+        identities: Arc::default(),
     };
+    // Modern clients have no connection to end: an identity idle long enough goes.
+    let identities = Arc::clone(&shared.identities);
+    let sweeper = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+            gateway::sweep(&identities);
+        }
+    });
     let served = match http {
         None => serve_stdio(shared).await,
         Some(addr) => serve_http(cli, addr, shared).await,
     };
+    sweeper.abort();
     runtime.shutdown().await;
     served.map(|()| 0)
 }
@@ -97,9 +122,7 @@ fn bearer_token(cli: &Cli) -> anyhow::Result<String> {
     if let Some(token) = read_token(&path) {
         return Ok(token);
     }
-    let mut raw = [0u8; 32];
-    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut raw)?;
-    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let token = ask::random_hex(32)?;
     write_token(&path, &token)?;
     eprintln!(
         "serve: a bearer token was made for this address (shown once; kept in {}): {token}",

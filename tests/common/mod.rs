@@ -4,6 +4,7 @@
 
 pub mod http;
 pub mod oauth;
+pub mod serving;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

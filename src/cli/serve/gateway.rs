@@ -13,9 +13,10 @@
 #![allow(deprecated)]
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use demiurge_mcp::redact::View;
-use demiurge_mcp::result::{Block, ToolResult};
+use demiurge_mcp::result::Block;
 use demiurge_mcp::{CallError, Runtime, Session, SessionSpec, TurnCatalog};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
@@ -28,7 +29,9 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use super::ask::Clients;
+use super::ask::{Client, Clients};
+use super::rounds::{self, Round, Rounds};
+use super::views::{owner, progress_to, refusal, result_of, tools_of};
 
 /// What every handler of one `serve` shares.
 #[derive(Clone)]
@@ -36,14 +39,33 @@ pub(crate) struct Shared {
     pub runtime: Runtime,
     pub spec: SessionSpec,
     pub clients: Clients,
+    pub identities: Identities,
 }
 
 /// One client connection's handler: its session (started at its first request) and the
-/// turn its calls go through (prepared at a listing, or at the first call).
+/// turn its calls go through (prepared at a listing, or at the first call). A modern
+/// client's request has a handler of its own, and the state of its identity.
 pub(crate) struct Gateway {
     shared: Shared,
     state: Arc<Mutex<Connection>>,
 }
+
+/// The state of each modern client identity, and when it last made a request.
+pub(crate) type Identities =
+    Arc<std::sync::Mutex<std::collections::HashMap<String, (Arc<Mutex<Connection>>, Instant)>>>;
+
+/// Drops every identity idle for [`rounds::IDLE`] with no request in flight: its session
+/// is evicted (its servers' process trees with it).
+pub(crate) fn sweep(identities: &Identities) {
+    if let Ok(mut known) = identities.lock() {
+        known.retain(|_, (state, last)| {
+            last.elapsed() < rounds::IDLE || Arc::strong_count(state) > 1
+        });
+    }
+}
+
+/// Most open subscriptions of one modern client identity.
+const MAX_LISTENERS: usize = 8;
 
 /// Most client connections holding a session at once; past it a new one is refused.
 pub(crate) const MAX_SESSIONS: usize = 32;
@@ -51,10 +73,14 @@ pub(crate) const MAX_SESSIONS: usize = 32;
 /// How many connections hold a session now.
 static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-struct Connection {
+pub(crate) struct Connection {
     session: Option<Session>,
     turn: Option<TurnCatalog>,
     clients: Clients,
+    /// A modern identity's questions and waiting calls.
+    rounds: Option<Arc<Rounds>>,
+    /// The least log level a legacy client asked to hear (`info` until it says).
+    level: Arc<std::sync::atomic::AtomicU8>,
 }
 
 impl Drop for Connection {
@@ -77,26 +103,89 @@ impl Drop for Connection {
     }
 }
 
-impl Gateway {
-    pub(crate) fn new(shared: Shared) -> Self {
-        let state = Connection {
+impl Connection {
+    fn new(clients: &Clients, rounds: Option<Arc<Rounds>>) -> Self {
+        Connection {
             session: None,
             turn: None,
-            clients: Arc::clone(&shared.clients),
-        };
+            clients: Arc::clone(clients),
+            rounds,
+            level: Arc::new(std::sync::atomic::AtomicU8::new(1)),
+        }
+    }
+}
+
+/// Most modern client identities known at once.
+const MAX_IDENTITIES: usize = 64;
+
+impl Gateway {
+    pub(crate) fn new(shared: Shared) -> Self {
+        let state = Connection::new(&shared.clients, None);
         Gateway {
             shared,
             state: Arc::new(Mutex::new(state)),
         }
     }
 
-    /// This connection's turn: a new one when `fresh` (a listing) or none yet.
+    /// The state a request works on: its connection's, or for a modern request its
+    /// identity's (made at its first request).
+    fn state_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Arc<Mutex<Connection>>, ErrorData> {
+        if !rounds::modern(context) {
+            return Ok(Arc::clone(&self.state));
+        }
+        let identity = rounds::identity(&context.meta);
+        let asks = context
+            .meta
+            .client_capabilities()
+            .and_then(|c| c.elicitation);
+        let elicits = asks
+            .as_ref()
+            .is_some_and(|e| e.form.is_some() || e.url.is_none());
+        let opens_urls = asks.as_ref().is_some_and(|e| e.url.is_some());
+        let busy = || ErrorData::internal_error("too many clients at once; try again later", None);
+        let mut known = self.shared.identities.lock().map_err(|_| busy())?;
+        if !known.contains_key(&identity) && known.len() >= MAX_IDENTITIES {
+            drop(known);
+            sweep(&self.shared.identities);
+            known = self.shared.identities.lock().map_err(|_| busy())?;
+            if known.len() >= MAX_IDENTITIES {
+                return Err(busy());
+            }
+        }
+        let (state, last) = known.entry(identity).or_insert_with(|| {
+            let rounds = Arc::new(Rounds::new());
+            let state = Connection::new(&self.shared.clients, Some(rounds));
+            (Arc::new(Mutex::new(state)), Instant::now())
+        });
+        *last = Instant::now();
+        let state = Arc::clone(state);
+        drop(known);
+        if let Ok(state) = state.try_lock()
+            && let Some(rounds) = &state.rounds
+        {
+            rounds
+                .modern
+                .elicits
+                .store(elicits, std::sync::atomic::Ordering::SeqCst);
+            rounds
+                .modern
+                .opens_urls
+                .store(opens_urls, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(state)
+    }
+
+    /// This request's turn: a new one when `fresh` (a listing) or none yet.
     async fn turn(
         &self,
         fresh: bool,
-        peer: &rmcp::Peer<RoleServer>,
+        context: &RequestContext<RoleServer>,
     ) -> Result<TurnCatalog, ErrorData> {
-        let mut state = self.state.lock().await;
+        let state = self.state_of(context)?;
+        let mut state = state.lock().await;
         if let (false, Some(turn)) = (fresh, &state.turn) {
             return Ok(turn.clone());
         }
@@ -120,8 +209,15 @@ impl Gateway {
                     return Err(unprepared(&e));
                 }
             };
+            let client = match &state.rounds {
+                Some(rounds) => Client::Modern(Arc::clone(&rounds.modern)),
+                None => Client::Connection {
+                    peer: context.peer.clone(),
+                    level: Arc::clone(&state.level),
+                },
+            };
             if let Ok(mut clients) = self.shared.clients.lock() {
-                clients.insert(session.id().to_string(), peer.clone());
+                clients.insert(session.id().to_string(), client);
             }
             state.session = Some(session);
         }
@@ -175,143 +271,6 @@ fn parsed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ErrorData> 
     serde_json::from_value(value).map_err(|e| ErrorData::internal_error(e.to_string(), None))
 }
 
-/// The turn's tools as a model is offered them, in MCP's shape.
-fn tools_of(turn: &TurnCatalog) -> Value {
-    let tools: Vec<Value> = turn
-        .model_tools()
-        .into_iter()
-        .map(|m| {
-            let entry = turn.get(&m.name);
-            let schema = m.input_schema.map_or_else(
-                || json!({"type": "object"}),
-                |s| Value::Object((*s).clone()),
-            );
-            let mut tool = json!({
-                "name": m.name,
-                "description": m.description,
-                "inputSchema": schema,
-            });
-            if let Some(entry) = entry.filter(|_| !m.deferred) {
-                if let Some(title) = &entry.title {
-                    tool["title"] = json!(title);
-                }
-                if let Some(hints) = &entry.annotations {
-                    tool["annotations"] = json!({
-                        "readOnlyHint": hints.read_only,
-                        "destructiveHint": hints.destructive,
-                        "idempotentHint": hints.idempotent,
-                        "openWorldHint": hints.open_world,
-                    });
-                }
-                if let Some(output) = &entry.output_schema {
-                    tool["outputSchema"] = Value::Object((**output).clone());
-                }
-            }
-            tool
-        })
-        .collect();
-    json!({ "tools": tools })
-}
-
-/// The downstream server's progress (redacted by the runtime) relayed to the client, in
-/// order, when the client asked for progress with a token; at most 64 wait to be sent
-/// (past them some are dropped: a later one says as much).
-fn progress_to(context: &RequestContext<RoleServer>) -> Option<demiurge_mcp::ProgressSink> {
-    let token = context.meta.get_progress_token()?;
-    let peer = context.peer.clone();
-    let (sender, mut waiting) =
-        tokio::sync::mpsc::channel::<rmcp::model::ProgressNotificationParam>(64);
-    tokio::spawn(async move {
-        while let Some(param) = waiting.recv().await {
-            let _ = peer.notify_progress(param).await;
-        }
-    });
-    Some(Arc::new(move |p: demiurge_mcp::Progress| {
-        let mut param = json!({"progressToken": token, "progress": p.progress});
-        if let Some(total) = p.total {
-            param["total"] = json!(total);
-        }
-        if let Some(message) = p.message {
-            param["message"] = json!(message);
-        }
-        if let Ok(param) = serde_json::from_value(param) {
-            let _ = sender.try_send(param);
-        }
-    }))
-}
-
-/// A result's model view in MCP's shape.
-fn result_of(result: &ToolResult) -> Value {
-    let view = result.view(View::Model);
-    let content: Vec<Value> = view
-        .blocks
-        .iter()
-        .map(|block| match block {
-            Block::Text { text } => json!({"type": "text", "text": text}),
-            Block::Image {
-                mime_type,
-                data: Some(data),
-                ..
-            } => json!({"type": "image", "mimeType": mime_type, "data": data.as_ref()}),
-            other => {
-                json!({"type": "text", "text": serde_json::to_string(other).unwrap_or_default()})
-            }
-        })
-        .collect();
-    let mut out = json!({"content": content, "isError": result.is_error});
-    if result.output_schema.is_some() && view.data.as_object().is_some_and(|o| !o.is_empty()) {
-        out["structuredContent"] = view.data.clone();
-    }
-    out
-}
-
-/// A refusal as the client's tool error: what was refused, and how a person approves.
-fn refusal(error: &CallError) -> Value {
-    let how = match error {
-        CallError::ApprovalDenied { .. }
-        | CallError::ApprovalTimedOut { .. }
-        | CallError::ApprovalUnavailable { .. } => {
-            " To approve it: answer the question this client shows (it needs elicitation), or run `demiurge call` for it at a terminal and answer `always`; `demiurge approvals list` shows what is remembered."
-        }
-        CallError::ServerUnavailable { .. } => {
-            " Why is in serve's log (stderr); when its connect needs an approval, answer the question this client shows (it needs elicitation), or approve it at a terminal (`demiurge call` and `always`)."
-        }
-        CallError::MissingCapability { .. } => {
-            " A grant under capabilities.defaults in agent.yaml gives it."
-        }
-        _ => "",
-    };
-    json!({"content": [{"type": "text", "text": format!("{error}.{how}")}], "isError": true})
-}
-
-/// The server a URI is read from: the one server that lists it, else the one server
-/// whose listed templates could name it (the runtime checks that a template does). Two
-/// candidates are refused: a server's template must not capture another's URIs.
-fn owner(turn: &TurnCatalog, uri: &str) -> Option<String> {
-    let one = |mut servers: Vec<String>| {
-        servers.sort();
-        servers.dedup();
-        (servers.len() == 1).then(|| servers.remove(0))
-    };
-    let listing: Vec<String> = turn
-        .resources()
-        .filter(|r| r.uri == uri)
-        .map(|r| r.server.clone())
-        .collect();
-    if !listing.is_empty() {
-        return one(listing);
-    }
-    let naming: Vec<String> = turn
-        .resource_templates()
-        .filter(|t| {
-            let fixed = t.uri_template.split('{').next().unwrap_or_default();
-            !fixed.is_empty() && uri.starts_with(fixed)
-        })
-        .map(|t| t.server.clone())
-        .collect();
-    one(naming)
-}
-
 fn failed(error: impl std::fmt::Display) -> ErrorData {
     ErrorData::invalid_params(error.to_string(), None)
 }
@@ -338,7 +297,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let turn = self.turn(true, &context.peer).await?;
+        let turn = self.turn(true, &context).await?;
         parsed(tools_of(&turn))
     }
 
@@ -347,14 +306,23 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let turn = self.turn(false, &context.peer).await?;
-        let arguments = request.arguments.map_or(Value::Null, Value::Object);
+        let turn = self.turn(false, &context).await?;
         let progress = progress_to(&context);
+        let state = self.state_of(&context)?;
+        let in_rounds = state.lock().await.rounds.clone();
         // A client's cancellation ends the call; dropping it cancels it on the server.
-        let called = tokio::select! {
-            called = turn.call_with_progress(&request.name, arguments, progress) => called,
-            () = context.ct.cancelled() => {
-                return Err(ErrorData::internal_error("cancelled by the client", None));
+        let called = if let Some(rounds) = in_rounds {
+            match rounds::drive(&rounds, turn, request, progress, context.ct.cancelled()).await? {
+                Round::Asked(round) => return Ok(round),
+                Round::Done(called) => called,
+            }
+        } else {
+            let arguments = request.arguments.map_or(Value::Null, Value::Object);
+            tokio::select! {
+                called = turn.call_with_progress(&request.name, arguments, progress) => called,
+                () = context.ct.cancelled() => {
+                    return Err(ErrorData::internal_error("cancelled by the client", None));
+                }
             }
         };
         let answer = match called {
@@ -379,7 +347,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let turn = self.turn(true, &context.peer).await?;
+        let turn = self.turn(true, &context).await?;
         let resources: Vec<Value> = turn
             .resources()
             .map(|r| {
@@ -395,7 +363,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let turn = self.turn(false, &context.peer).await?;
+        let turn = self.turn(false, &context).await?;
         let templates: Vec<Value> = turn
             .resource_templates()
             .map(|t| {
@@ -411,7 +379,7 @@ impl ServerHandler for Gateway {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let turn = self.turn(false, &context.peer).await?;
+        let turn = self.turn(false, &context).await?;
         let Some(server) = owner(&turn, &request.uri) else {
             return Err(ErrorData::resource_not_found("no server offers it", None));
         };
@@ -433,11 +401,51 @@ impl ServerHandler for Gateway {
 
     async fn set_level(
         &self,
-        _request: rmcp::model::SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        // Servers' log messages are the runtime's redacted events (serve's log); the
-        // level a client asks for is accepted and changes nothing it is sent.
+        // Servers' log messages reach the client (their event view) at or above it.
+        let state = self.state_of(&context)?;
+        let level = super::ask::rank(request.level);
+        state
+            .lock()
+            .await
+            .level
+            .store(level, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        // List changes are told; a resource's updates only to a legacy subscription.
+        let mut accepted = requested.clone();
+        accepted.resource_subscriptions = None;
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        // A modern client's open subscription hears its identity's list changes.
+        let state = self.state_of(context.request_context())?;
+        let Some(rounds) = state.lock().await.rounds.clone() else {
+            return Ok(());
+        };
+        let sink = context.sink().clone();
+        let id = sink.id().clone();
+        if let Ok(mut listeners) = rounds.modern.listeners.lock() {
+            if listeners.len() >= MAX_LISTENERS {
+                return Err(ErrorData::internal_error(
+                    "too many open subscriptions",
+                    None,
+                ));
+            }
+            listeners.push(sink);
+        }
+        context.cancelled().await;
+        if let Ok(mut listeners) = rounds.modern.listeners.lock() {
+            listeners.retain(|sink| *sink.id() != id);
+        }
         Ok(())
     }
 
@@ -446,7 +454,7 @@ impl ServerHandler for Gateway {
         request: rmcp::model::SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let turn = self.turn(false, &context.peer).await?;
+        let turn = self.turn(false, &context).await?;
         let Some(server) = owner(&turn, &request.uri) else {
             return Err(ErrorData::resource_not_found("no server offers it", None));
         };
@@ -469,7 +477,7 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let turn = self.turn(true, &context.peer).await?;
+        let turn = self.turn(true, &context).await?;
         let prompts: Vec<Value> = turn
             .prompts()
             .map(|p| {
@@ -489,7 +497,7 @@ impl ServerHandler for Gateway {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let turn = self.turn(false, &context.peer).await?;
+        let turn = self.turn(false, &context).await?;
         let arguments = request
             .arguments
             .map_or(Value::Null, |a| Value::Object(a.into_iter().collect()));
