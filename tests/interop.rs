@@ -1843,14 +1843,13 @@ async fn a_python_sdk_client_drives_serve_over_http() {
 /// package's own reference tools, resources and prompts (which `serve` would name
 /// `server__tool`, and which the fronted demo server does not have; the README lists
 /// them).
-const SERVER_SCENARIOS: [&str; 11] = [
+const SERVER_SCENARIOS: [&str; 10] = [
     "server-initialize",
     "logging-set-level",
     "ping",
     "tools-list",
     "tools-call-simple-text",
     "tools-call-error",
-    "tools-call-elicitation",
     "server-sse-multiple-streams",
     "resources-list",
     "prompts-list",
@@ -1940,27 +1939,13 @@ async fn a_typescript_sdk_client_drives_serve_and_answers_its_questions() {
     let Some(prefix) = npm_prefix() else { return };
     let core = asking_core();
     let home = tempfile::tempdir().unwrap();
-    let run = |answers: &[&str]| -> serde_json::Value {
-        let out = Command::new("node")
-            .arg(prefix.join("ts_serve_client.mjs"))
-            .arg(common::exe())
-            .arg("--core")
-            .arg(core.root())
-            .arg("--home")
-            .arg(home.path())
-            .arg("serve")
-            .arg("--")
-            .args(answers)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "{stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
-    };
+    let (exe, root, home_dir) = (
+        common::exe().to_string(),
+        core.root().display().to_string(),
+        home.path().display().to_string(),
+    );
+    let stdio = [exe.as_str(), "--core", &root, "--home", &home_dir, "serve"];
+    let run = |answers: &[&str]| ts_client(prefix, "", &stdio, answers);
     let allowed = run(&["once", "once"]);
     assert_eq!(allowed["is_error"], false, "{allowed}");
     assert!(allowed["text"].as_str().unwrap().contains("from ts"));
@@ -1979,6 +1964,68 @@ async fn a_typescript_sdk_client_drives_serve_and_answers_its_questions() {
             .is_empty())
         .await
     );
+}
+
+/// The TypeScript SDK's client (`TS_ERA` empty: 2025-11-25) with `where` (a command or
+/// `http URL`), answering with `answers`: its JSON line.
+fn ts_client(prefix: &Path, era: &str, where_: &[&str], answers: &[&str]) -> serde_json::Value {
+    let out = Command::new("node")
+        .arg(prefix.join("ts_serve_client.mjs"))
+        .args(where_)
+        .arg("--")
+        .args(answers)
+        .env("TS_ERA", era)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+/// The TypeScript SDK's client over streamable HTTP, in both eras: a 2025-11-25 client
+/// is asked by `elicitation/create`; a client pinned to 2026-07-28 gets the same
+/// questions as `input_required` rounds of its call, which the SDK answers with the
+/// same handler and sends the call again. A yes lets the call through; a no refuses it.
+#[tokio::test]
+async fn a_typescript_sdk_client_drives_serve_over_http_in_both_eras() {
+    let Some(prefix) = npm_prefix() else { return };
+    let core = asking_core();
+    let home = tempfile::tempdir().unwrap();
+    let (serve, url) = serve_http(&core, home.path(), &[]).await;
+    let legacy = ts_client(prefix, "", &["http", &url], &["once", "once"]);
+    assert_eq!(legacy["protocol"], "2025-11-25", "{legacy}");
+    assert_eq!(legacy["is_error"], false, "{legacy}");
+    assert!(legacy["text"].as_str().unwrap().contains("from ts"));
+    assert_eq!(legacy["asked"].as_array().unwrap().len(), 2, "{legacy}");
+
+    // The server has listed now: the modern client's call starts it, and asks.
+    let modern = ts_client(prefix, "2026-07-28", &["http", &url], &["once", "once"]);
+    assert_eq!(modern["protocol"], "2026-07-28", "{modern}");
+    assert_eq!(modern["tools"].as_array().unwrap().len(), 16, "{modern}");
+    assert_eq!(modern["is_error"], false, "{modern}");
+    assert!(modern["text"].as_str().unwrap().contains("from ts"));
+    let asked: Vec<&str> = modern["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(asked.len(), 2, "{modern}");
+    assert!(asked[0].contains("wants to connect") && asked[1].contains("wants to run"));
+    // Its session outlives the request (one per client identity): the server is
+    // connected; the call is asked again ("once"), and refused.
+    let refused = ts_client(prefix, "2026-07-28", &["http", &url], &["no"]);
+    assert_eq!(refused["is_error"], true, "{refused}");
+    assert_eq!(refused["asked"].as_array().unwrap().len(), 1, "{refused}");
+    assert!(
+        refused["text"].as_str().unwrap().contains("denied"),
+        "{refused}"
+    );
+    stop_serving(serve, home.path()).await;
 }
 
 /// The MCP Inspector's command line (npm) as a client of `demiurge serve` over stdio:

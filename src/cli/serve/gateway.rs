@@ -267,7 +267,12 @@ fn unique() -> String {
     )
 }
 
-fn parsed<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, ErrorData> {
+/// A result in its rmcp type, marked complete (2026-07-28 requires `resultType`; rmcp
+/// drops it again for a 2025-11-25 client).
+fn parsed<T: serde::de::DeserializeOwned>(mut value: Value) -> Result<T, ErrorData> {
+    if let Some(fields) = value.as_object_mut() {
+        fields.insert("resultType".into(), json!("complete"));
+    }
     serde_json::from_value(value).map_err(|e| ErrorData::internal_error(e.to_string(), None))
 }
 
