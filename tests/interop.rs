@@ -1986,25 +1986,22 @@ fn ts_client(prefix: &Path, era: &str, where_: &[&str], answers: &[&str]) -> ser
     serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
 }
 
-/// The TypeScript SDK's client over streamable HTTP, in both eras: a 2025-11-25 client
-/// is asked by `elicitation/create`; a client pinned to 2026-07-28 gets the same
-/// questions as `input_required` rounds of its call, which the SDK answers with the
-/// same handler and sends the call again. A yes lets the call through; a no refuses it.
+/// The TypeScript SDK's client over streamable HTTP, in both eras: a client pinned to
+/// 2026-07-28 gets its questions as `input_required` rounds of its calls (its first
+/// listing, which cannot ask, offers `connect_servers`), which the SDK answers with its
+/// elicitation handler and sends the call again; a 2025-11-25 client is asked by
+/// `elicitation/create`. A yes lets the call through; a no refuses it.
 #[tokio::test]
 async fn a_typescript_sdk_client_drives_serve_over_http_in_both_eras() {
     let Some(prefix) = npm_prefix() else { return };
     let core = asking_core();
     let home = tempfile::tempdir().unwrap();
     let (serve, url) = serve_http(&core, home.path(), &[]).await;
-    let legacy = ts_client(prefix, "", &["http", &url], &["once", "once"]);
-    assert_eq!(legacy["protocol"], "2025-11-25", "{legacy}");
-    assert_eq!(legacy["is_error"], false, "{legacy}");
-    assert!(legacy["text"].as_str().unwrap().contains("from ts"));
-    assert_eq!(legacy["asked"].as_array().unwrap().len(), 2, "{legacy}");
-
-    // The server has listed now: the modern client's call starts it, and asks.
+    // The server has never listed: the modern listing cannot ask about its connect and
+    // offers `connect_servers`, whose call asks; then the call is asked.
     let modern = ts_client(prefix, "2026-07-28", &["http", &url], &["once", "once"]);
     assert_eq!(modern["protocol"], "2026-07-28", "{modern}");
+    assert_eq!(modern["connect"], true, "{modern}");
     assert_eq!(modern["tools"].as_array().unwrap().len(), 16, "{modern}");
     assert_eq!(modern["is_error"], false, "{modern}");
     assert!(modern["text"].as_str().unwrap().contains("from ts"));
@@ -2016,6 +2013,13 @@ async fn a_typescript_sdk_client_drives_serve_over_http_in_both_eras() {
         .collect();
     assert_eq!(asked.len(), 2, "{modern}");
     assert!(asked[0].contains("wants to connect") && asked[1].contains("wants to run"));
+
+    let legacy = ts_client(prefix, "", &["http", &url], &["once", "once"]);
+    assert_eq!(legacy["protocol"], "2025-11-25", "{legacy}");
+    assert_eq!(legacy["is_error"], false, "{legacy}");
+    assert!(legacy["text"].as_str().unwrap().contains("from ts"));
+    assert_eq!(legacy["asked"].as_array().unwrap().len(), 2, "{legacy}");
+
     // Its session outlives the request (one per client identity): the server is
     // connected; the call is asked again ("once"), and refused.
     let refused = ts_client(prefix, "2026-07-28", &["http", &url], &["no"]);

@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Core, demo, eventually, servers_of};
+use common::{Core, demo, eventually, eventually_async, servers_of};
 use rmcp::ServiceExt;
 use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
 use serde_json::json;
@@ -730,4 +730,63 @@ async fn a_downstream_servers_log_reaches_the_client_at_its_level() {
     );
     assert!(!logs[0].contains(CANARY), "{logs:?}");
     served.cancel().await.unwrap();
+}
+
+/// A modern client's listing cannot ask (only a call carries questions): a server that
+/// has never listed and needs a connect approval is left out of that listing, which
+/// offers `connect_servers` instead; calling it asks the client in rounds, connects the
+/// server, and the next listing has its tools (and no `connect_servers`).
+#[tokio::test]
+async fn a_modern_clients_first_listing_offers_to_connect_what_it_could_not_ask() {
+    let inner = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("approval_policy: prompt\nsandbox: off\n"));
+    let serve_home = tempfile::tempdir().unwrap();
+    let outer = Core::new().grant_servers(&["s"]).server(
+        "s",
+        &format!(
+            "command: {}\nargs: [--core, {}, --home, {}, serve]\nprotocol: \"2026-07-28\"\napproval_policy: auto\nsandbox: off\n",
+            serde_json::to_string(common::exe()).unwrap(),
+            serde_json::to_string(&inner.root()).unwrap(),
+            serde_json::to_string(serve_home.path()).unwrap(),
+        ),
+    );
+    let person = Answering::new(vec![json!({"answer": "session"})]);
+    let elicitor = person.clone();
+    let h = common::harness_with(common::Recorder::allow(), move |mut c| {
+        c.elicitor = std::sync::Arc::new(elicitor);
+        c
+    })
+    .await;
+    let (session, turn) = common::open(&h.runtime, outer.spec()).await;
+    let names = common::names(&turn);
+    assert_eq!(names, vec!["s__connect_servers".to_string()], "{names:?}");
+    assert!(person.shown().is_empty());
+    let connect = turn.get("s__connect_servers").unwrap();
+    assert!(connect.description.contains("MCP servers d"), "{connect:?}");
+
+    let connected = turn.call("s__connect_servers", json!({})).await.unwrap();
+    let said =
+        serde_json::to_string(&connected.view(demiurge_mcp::redact::View::Model).blocks).unwrap();
+    assert!(
+        !connected.is_error && said.contains("d: connected, 16 tools"),
+        "{said}"
+    );
+    assert_eq!(person.shown().len(), 1);
+    assert!(person.shown()[0].contains("wants to connect"));
+    let listed_again = eventually_async(Duration::from_secs(10), async || {
+        let turn = session.prepare_turn().await.unwrap();
+        turn.get("s__d__echo").is_some() && turn.get("s__connect_servers").is_none()
+    })
+    .await;
+    assert!(
+        listed_again,
+        "the server's tools did not reach the next listing"
+    );
+    h.finish().await;
+    assert!(
+        eventually(Duration::from_secs(10), || servers_of(serve_home.path())
+            .is_empty())
+        .await
+    );
 }

@@ -67,6 +67,9 @@ pub(crate) struct Modern {
     /// Whether its last request said it answers URL elicitations.
     pub opens_urls: std::sync::atomic::AtomicBool,
     pub listeners: Mutex<Vec<SubscriptionSink>>,
+    /// Servers whose connect question came while no call could carry it (a listing):
+    /// refused then, asked when the client calls `connect_servers`.
+    pub unasked: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Most questions of one modern client waiting to be carried at once.
@@ -82,6 +85,7 @@ impl Modern {
             elicits: std::sync::atomic::AtomicBool::new(false),
             opens_urls: std::sync::atomic::AtomicBool::new(false),
             listeners: Mutex::default(),
+            unasked: Mutex::default(),
         }
     }
 }
@@ -142,7 +146,16 @@ impl Approver for ClientApprover {
         // A changed definition is approved by a person with `demiurge pins approve` (or
         // at `serve`'s terminal), never by a client that may be the model's own.
         let change = request.action == Action::Change;
-        let client = Client::of(&self.clients, &request.session).filter(|c| c.can_ask());
+        let client = Client::of(&self.clients, &request.session);
+        if let Some(Client::Modern(modern)) = &client
+            && request.action == Action::Connect
+            && modern.elicits.load(Ordering::SeqCst)
+            && !client.as_ref().is_some_and(Client::can_ask)
+            && let Ok(mut unasked) = modern.unasked.lock()
+        {
+            unasked.insert(request.server.clone());
+        }
+        let client = client.filter(|c| c.can_ask());
         match (client, &self.terminal) {
             (Some(client), _) if !change => Box::pin(ask_approval(client, request)),
             (_, Some(terminal)) => terminal.decide(request),
@@ -336,6 +349,11 @@ impl EventSink for Relay {
         }
         self.inner.emit(event);
     }
+}
+
+/// Tells a modern client's open subscriptions that its tool list changed.
+pub(crate) async fn tools_changed(modern: &Arc<Modern>) {
+    tell(Client::Modern(Arc::clone(modern)), Notice::Tools).await;
 }
 
 /// The numeric rank of a log level (`debug` 0 .. `emergency` 7).

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use demiurge_mcp::redact::View;
 use demiurge_mcp::result::Block;
-use demiurge_mcp::{CallError, Runtime, Session, SessionSpec, TurnCatalog};
+use demiurge_mcp::{Runtime, Session, SessionSpec, TurnCatalog};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
     GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
@@ -31,7 +31,7 @@ use tokio::sync::Mutex;
 
 use super::ask::{Client, Clients};
 use super::rounds::{self, Round, Rounds};
-use super::views::{owner, progress_to, refusal, result_of, tools_of};
+use super::views::{answer, owner, progress_to, tools_of};
 
 /// What every handler of one `serve` shares.
 #[derive(Clone)]
@@ -303,7 +303,21 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let turn = self.turn(true, &context).await?;
-        parsed(tools_of(&turn))
+        let mut tools = tools_of(&turn);
+        let state = self.state_of(&context)?;
+        let rounds = state.lock().await.rounds.clone();
+        // A server the terminal or `--yes` let connect meanwhile is not asked about.
+        let unasked: Vec<String> = rounds
+            .and_then(|r| {
+                let mut unasked = r.modern.unasked.lock().ok()?;
+                unasked.retain(|server| !turn.tools().iter().any(|t| &t.server == server));
+                Some(unasked.iter().cloned().collect())
+            })
+            .unwrap_or_default();
+        if let (false, Some(listed)) = (unasked.is_empty(), tools["tools"].as_array_mut()) {
+            listed.push(rounds::connect_tool(&unasked));
+        }
+        parsed(tools)
     }
 
     async fn call_tool(
@@ -314,35 +328,40 @@ impl ServerHandler for Gateway {
         let turn = self.turn(false, &context).await?;
         let progress = progress_to(&context);
         let state = self.state_of(&context)?;
-        let in_rounds = state.lock().await.rounds.clone();
+        let (in_rounds, session) = {
+            let state = state.lock().await;
+            (state.rounds.clone(), state.session.clone())
+        };
+        let arguments = request.arguments.clone().map_or(Value::Null, Value::Object);
+        let name = request.name.to_string();
+        let call = move || -> rounds::Call {
+            Box::pin(
+                async move { answer(turn.call_with_progress(&name, arguments, progress).await) },
+            )
+        };
         // A client's cancellation ends the call; dropping it cancels it on the server.
-        let called = if let Some(rounds) = in_rounds {
-            match rounds::drive(&rounds, turn, request, progress, context.ct.cancelled()).await? {
-                Round::Asked(round) => return Ok(round),
-                Round::Done(called) => called,
+        let answer = match (in_rounds, session) {
+            (Some(rounds), Some(session)) if request.name == rounds::CONNECT_TOOL => {
+                let modern = Arc::clone(&rounds.modern);
+                let connect = move || rounds::connect_servers(session, modern);
+                let driven = rounds::drive(&rounds, &request, connect, context.ct.cancelled());
+                match driven.await? {
+                    Round::Asked(round) => return Ok(round),
+                    Round::Done(answer) => answer,
+                }
             }
-        } else {
-            let arguments = request.arguments.map_or(Value::Null, Value::Object);
-            tokio::select! {
-                called = turn.call_with_progress(&request.name, arguments, progress) => called,
+            (Some(rounds), _) => {
+                match rounds::drive(&rounds, &request, call, context.ct.cancelled()).await? {
+                    Round::Asked(round) => return Ok(round),
+                    Round::Done(answer) => answer,
+                }
+            }
+            (None, _) => tokio::select! {
+                answer = call() => answer,
                 () = context.ct.cancelled() => {
                     return Err(ErrorData::internal_error("cancelled by the client", None));
                 }
-            }
-        };
-        let answer = match called {
-            Ok(result) => result_of(&result),
-            Err(refused) => {
-                if let CallError::ServerUnavailable { server, reason, .. } = &refused {
-                    // To the operator: why a server did not start for this call.
-                    eprintln!(
-                        "serve: {}: {}",
-                        demiurge_mcp::text::escape(server),
-                        demiurge_mcp::text::escape(reason)
-                    );
-                }
-                refusal(&refused)
-            }
+            },
         };
         Ok(parsed::<CallToolResult>(answer)?.into())
     }

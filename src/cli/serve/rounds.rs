@@ -16,8 +16,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use demiurge_mcp::result::ToolResult;
-use demiurge_mcp::{CallError, ProgressSink, TurnCatalog};
 use futures::future::BoxFuture;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, ElicitResult, InputRequiredResult};
@@ -34,7 +32,8 @@ const KEY: &str = "demiurge-approval";
 /// Most calls of one identity waiting for an answer at once.
 const MAX_WAITING_CALLS: usize = 16;
 
-type Call = BoxFuture<'static, Result<ToolResult, CallError>>;
+/// A call's course, to its result in MCP's shape.
+pub(crate) type Call = BoxFuture<'static, Value>;
 
 /// A call waiting for its person's answer.
 struct Waiting {
@@ -61,8 +60,8 @@ impl Rounds {
 
 /// How a call in rounds went this time.
 pub(crate) enum Round {
-    /// It ended.
-    Done(Result<ToolResult, CallError>),
+    /// It ended with this result.
+    Done(Value),
     /// It waits for an answer: this is the round the client is sent.
     Asked(CallToolResponse),
 }
@@ -85,22 +84,18 @@ impl Drop for Carrying {
 
 /// Runs a modern client's call, or goes on with the one its `requestState` names,
 /// until it ends or asks a question (then the call waits, and the round is returned).
+/// `start` makes the call when the request names no waiting one.
 pub(crate) async fn drive(
     rounds: &Rounds,
-    turn: TurnCatalog,
-    request: CallToolRequestParams,
-    progress: Option<ProgressSink>,
+    request: &CallToolRequestParams,
+    start: impl FnOnce() -> Call,
     cancelled: impl std::future::Future<Output = ()>,
 ) -> Result<Round, ErrorData> {
     let mut cancelled = std::pin::pin!(cancelled);
     let carrying = Carrying::new(&rounds.modern);
     let tool = request.name.to_string();
     let mut call: Call = match request.request_state.as_deref() {
-        None => {
-            let arguments = request.arguments.map_or(Value::Null, Value::Object);
-            let name = tool.clone();
-            Box::pin(async move { turn.call_with_progress(&name, arguments, progress).await })
-        }
+        None => start(),
         Some(state) => resume(rounds, &tool, state, request.input_responses.as_ref())?,
     };
     loop {
@@ -189,4 +184,57 @@ pub(crate) fn identity(meta: &rmcp::model::RequestMetaObject) -> String {
     let said = info.map_or_else(String::new, |i| format!("{}\0{}", i.name, i.version));
     let digest = sha2::Sha256::digest(said.as_bytes());
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The tool a modern client is offered when a listing could not ask it about a
+/// server's connect (only a call carries questions): calling it asks, in rounds.
+pub(crate) const CONNECT_TOOL: &str = "connect_servers";
+
+/// The `connect_servers` tool as a client lists it, naming the servers it asks about.
+pub(crate) fn connect_tool(servers: &[String]) -> Value {
+    json!({
+        "name": CONNECT_TOOL,
+        "description": format!(
+            "Connects the MCP servers {} that need the user's approval first (the user is asked now); list the tools again afterwards to see theirs.",
+            servers.join(", ")
+        ),
+        "inputSchema": {"type": "object", "properties": {}},
+    })
+}
+
+/// Prepares a turn of `session` inside a call's rounds, so that the connect questions
+/// a listing could not ask are asked now; then tells the client's open subscriptions
+/// that the tool list changed.
+pub(crate) fn connect_servers(session: demiurge_mcp::Session, modern: Arc<Modern>) -> Call {
+    let asked: Vec<String> = modern
+        .unasked
+        .lock()
+        .map(|mut u| std::mem::take(&mut *u).into_iter().collect())
+        .unwrap_or_default();
+    Box::pin(async move {
+        let text = match session.prepare_turn().await {
+            Ok(turn) => {
+                let said: Vec<String> = asked
+                    .iter()
+                    .map(|server| {
+                        let tools = turn.tools().iter().filter(|t| &t.server == server);
+                        match tools.count() {
+                            0 => format!("{server}: not connected (serve's log says why)"),
+                            n => format!("{server}: connected, {n} tools"),
+                        }
+                    })
+                    .collect();
+                super::ask::tools_changed(&modern).await;
+                format!("{}. List the tools again to see them.", said.join("; "))
+            }
+            Err(e) => {
+                eprintln!(
+                    "serve: no turn: {}",
+                    demiurge_mcp::text::escape(&e.to_string())
+                );
+                "the runtime could not prepare a turn; serve's log says why".into()
+            }
+        };
+        json!({"content": [{"type": "text", "text": text}], "isError": false})
+    })
 }

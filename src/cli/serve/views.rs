@@ -149,3 +149,21 @@ pub(crate) fn owner(turn: &TurnCatalog, uri: &str) -> Option<String> {
         .collect();
     one(naming)
 }
+
+/// A call's outcome as the client's result: the model view, or a refusal saying how to
+/// approve (why a server did not start goes to the operator's log).
+pub(crate) fn answer(called: Result<demiurge_mcp::result::ToolResult, CallError>) -> Value {
+    match called {
+        Ok(result) => result_of(&result),
+        Err(refused) => {
+            if let CallError::ServerUnavailable { server, reason, .. } = &refused {
+                eprintln!(
+                    "serve: {}: {}",
+                    demiurge_mcp::text::escape(server),
+                    demiurge_mcp::text::escape(reason)
+                );
+            }
+            refusal(&refused)
+        }
+    }
+}
