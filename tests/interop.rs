@@ -1753,13 +1753,7 @@ fn python_client(venv: &Path, where_: &[String], answers: &[&str]) -> serde_json
         .args(answers)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+    last_json_line(&out)
 }
 
 /// A core whose demo server asks before each connect and call.
@@ -1966,6 +1960,17 @@ async fn a_typescript_sdk_client_drives_serve_and_answers_its_questions() {
     );
 }
 
+/// A client's report: the last line it printed, as JSON, once it exited well.
+fn last_json_line(out: &std::process::Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
 /// The TypeScript SDK's client (`TS_ERA` empty: 2025-11-25) with `where` (a command or
 /// `http URL`), answering with `answers`: its JSON line.
 fn ts_client(prefix: &Path, era: &str, where_: &[&str], answers: &[&str]) -> serde_json::Value {
@@ -1977,13 +1982,7 @@ fn ts_client(prefix: &Path, era: &str, where_: &[&str], answers: &[&str]) -> ser
         .env("TS_ERA", era)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+    last_json_line(&out)
 }
 
 /// The TypeScript SDK's client over streamable HTTP, in both eras: a client pinned to

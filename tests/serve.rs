@@ -31,21 +31,28 @@ async fn client_with(
     yes: bool,
     options: &[&str],
 ) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
-    let mut command = tokio::process::Command::new(common::exe());
-    command
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home)
-        .arg("serve")
-        .env("SERVE_TOKEN", CANARY)
-        .stderr(std::process::Stdio::null());
+    let mut command = serve_command(core, home, &["serve"]);
     if yes {
         command.arg("--yes");
     }
     command.args(options);
     let transport = rmcp::transport::TokioChildProcess::new(command).unwrap();
     ().serve(transport).await.unwrap()
+}
+
+/// `demiurge --core CORE --home HOME ARGS...` with the demo server's secret in its
+/// environment and its stderr dropped.
+fn serve_command(core: &Core, home: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(common::exe());
+    command
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home)
+        .args(args)
+        .env("SERVE_TOKEN", CANARY)
+        .stderr(std::process::Stdio::null());
+    command
 }
 
 fn core() -> Core {
@@ -191,15 +198,7 @@ impl rmcp::ClientHandler for Heard {
 async fn a_downstream_servers_progress_reaches_the_client_that_asked_for_it() {
     let core = core();
     let home = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(common::exe());
-    command
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--yes", "serve"])
-        .env("SERVE_TOKEN", CANARY)
-        .stderr(std::process::Stdio::null());
+    let command = serve_command(&core, home.path(), &["--yes", "serve"]);
     let heard = Heard::default();
     let served = heard
         .clone()
@@ -626,13 +625,8 @@ async fn a_downstream_sign_in_reaches_the_client_as_a_link() {
         ),
     );
     let home = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(common::exe());
-    command
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--yes", "--trust-network", "127.0.0.0/8", "serve"]);
+    let args = ["--yes", "--trust-network", "127.0.0.0/8", "serve"];
+    let command = serve_command(&core, home.path(), &args);
     let person = OpensLinks::default();
     let transport = rmcp::transport::TokioChildProcess::new(command).unwrap();
     let served = person.clone().serve(transport).await.unwrap();
@@ -682,15 +676,7 @@ impl rmcp::ClientHandler for Logs {
 async fn a_downstream_servers_log_reaches_the_client_at_its_level() {
     let core = core();
     let home = tempfile::tempdir().unwrap();
-    let mut command = tokio::process::Command::new(common::exe());
-    command
-        .arg("--core")
-        .arg(core.root())
-        .arg("--home")
-        .arg(home.path())
-        .args(["--yes", "serve"])
-        .env("SERVE_TOKEN", CANARY)
-        .stderr(std::process::Stdio::null());
+    let command = serve_command(&core, home.path(), &["--yes", "serve"]);
     let heard = Logs::default();
     let transport = rmcp::transport::TokioChildProcess::new(command).unwrap();
     let served = heard.clone().serve(transport).await.unwrap();

@@ -185,6 +185,16 @@ impl Gateway {
         context: &RequestContext<RoleServer>,
     ) -> Result<TurnCatalog, ErrorData> {
         let state = self.state_of(context)?;
+        self.turn_in(&state, fresh, context).await
+    }
+
+    /// The turn of `state` (the request's, from [`Gateway::state_of`]).
+    async fn turn_in(
+        &self,
+        state: &Mutex<Connection>,
+        fresh: bool,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<TurnCatalog, ErrorData> {
         let mut state = state.lock().await;
         if let (false, Some(turn)) = (fresh, &state.turn) {
             return Ok(turn.clone());
@@ -302,9 +312,9 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let turn = self.turn(true, &context).await?;
-        let mut tools = tools_of(&turn);
         let state = self.state_of(&context)?;
+        let turn = self.turn_in(&state, true, &context).await?;
+        let mut tools = tools_of(&turn);
         let rounds = state.lock().await.rounds.clone();
         // A server the terminal or `--yes` let connect meanwhile is not asked about.
         let unasked: Vec<String> = rounds
@@ -325,9 +335,9 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let turn = self.turn(false, &context).await?;
-        let progress = progress_to(&context);
         let state = self.state_of(&context)?;
+        let turn = self.turn_in(&state, false, &context).await?;
+        let progress = progress_to(&context);
         let (in_rounds, session) = {
             let state = state.lock().await;
             (state.rounds.clone(), state.session.clone())
