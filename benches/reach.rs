@@ -10,7 +10,12 @@
 //! - `reach/search_tools`: one `search_tools` call over those 220 tools.
 //! - `serve/call`: a call through `demiurge serve` (stdio, fronting one demo server)
 //!   against the same call made to the demo server directly, both from rmcp's client;
-//!   paired and printed as a ratio (target: at most 1.25x).
+//!   paired and printed as a ratio (target: at most 1.25x; a no-op call through any
+//!   process in between costs a second round trip, about 2x by itself).
+//! - `serve/relay`: the same call through `serve` against the same call through a bare
+//!   rmcp relay (`demo-server --forward`: rmcp's server in front of rmcp's client, nothing
+//!   else), both one process in front of a demo server: what this runtime adds to a
+//!   gateway's hop, paired and printed as a ratio (target: at most 1.25x).
 
 mod common;
 
@@ -172,15 +177,16 @@ fn serve(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let core = common::core(dir.path(), 1, 0, false);
     let home = dir.path().join("serve-home");
-    let (direct, served) = rt.block_on(async {
+    let (direct, relay, served) = rt.block_on(async {
         let direct = stdio_client(&["demo-server"]).await;
+        let relay = stdio_client(&["demo-server", "--forward"]).await;
         let core = core.display().to_string();
         let home = home.display().to_string();
         let args = ["--core", &core, "--home", &home, "--yes", "serve"];
         let served = stdio_client(&args).await;
         let tools = served.list_all_tools().await.unwrap();
         assert!(tools.iter().any(|t| t.name == "s0__echo"));
-        (direct, served)
+        (direct, relay, served)
     });
     rt.block_on(common::paired(
         "serve/call (200 sequential echo calls: direct vs through serve)",
@@ -189,9 +195,19 @@ fn serve(c: &mut Criterion) {
         || calls(&direct, "echo", 200),
         || calls(&served, "s0__echo", 200),
     ));
+    rt.block_on(common::paired(
+        "serve/relay (200 sequential echo calls: bare rmcp relay vs serve)",
+        "at most 1.25x",
+        20,
+        || calls(&relay, "echo", 200),
+        || calls(&served, "s0__echo", 200),
+    ));
     let mut group = c.benchmark_group("serve");
     group.bench_function("call_direct", |b| {
         b.to_async(&rt).iter(|| calls(&direct, "echo", 1))
+    });
+    group.bench_function("call_through_relay", |b| {
+        b.to_async(&rt).iter(|| calls(&relay, "echo", 1))
     });
     group.bench_function("call_through_serve", |b| {
         b.to_async(&rt).iter(|| calls(&served, "s0__echo", 1))
@@ -199,6 +215,7 @@ fn serve(c: &mut Criterion) {
     group.finish();
     rt.block_on(async {
         let _ = direct.cancel().await;
+        let _ = relay.cancel().await;
         let _ = served.cancel().await;
     });
 }

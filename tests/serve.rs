@@ -104,6 +104,50 @@ async fn a_client_lists_and_calls_through_serve_in_the_model_view() {
     );
 }
 
+/// A client that gives `serve` socket pairs for stdin and stdout (as Node's does) is
+/// served on them as on pipes; when the client hangs up, nothing is left.
+#[tokio::test]
+async fn a_client_on_socket_pairs_is_served_and_leaves_nothing() {
+    use std::os::unix::net::UnixStream;
+    let core = core();
+    let home = tempfile::tempdir().unwrap();
+    let (ours_in, theirs_in) = UnixStream::pair().unwrap();
+    let (ours_out, theirs_out) = UnixStream::pair().unwrap();
+    let mut command = serve_command(&core, home.path(), &["--yes", "serve"]);
+    command
+        .stdin(std::os::fd::OwnedFd::from(theirs_in))
+        .stdout(std::os::fd::OwnedFd::from(theirs_out))
+        .kill_on_drop(true);
+    let mut serve = command.spawn().unwrap();
+    let stream = |s: UnixStream| {
+        s.set_nonblocking(true).unwrap();
+        tokio::net::UnixStream::from_std(s).unwrap()
+    };
+    let (read, _) = tokio::io::split(stream(ours_out));
+    let (_, write) = tokio::io::split(stream(ours_in));
+    let served = ().serve((read, write)).await.unwrap();
+    let params = CallToolRequestParams::new("d__echo").with_arguments(
+        json!({"message": "over a socket"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let echoed = served.call_tool(params).await.unwrap();
+    assert!(text(&echoed).contains("over a socket"), "{}", text(&echoed));
+    served.cancel().await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), serve.wait()).await;
+    assert!(
+        ended.is_ok_and(|status| status.is_ok()),
+        "serve outlived its client"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || servers_of(home.path())
+            .is_empty())
+        .await,
+        "a server outlived its client"
+    );
+}
+
 #[tokio::test]
 async fn without_anyone_to_ask_serve_refuses_and_says_how_to_approve() {
     let core = Core::new()
@@ -573,6 +617,34 @@ async fn a_rounds_state_answers_only_its_own_call_once() {
     );
     let replayed = modern_post(&url, "alice", echo(Some(&call))).await;
     assert!(replayed.contains("names no call waiting"), "{replayed}");
+    common::serving::stop_serving(serve, home.path()).await;
+}
+
+/// Every modern client name is a new identity, each with its own session: a flood of
+/// names (one attacker making up clientInfo) gets exactly `serve`'s bound of live
+/// sessions (32), every later name is refused, and a client known before the flood keeps
+/// its session.
+#[tokio::test]
+async fn a_flood_of_client_identities_gets_the_bound_and_no_more() {
+    // Not granted: each session's turn denies the server, so no process starts.
+    let core = Core::new().server("d", &demo("sandbox: off\n"));
+    let home = tempfile::tempdir().unwrap();
+    let (serve, url) = common::serving::serve_http(&core, home.path(), &[]).await;
+    let call = json!({"name": "d__echo", "arguments": {"message": "hi"}});
+    let refused = |answer: &str| answer.contains("too many clients");
+    let known = modern_post(&url, "known", call.clone()).await;
+    assert!(!refused(&known), "{known}");
+    let mut admitted = 1;
+    for n in 0..79 {
+        let answer = modern_post(&url, &format!("made-up-{n}"), call.clone()).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        if !refused(&answer) {
+            admitted += 1;
+        }
+    }
+    assert_eq!(admitted, 32);
+    let again = modern_post(&url, "known", call).await;
+    assert!(!refused(&again), "{again}");
     common::serving::stop_serving(serve, home.path()).await;
 }
 

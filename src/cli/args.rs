@@ -198,6 +198,10 @@ pub(super) enum Command {
         /// Misbehave for fault-injection tests: MODE, then an optional count N (see the README's fault table).
         #[arg(long, num_args = 1..=2, value_names = ["MODE", "N"])]
         fault: Vec<String>,
+        /// Relay to a demo server started as a child, through rmcp alone (the bare
+        /// gateway the benches measure `serve` against).
+        #[arg(long, conflicts_with_all = ["http", "fault"])]
+        forward: bool,
     },
 }
 

@@ -179,6 +179,17 @@ fn write_core(core: &std::path::Path, exe: &str, port: u16) -> anyhow::Result<()
     Ok(())
 }
 
+/// `demo-server --forward`: the bare relay (`demo_server::forward_stdio`). Its exit code.
+pub(crate) async fn forward() -> u8 {
+    match demiurge_mcp::demo_server::forward_stdio().await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            1
+        }
+    }
+}
+
 /// What `demo-server` was asked for.
 pub(crate) struct ServerOptions<'a> {
     /// Streamable HTTP on this address; stdio without.

@@ -230,7 +230,11 @@ async fn run(cli: Cli) -> u8 {
             page_size,
             tools_file,
             fault,
+            forward,
         }) => {
+            if *forward {
+                return demo::forward().await;
+            }
             let options = demo::ServerOptions {
                 http: *http,
                 allowed_hosts,

@@ -10,6 +10,7 @@
 
 mod ask;
 mod gateway;
+mod pipes;
 mod rounds;
 mod views;
 
@@ -110,7 +111,7 @@ pub(crate) async fn run(
 
 async fn serve_stdio(shared: Shared) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
-    let service = Gateway::new(shared).serve(rmcp::transport::stdio()).await?;
+    let service = Gateway::new(shared).serve(pipes::stdio()).await?;
     service.waiting().await?;
     Ok(())
 }

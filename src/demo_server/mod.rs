@@ -32,12 +32,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 mod faults;
+mod forward;
 mod handler;
 mod rounds;
 mod serve;
 mod tasks;
 
 pub use faults::Fault;
+pub use forward::forward_stdio;
 pub use rounds::Asking;
 use rounds::Change;
 pub use serve::{http_service, serve_http, serve_stdio};
