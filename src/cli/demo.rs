@@ -179,8 +179,36 @@ fn write_core(core: &std::path::Path, exe: &str, port: u16) -> anyhow::Result<()
     Ok(())
 }
 
+/// `demo-server`, as its options ask: the demo server, or the bare relay. Its exit code.
+pub(crate) async fn server(command: &super::args::Command) -> u8 {
+    let super::args::Command::DemoServer {
+        http,
+        allowed_hosts,
+        extra_tools,
+        page_size,
+        tools_file,
+        fault,
+        forward,
+    } = command
+    else {
+        return super::USAGE;
+    };
+    if *forward {
+        return relay().await;
+    }
+    serve(ServerOptions {
+        http: *http,
+        allowed_hosts,
+        extra_tools: *extra_tools,
+        page_size: *page_size,
+        tools_file: tools_file.clone(),
+        fault,
+    })
+    .await
+}
+
 /// `demo-server --forward`: the bare relay (`demo_server::forward_stdio`). Its exit code.
-pub(crate) async fn forward() -> u8 {
+async fn relay() -> u8 {
     match demiurge_mcp::demo_server::forward_stdio().await {
         Ok(()) => 0,
         Err(e) => {
@@ -191,7 +219,7 @@ pub(crate) async fn forward() -> u8 {
 }
 
 /// What `demo-server` was asked for.
-pub(crate) struct ServerOptions<'a> {
+struct ServerOptions<'a> {
     /// Streamable HTTP on this address; stdio without.
     pub http: Option<std::net::SocketAddr>,
     /// Host names the HTTP server answers besides loopback.
@@ -208,7 +236,7 @@ pub(crate) struct ServerOptions<'a> {
 
 /// `demo-server`: the built-in MCP server on stdio or streamable HTTP, with a fault
 /// acted out when asked. Its exit code.
-pub(crate) async fn serve(asked: ServerOptions<'_>) -> u8 {
+async fn serve(asked: ServerOptions<'_>) -> u8 {
     use demiurge_mcp::demo_server::{self, DemoOptions, Fault};
     let fault = match asked.fault {
         [] => None,

@@ -223,28 +223,7 @@ async fn run(cli: Cli) -> u8 {
         Some(Command::UrlCheck { url, resolve, json }) => {
             return url_check::run(&cli, url, resolve, *json).await;
         }
-        Some(Command::DemoServer {
-            http,
-            allowed_hosts,
-            extra_tools,
-            page_size,
-            tools_file,
-            fault,
-            forward,
-        }) => {
-            if *forward {
-                return demo::forward().await;
-            }
-            let options = demo::ServerOptions {
-                http: *http,
-                allowed_hosts,
-                extra_tools: *extra_tools,
-                page_size: *page_size,
-                tools_file: tools_file.clone(),
-                fault,
-            };
-            return demo::serve(options).await;
-        }
+        Some(command @ Command::DemoServer { .. }) => return demo::server(command).await,
         Some(Command::Init { check: true, json }) => Ok(check::run(&cli, *json)),
         Some(Command::Init { check: false, .. }) => Ok(check::create(&cli)),
         Some(Command::Shell) => match cli.provider.as_deref() {
