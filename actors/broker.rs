@@ -502,6 +502,7 @@ pub struct BrokerHandle {
     actor: Swappable<BrokerMsg>,
     /// Names each question, so a requester that goes away can withdraw it.
     ids: Arc<AtomicU64>,
+    telemetry: crate::telemetry::Telemetry,
 }
 
 /// Withdraws a question when its requester's future is dropped before the verdict.
@@ -524,10 +525,11 @@ impl Drop for Withdrawal<'_> {
 }
 
 impl BrokerHandle {
-    pub(crate) fn new(actor: ActorRef<BrokerMsg>) -> Self {
+    pub(crate) fn new(actor: ActorRef<BrokerMsg>, telemetry: crate::telemetry::Telemetry) -> Self {
         BrokerHandle {
             actor: Swappable::new(actor),
             ids: Arc::default(),
+            telemetry,
         }
     }
 
@@ -558,6 +560,7 @@ impl BrokerHandle {
         policy: ApprovalPolicy,
     ) -> Result<Approval, BrokerUnavailable> {
         let id = self.ids.fetch_add(1, Ordering::Relaxed);
+        let (action, asked_at) = (request.action, std::time::Instant::now());
         let mut withdrawal = Withdrawal {
             handle: self,
             session: request.session.clone(),
@@ -580,17 +583,18 @@ impl BrokerHandle {
             .await;
         withdrawal.armed = false;
         match asked {
-            Ok(ractor::rpc::CallResult::Success(a)) => Ok(a),
+            Ok(ractor::rpc::CallResult::Success(a)) => {
+                self.telemetry.approval_answered(action, a.source, asked_at);
+                Ok(a)
+            }
             _ => Err(BrokerUnavailable),
         }
     }
 
     /// Drops a session's cached answers and withdraws its questions.
     pub fn forget_session(&self, session: &str) {
-        let _ = self
-            .actor
-            .get()
-            .cast(BrokerMsg::ForgetSession(session.to_string()));
+        let forget = BrokerMsg::ForgetSession(session.to_string());
+        let _ = self.actor.get().cast(forget);
     }
 }
 
@@ -667,7 +671,7 @@ mod tests {
         let preview =
             ConnectPreview::new(&loaded.declarations[0], ApprovalPolicy::Prompt, None, &[]);
         Fixture {
-            broker: BrokerHandle::new(actor),
+            broker: BrokerHandle::new(actor, crate::telemetry::Telemetry::default()),
             clock,
             questions,
             events,

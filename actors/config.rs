@@ -99,6 +99,9 @@ pub struct RuntimeConfig {
     /// The token budget of a turn's tool definitions; `None` (the default) offers every
     /// definition whole. A session's own budget (`SessionSpec::tool_budget`) wins.
     pub tool_budget: Option<crate::search::ToolBudget>,
+    /// Where traces and metrics go (feature `otel`: the host's OpenTelemetry
+    /// providers, [`crate::telemetry::Telemetry::new`]); nowhere by default.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 /// A tool the host registers from another source (built-in or authored).
@@ -165,6 +168,7 @@ impl RuntimeConfig {
             start: crate::core::Start::Lazy,
             listing_ttl: Duration::from_secs(24 * 3600),
             tool_budget: None,
+            telemetry: crate::telemetry::Telemetry::default(),
         }
     }
 

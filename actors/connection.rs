@@ -24,6 +24,7 @@ use crate::core::{Declaration, Fingerprint};
 use crate::events::{EventHub, EventKind, ListKind};
 use crate::offer::{Offered, Shaped};
 use crate::redact::Redactor;
+use crate::telemetry::TraceHeader;
 use crate::transport::{
     CallFailure, CallTiming, CallWatch, Listener, McpClient, PROMPTS, RESOURCES, ServerSignals,
     TOOLS, TransportEnd,
@@ -168,9 +169,14 @@ impl Dispatch {
     }
 
     /// `resources/read`, under the same serial permit and timeout as a call.
-    pub(crate) async fn read_resource(&self, uri: &str) -> Result<serde_json::Value, CallFailure> {
+    pub(crate) async fn read_resource(
+        &self,
+        uri: &str,
+        trace: Option<TraceHeader>,
+    ) -> Result<serde_json::Value, CallFailure> {
         let _turn = self.serial_turn().await?;
-        crate::transport::read_resource(&self.peer, &self.signals, uri, self.timing.timeout).await
+        let timeout = self.timing.timeout;
+        crate::transport::read_resource(&self.peer, &self.signals, uri, timeout, trace).await
     }
 
     /// `resources/subscribe` (2025-11-25), or a wider `subscriptions/listen`
@@ -187,10 +193,12 @@ impl Dispatch {
         &self,
         name: &str,
         arguments: Option<JsonObject>,
+        trace: Option<TraceHeader>,
     ) -> Result<rmcp::model::GetPromptResult, CallFailure> {
         let _turn = self.serial_turn().await?;
         let timeout = self.timing.timeout;
-        crate::transport::get_prompt(&self.peer, &self.signals, name, arguments, timeout).await
+        let prompt = (name, arguments);
+        crate::transport::get_prompt(&self.peer, &self.signals, prompt, timeout, trace).await
     }
 
     async fn serial_turn(&self) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, CallFailure> {

@@ -222,6 +222,8 @@ pub enum SessionMsg {
         cancel: CancellationToken,
         /// Only these servers (`None`: all).
         scope: Option<Arc<Vec<String>>>,
+        /// The turn's span, parent of its connects' spans.
+        trace: crate::telemetry::Trace,
     },
     /// Close everything and stop.
     Evict {
@@ -285,6 +287,7 @@ impl Actor for SessionActor {
                 reply,
                 cancel,
                 scope,
+                trace,
             } => {
                 let budget = spec
                     .0
@@ -299,6 +302,7 @@ impl Actor for SessionActor {
                     scope,
                     budget,
                     wake: false,
+                    trace,
                 };
                 state.prepare_turn(&myself, request, &spec, revision).await;
             }

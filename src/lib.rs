@@ -70,6 +70,7 @@ pub mod redact;
 pub mod result;
 pub mod sandbox;
 pub mod search;
+pub mod telemetry;
 pub mod text;
 pub(crate) mod transport;
 

@@ -30,6 +30,7 @@ use crate::net::Verdict;
 use crate::offer::{Shaped, shape_listing};
 use crate::process::interpolate_all;
 use crate::redact::{Redactor, View};
+use crate::telemetry::{self, Trace};
 use crate::transport::{self, ConnectErrorKind, Launch, ListedTools, OAuthLaunch, ServerSignals};
 
 mod launch;
@@ -87,6 +88,8 @@ pub(super) struct Pipeline {
     pub principal: String,
     pub capabilities: CapabilitySet,
     pub workspace: PathBuf,
+    /// The turn's span (or the call's that woke a server): connects are its children.
+    pub trace: Trace,
 }
 
 /// A step's early end: the server's outcome for this turn. Outcomes are built once per
@@ -102,28 +105,45 @@ struct Interpolated {
 impl Pipeline {
     /// Authorizes and connects one server, step by step (see the module documentation).
     pub(super) async fn connect(&self, declaration: Arc<Declaration>) -> Outcome {
-        match self.steps(&declaration).await {
+        let span = self.trace.span("mcp.connect");
+        span.set_str(telemetry::SERVER, &declaration.server_id);
+        let outcome = match self.steps(&declaration, &span.trace()).await {
             // Compared with its pins once the discovery permit is back: a person asked
             // about a change holds no other server's connect.
             Ok(mut connected) => {
+                let pinning = span.trace().span("mcp.connect.pinning");
                 let shaped = std::mem::take(&mut connected.shaped);
                 connected.shaped = self
                     .pin(&declaration, &connected.redactor, shaped, Listing::Connect)
                     .await;
                 self.remember(&declaration, &connected.shaped).await;
+                pinning.end();
                 Outcome::Connected(Box::new(connected))
             }
             Err(outcome) => outcome,
+        };
+        let (how, failed) = match &outcome {
+            Outcome::Connected(_) => ("connected", None),
+            Outcome::Denied { .. } => ("denied", Some("denied")),
+            Outcome::Skipped { .. } => ("skipped", Some("missing_variable")),
+            Outcome::Failed { kind, .. } => ("failed", Some(kind.map_or("other", |k| k.name()))),
+        };
+        span.set_str(telemetry::OUTCOME, how);
+        if let Some(kind) = failed {
+            span.fail(kind);
         }
+        outcome
     }
 
-    async fn steps(&self, declaration: &Arc<Declaration>) -> Step<Connected> {
+    async fn steps(&self, declaration: &Arc<Declaration>, trace: &Trace) -> Step<Connected> {
         self.require_capability(declaration)?;
         let place = self.place(declaration).await?;
         let roots = self
             .roots(declaration)
             .map_err(|reason| denied(declaration, reason))?;
+        let approval = trace.span("mcp.connect.approval");
         self.approve(declaration, &place).await?;
+        approval.end();
         let Interpolated { values, args } = self.interpolate(declaration)?;
         // What the connection learns later (refreshed OAuth tokens), every clone of its
         // redactor hides too: the failure path, the elicitation route, the dispatch.
@@ -131,12 +151,15 @@ impl Pipeline {
         let redactor = self
             .secrets(declaration, &values, &args)
             .with_learned(Arc::clone(&learned));
+        let waiting = trace.span("mcp.connect.permit");
         let _permit = self.permit(declaration).await?;
+        waiting.end();
         let launch = self.launch(declaration, place, (values, args), &redactor, learned)?;
         let route = self.elicit_route(declaration, &redactor);
         let notices = self.notices(declaration, &redactor);
         let signals = Arc::new(ServerSignals::new(route, notices, roots));
         let confined = matches!(&launch, Launch::Stdio(stdio) if stdio.sandbox.is_some());
+        let start = trace.span("mcp.connect.start");
         let connected = transport::connect(
             launch,
             Arc::clone(&signals),
@@ -144,6 +167,7 @@ impl Pipeline {
             self.shared.config.close_grace,
         )
         .await;
+        start.end();
         self.remember_era(declaration, connected.as_ref().ok().map(|(_, l)| l));
         match connected {
             Ok((client, listed)) => {
@@ -493,6 +517,8 @@ impl Pipeline {
     /// announces a change and then never answers the lists must not hold the turn:
     /// relisting has the default connect timeout.
     async fn relist(&self, r: Relist) -> (ractor::ActorId, Result<Shaped, String>) {
+        let span = self.trace.span("mcp.relist");
+        span.set_str(telemetry::SERVER, &r.declaration.server_id);
         let listed = tokio::time::timeout(
             crate::core::DEFAULT_CONNECT_TIMEOUT,
             crate::transport::list_tools(&r.peer),
@@ -501,7 +527,10 @@ impl Pipeline {
         .unwrap_or_else(|_| Err("no answer within the connect timeout".into()));
         let shaped = match listed {
             Ok(listed) => shape_listing(listed, &r.declaration, &r.redactor, &self.shared.schemas),
-            Err(e) => return (r.id, Err(e)),
+            Err(e) => {
+                span.fail("relist");
+                return (r.id, Err(e));
+            }
         };
         let pinned = self
             .pin(&r.declaration, &r.redactor, shaped, Listing::Relist)

@@ -26,6 +26,7 @@ use crate::actors::turn::{PrepareError, Starter, TurnCatalog};
 use crate::core::{AgentCore, ApprovalPolicy, Declaration, Pinning, Start};
 use crate::offer::{CachedListing, Offered, Shaped, expired, forget, pins_of, recall, remember};
 use crate::pins::{self, Loaded};
+use crate::telemetry::Trace;
 
 /// A server listed from its last listing, as the catalog keeps it between turns.
 pub(super) struct Dormant {
@@ -193,7 +194,11 @@ pub(super) struct CatalogStarter {
 }
 
 impl Starter for CatalogStarter {
-    fn start(&self, server: String) -> BoxFuture<'static, Result<TurnCatalog, PrepareError>> {
+    fn start(
+        &self,
+        server: String,
+        trace: Trace,
+    ) -> BoxFuture<'static, Result<TurnCatalog, PrepareError>> {
         let (catalog, core, turn) = (self.catalog.clone(), Arc::clone(&self.core), self.turn);
         Box::pin(async move {
             // The start ends (its process killed, its approval withdrawn) when the
@@ -211,6 +216,7 @@ impl Starter for CatalogStarter {
                             scope: Some(Arc::new(vec![server])),
                             budget: None,
                             wake: true,
+                            trace,
                         })
                     },
                     None,

@@ -27,6 +27,7 @@ use crate::core::{Declaration, Fingerprint};
 use crate::events::EventKind;
 use crate::naming::Names;
 use crate::redact::View;
+use crate::telemetry::Trace;
 use crate::transport::ConnectErrorKind;
 
 mod assemble;
@@ -239,6 +240,7 @@ impl CatalogState {
             principal: self.identity.principal.clone(),
             capabilities: self.capabilities.clone(),
             workspace: self.identity.workspace.clone(),
+            trace: Trace::default(),
         }
     }
 
@@ -302,7 +304,8 @@ impl CatalogState {
             self.finish_turn(myself, resolution).await;
             return;
         }
-        let (pipeline, me, ending) = (self.pipeline(), myself.clone(), self.ending.clone());
+        let (mut pipeline, me, ending) = (self.pipeline(), myself.clone(), self.ending.clone());
+        pipeline.trace = resolution.request.trace.clone();
         tokio::spawn(async move {
             let run = preparation::run(&pipeline, plan.connect, relist, resolution, &ending);
             let Some(resolution) = run.await else {

@@ -30,6 +30,9 @@ pub(crate) struct TurnRequest {
     /// Start the servers of the scope even when their last listing could stand in for
     /// them: a call, read or prompt needs one now.
     pub wake: bool,
+    /// Where its spans go: under the turn's span (`mcp.turn`), or the call's that woke
+    /// a server.
+    pub trace: crate::telemetry::Trace,
 }
 
 impl TurnRequest {

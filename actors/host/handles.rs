@@ -130,12 +130,15 @@ impl Runtime {
         )
         .map_err(RuntimeError::Unavailable)?;
         let log_dir = config.home.join("runtime").join("session-events");
-        let hub = Arc::new(EventHub::with(
-            Arc::clone(&config.events),
-            Some(log_dir),
-            config.event_delivery,
-            config.event_log,
-        ));
+        let hub = Arc::new(
+            EventHub::with(
+                Arc::clone(&config.events),
+                Some(log_dir),
+                config.event_delivery,
+                config.event_log,
+            )
+            .with_telemetry(config.telemetry.clone()),
+        );
         let (limiter, _) = Actor::spawn(None, Limiter, config.discovery_limit)
             .await
             .map_err(unavailable)?;
@@ -143,12 +146,13 @@ impl Runtime {
             .await
             .map_err(unavailable)?;
         let (limiter_cell, broker_cell) = (limiter.get_cell(), broker.get_cell());
+        let broker = BrokerHandle::new(broker, config.telemetry.clone());
         let shared = Arc::new(Shared::new(
             config,
             hub,
             Arc::new(net),
             LimiterHandle::new(limiter),
-            BrokerHandle::new(broker),
+            broker,
         ));
         let lanes = Lanes::default();
         let args = RootArgs {
@@ -217,15 +221,21 @@ impl Runtime {
     pub async fn evict_session(&self, id: &str) -> Result<EvictionReport, RuntimeError> {
         // The root answers once the eviction is done, which it bounds itself.
         let bound = CONTROL_BOUND + eviction_worst(self.shared.config.close_grace);
+        let span = self.shared.config.telemetry.trace().span("mcp.evict");
         let id = id.to_string();
-        match self
+        let evicted = match self
             .actor
             .call(|reply| RuntimeMsg::EvictSession(id, reply), Some(bound))
             .await
         {
             Ok(ractor::rpc::CallResult::Success(report)) => report,
             _ => Err(gone()),
+        };
+        match &evicted {
+            Ok(report) => span.set_u64("mcp.connections_closed", report.connections_closed as u64),
+            Err(_) => span.fail("unavailable"),
         }
+        evicted
     }
 
     async fn evict_with(

@@ -24,8 +24,9 @@ pub(super) async fn prepare_turn(
     spec: &SharedSpec,
     scope: Option<Arc<Vec<String>>>,
 ) -> Result<TurnCatalog, PrepareError> {
+    let span = shared.config.telemetry.trace().span("mcp.turn");
     let spec = spec.read().map_err(|_| PrepareError::Evicted)?.clone();
-    let (core, revision) = load_turn_core(shared, &spec.0)?;
+    let (core, revision) = load_turn_core(shared, &spec.0).inspect_err(|_| span.fail("core"))?;
     let cancel = CancellationToken::new();
     let _dropped = cancel.clone().drop_guard();
     let asked = actor
@@ -37,14 +38,24 @@ pub(super) async fn prepare_turn(
                 reply,
                 cancel,
                 scope,
+                trace: span.trace(),
             },
             None,
         )
         .await;
-    match asked {
+    let prepared = match asked {
         Ok(ractor::rpc::CallResult::Success(result)) => result,
         _ => Err(PrepareError::Evicted),
+    };
+    match &prepared {
+        Ok(turn) => {
+            span.set_u64("mcp.turn.number", turn.turn());
+            span.set_u64("mcp.tools", turn.tools().len() as u64);
+            span.set_u64("mcp.diagnostics", turn.diagnostics().len() as u64);
+        }
+        Err(_) => span.fail("unprepared"),
     }
+    prepared
 }
 
 /// The core a turn of `spec` runs, and the revision it read. A core that follows its

@@ -13,6 +13,7 @@ use crate::core::ApprovalPolicy;
 use crate::events::EventKind;
 use crate::redact::{Redactor, View};
 use crate::result::{Provenance, ToolResult};
+use crate::telemetry::{self, Span, Trace};
 use crate::transport::{CallFailure, CallWatch, Progress, ProgressSink, TaskHandle};
 
 impl TurnCatalog {
@@ -38,7 +39,7 @@ impl TurnCatalog {
     ) -> Result<ToolResult, CallError> {
         let hooks = Hooks {
             progress: on_progress,
-            task: None,
+            ..Hooks::default()
         };
         self.call_hooked(name, arguments, hooks).await
     }
@@ -56,8 +57,8 @@ impl TurnCatalog {
         task: TaskHandle,
     ) -> Result<ToolResult, CallError> {
         let hooks = Hooks {
-            progress: None,
             task: Some(task),
+            ..Hooks::default()
         };
         self.call_hooked(name, arguments, hooks).await
     }
@@ -95,22 +96,38 @@ impl TurnCatalog {
         &self,
         entry: &ToolEntry,
         arguments: Value,
-        hooks: Hooks,
+        mut hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
+        let span = self.shared.config.telemetry.trace().span("mcp.call");
+        span.set_str(telemetry::SERVER, &entry.server);
+        span.set_str(telemetry::TOOL, &entry.name);
+        hooks.trace = span.trace();
         let outcome = if self.is_loaded(&entry.name) {
             self.dispatch(entry, arguments, hooks).await
         } else {
             Err(CallError::NotLoaded(entry.name.clone()))
         };
-        if let Err(refused) = &outcome {
-            self.shared.hub.emit(
-                &self.session,
-                EventKind::CallDenied {
-                    server: entry.server.clone(),
-                    tool: entry.name.clone(),
-                    reason: refused.to_string(),
-                },
-            );
+        match &outcome {
+            Ok(result) => {
+                let content = &result.view(View::Event).content;
+                span.set_u64("mcp.content.chars", content.chars().count() as u64);
+                span.set_str(
+                    telemetry::OUTCOME,
+                    if result.is_error { "error" } else { "ok" },
+                );
+            }
+            Err(refused) => {
+                span.set_str(telemetry::OUTCOME, "denied");
+                span.fail(kind_of(refused));
+                self.shared.hub.emit(
+                    &self.session,
+                    EventKind::CallDenied {
+                        server: entry.server.clone(),
+                        tool: entry.name.clone(),
+                        reason: refused.to_string(),
+                    },
+                );
+            }
         }
         outcome
     }
@@ -141,6 +158,7 @@ impl TurnCatalog {
         };
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let subject = subject_of(entry);
+        let approval = hooks.trace.span("mcp.call.approval");
         self.authorize(
             binding,
             Action::Call,
@@ -149,19 +167,16 @@ impl TurnCatalog {
             &redactor,
             Some(subject),
         )
-        .await?;
+        .await
+        .inspect_err(|refused| approval.fail(kind_of(refused)))?;
+        approval.end();
         let Some(dispatch) = binding.link.dispatch().filter(|d| !d.is_closed()) else {
             return Err(stale(StaleReason::Closed));
         };
         let started = Instant::now();
-        let watch = CallWatch {
-            sink: hooks
-                .progress
-                .map(|sink| redacted_progress(sink, &redactor)),
-            redactor: redactor.clone(),
-            task: hooks.task,
-        };
+        let (watch, server) = watched(hooks, &redactor);
         let called = dispatch.call(&entry.tool, arguments, watch).await;
+        server.end_as(called.as_ref().err().map(CallFailure::kind));
         let provenance = |reached| Provenance {
             server: entry.server.clone(),
             tool: entry.tool.clone(),
@@ -214,7 +229,10 @@ impl TurnCatalog {
         arguments: Value,
         hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
-        let Some(started) = self.woken(&entry.binding, &entry.name).await? else {
+        let Some(started) = self
+            .woken(&entry.binding, &entry.name, &hooks.trace)
+            .await?
+        else {
             return Err(CallError::Stale {
                 tool: entry.name.clone(),
                 reason: StaleReason::Closed,
@@ -333,13 +351,47 @@ fn subject_of(entry: &ToolEntry) -> CallSubject {
 
 /// `sink`, hearing the server's progress redacted with the call's secrets, as every
 /// other view of the server.
-/// What a caller hears of its call while it runs.
+/// What a caller hears of its call while it runs, and where its stages are traced.
 #[derive(Default)]
 struct Hooks {
     /// The server's progress, redacted.
     progress: Option<ProgressSink>,
     /// The task the call may become.
     task: Option<TaskHandle>,
+    /// The call's span, parent of its stages.
+    trace: Trace,
+}
+
+/// A refusal's kind, as a span's error type.
+pub(super) fn kind_of(refused: &CallError) -> &'static str {
+    match refused {
+        CallError::UnknownTool(_) => "unknown_tool",
+        CallError::ServerUnavailable { .. } => "server_unavailable",
+        CallError::Quarantined { .. } => "quarantined",
+        CallError::NotLoaded(_) => "not_loaded",
+        CallError::MissingCapability { .. } => "missing_capability",
+        CallError::PolicyDenied { .. } => "policy_denied",
+        CallError::ApprovalDenied { .. } => "approval_denied",
+        CallError::ApprovalTimedOut { .. } => "approval_timed_out",
+        CallError::ApprovalUnavailable { .. } => "approval_unavailable",
+        CallError::Stale { .. } => "stale",
+        CallError::BadArguments => "bad_arguments",
+        CallError::NotOffered { .. } => "not_offered",
+        _ => "failed",
+    }
+}
+
+/// What a call going to its server is watched by, and the span of its time there
+/// (whose context the server is sent).
+fn watched(hooks: Hooks, redactor: &Redactor) -> (CallWatch, Span) {
+    let server = hooks.trace.span("mcp.call.server");
+    let watch = CallWatch {
+        sink: hooks.progress.map(|sink| redacted_progress(sink, redactor)),
+        redactor: redactor.clone(),
+        task: hooks.task,
+        trace: server.header(),
+    };
+    (watch, server)
 }
 
 fn redacted_progress(sink: ProgressSink, redactor: &Redactor) -> ProgressSink {

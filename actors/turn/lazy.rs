@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
+
+use crate::telemetry::Trace;
 use tokio::sync::OnceCell;
 
 use super::{Binding, CallError, PrepareError, StaleReason, TurnCatalog};
@@ -16,7 +18,11 @@ use super::{Binding, CallError, PrepareError, StaleReason, TurnCatalog};
 /// Starts a dormant server of a turn: what its catalog provides.
 pub(crate) trait Starter: Send + Sync {
     /// A turn of just `server`, started now.
-    fn start(&self, server: String) -> BoxFuture<'static, Result<TurnCatalog, PrepareError>>;
+    fn start(
+        &self,
+        server: String,
+        trace: Trace,
+    ) -> BoxFuture<'static, Result<TurnCatalog, PrepareError>>;
 }
 
 /// One server's start in a turn: the turn that started it, or why it did not start.
@@ -38,7 +44,12 @@ impl Wakes {
 
     /// The turn that started `server` for `subject` (an exposed name or a URI), started
     /// now unless an earlier effect of this turn started it (or failed to).
-    async fn start(&self, server: &str, subject: &str) -> Result<TurnCatalog, CallError> {
+    async fn start(
+        &self,
+        server: &str,
+        subject: &str,
+        trace: &Trace,
+    ) -> Result<TurnCatalog, CallError> {
         let cell = {
             let Ok(mut started) = self.started.lock() else {
                 return Err(unavailable(subject, server, "the runtime is not running"));
@@ -46,7 +57,7 @@ impl Wakes {
             Arc::clone(started.entry(server.to_string()).or_default())
         };
         let starting = || async {
-            match self.starter.start(server.to_string()).await {
+            match self.starter.start(server.to_string(), trace.clone()).await {
                 Ok(turn)
                     if turn
                         .offers()
@@ -92,6 +103,7 @@ impl TurnCatalog {
         &self,
         binding: &Binding,
         subject: &str,
+        trace: &Trace,
     ) -> Result<Option<TurnCatalog>, CallError> {
         if binding.link.dispatch().is_some() {
             return Ok(None);
@@ -100,6 +112,6 @@ impl TurnCatalog {
         let Some(wakes) = &self.wakes else {
             return Err(unavailable(subject, server, "it was not started"));
         };
-        wakes.start(server, subject).await.map(Some)
+        wakes.start(server, subject, trace).await.map(Some)
     }
 }

@@ -3,12 +3,14 @@
 
 use serde_json::Value;
 
+use super::call::kind_of;
 use super::{CallError, ServerEntry, StaleReason, TurnCatalog};
 use crate::authority::{Action, CallSubject};
 use crate::events::EventKind;
 use crate::offer::{MAX_DESCRIPTION, PromptResult, prompt_result};
 use crate::redact::View;
 use crate::result::cap_chars;
+use crate::telemetry;
 use crate::transport::CallFailure;
 
 impl TurnCatalog {
@@ -37,26 +39,24 @@ impl TurnCatalog {
         if self.may_start(binding) {
             return self.get_started_prompt(entry, name, arguments).await;
         }
+        let span = self.shared().config.telemetry.trace().span("mcp.prompt");
+        span.set_str(telemetry::SERVER, &prompt.server);
+        span.set_str(telemetry::TOOL, name);
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
-        let refused = |error: CallError| self.refused(&prompt.server, error);
-        self.still_open(binding, name).map_err(refused)?;
-        // Bound to the prompt as its server defines it, never its exposed name.
-        let exact = CallSubject {
-            name: prompt.prompt.clone(),
-            title: prompt.title.clone(),
-            read_only: None,
-            destructive: None,
-            idempotent: None,
-            open_world: None,
-            definition: crate::digest::sha256_hex(&serde_json::to_vec(prompt).unwrap_or_default()),
+        let refused = |error: CallError| {
+            span.fail(kind_of(&error));
+            self.refused(&prompt.server, error)
         };
+        self.still_open(binding, name).map_err(refused)?;
+        let exact = Some(subject_of(prompt));
+        let arguments_in = arguments.as_ref();
         self.authorize(
             binding,
             Action::Prompt,
             name,
-            arguments.as_ref(),
+            arguments_in,
             &redactor,
-            Some(exact),
+            exact,
         )
         .await
         .map_err(refused)?;
@@ -66,7 +66,10 @@ impl TurnCatalog {
                 reason: StaleReason::Closed,
             });
         };
-        let got = dispatch.get_prompt(&prompt.prompt, arguments).await;
+        let got = dispatch
+            .get_prompt(&prompt.prompt, arguments, span.header())
+            .await;
+        span.end_as(got.as_ref().err().map(CallFailure::kind));
         let got = match got {
             Ok(got) => got,
             Err(CallFailure::NotSent(_) | CallFailure::Closed(_)) if dispatch.is_closed() => {
@@ -104,7 +107,8 @@ impl TurnCatalog {
         arguments: Option<serde_json::Map<String, Value>>,
     ) -> Result<PromptResult, CallError> {
         let server = &entry.binding.declaration.server_id;
-        let started = self.woken(&entry.binding, name).await;
+        let trace = self.shared().config.telemetry.trace();
+        let started = self.woken(&entry.binding, name, &trace).await;
         match started.map_err(|e| self.refused(server, e))? {
             Some(started) => {
                 let arguments = arguments.map_or(Value::Null, Value::Object);
@@ -115,5 +119,19 @@ impl TurnCatalog {
                 reason: StaleReason::Closed,
             }),
         }
+    }
+}
+
+/// What a prompt's approval is bound to: the prompt as its server defines it, never its
+/// exposed name.
+fn subject_of(prompt: &crate::offer::PromptInfo) -> CallSubject {
+    CallSubject {
+        name: prompt.prompt.clone(),
+        title: prompt.title.clone(),
+        read_only: None,
+        destructive: None,
+        idempotent: None,
+        open_world: None,
+        definition: crate::digest::sha256_hex(&serde_json::to_vec(prompt).unwrap_or_default()),
     }
 }

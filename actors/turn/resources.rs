@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use super::call::kind_of;
 use super::{Binding, CallError, ServerEntry, StaleReason, TurnCatalog};
 use crate::authority::{Action, CallSubject, uri_secrets};
 use crate::events::EventKind;
@@ -15,6 +16,7 @@ use crate::offer::{
 };
 use crate::redact::{Redactor, View};
 use crate::result::{Provenance, ToolResult, cap_chars};
+use crate::telemetry;
 use crate::transport::CallFailure;
 
 impl TurnCatalog {
@@ -49,7 +51,10 @@ impl TurnCatalog {
         if let Some(started) = self.started_for(server, uri).await? {
             return Box::pin(started.read_resource(server, uri)).await;
         }
-        let (entry, subject, redactor) = self.resource_effect(server, uri, Action::Read).await?;
+        let span = self.shared().config.telemetry.trace().span("mcp.read");
+        span.set_str(telemetry::SERVER, server);
+        let effect = self.resource_effect(server, uri, Action::Read).await;
+        let (entry, subject, redactor) = effect.inspect_err(|e| span.fail(kind_of(e)))?;
         let binding = &entry.binding;
         let started = Instant::now();
         let Some(dispatch) = binding.link.dispatch() else {
@@ -58,7 +63,10 @@ impl TurnCatalog {
                 reason: StaleReason::Closed,
             });
         };
-        let read = dispatch.read_resource(uri).await;
+        let read = dispatch.read_resource(uri, span.header()).await;
+        if let Err(failure) = &read {
+            span.fail(failure.kind());
+        }
         let provenance = |reached| Provenance {
             server: server.to_string(),
             tool: "resources/read".into(),
@@ -176,7 +184,8 @@ impl TurnCatalog {
         let subject = binding
             .redactor
             .text(&format!("{server} {uri}"), View::Event);
-        self.woken(binding, &subject)
+        let trace = self.shared().config.telemetry.trace();
+        self.woken(binding, &subject, &trace)
             .await
             .map_err(|e| self.refused(server, e))
     }

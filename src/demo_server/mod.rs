@@ -211,9 +211,17 @@ impl DemoServer {
         CallToolResult::error(vec![ContentBlock::text(args.message)])
     }
 
-    #[tool(description = "Return this server's process id")]
-    async fn whoami(&self) -> CallToolResult {
-        CallToolResult::structured(json!({ "pid": std::process::id() }))
+    #[tool(
+        description = "Return this server's process id, and the W3C trace context its request carried in `_meta` (traceparent, tracestate)"
+    )]
+    async fn whoami(&self, meta: rmcp::model::RequestMetaObject) -> CallToolResult {
+        let mut whoami = json!({ "pid": std::process::id() });
+        for key in ["traceparent", "tracestate"] {
+            if let Some(value) = meta.0.0.get(key) {
+                whoami[key] = value.clone();
+            }
+        }
+        CallToolResult::structured(whoami)
     }
 
     #[tool(description = "Return the sorted names of this server's environment variables")]

@@ -18,6 +18,8 @@ pub struct EventHub {
     delivery: Option<Delivery>,
     /// Events the sink or the log never got because a queue was full.
     dropped: Arc<std::sync::atomic::AtomicU64>,
+    /// The host's metrics, counted from every event before any queue.
+    telemetry: crate::telemetry::Telemetry,
 }
 
 /// How events reach the host's sink.
@@ -147,7 +149,14 @@ impl EventHub {
             writer,
             delivery,
             dropped,
+            telemetry: crate::telemetry::Telemetry::default(),
         }
+    }
+
+    /// This hub, counting every event into the host's metrics.
+    pub fn with_telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// Events dropped so far because the host's sink (or the log) could not keep up.
@@ -167,6 +176,7 @@ impl EventHub {
     /// take a turn down.
     pub fn emit(&self, session: &str, kind: EventKind) {
         let event = Event::new(session, kind);
+        self.telemetry.observe(&event);
         match &self.delivery {
             Some(d) => {
                 if d.tx

@@ -84,6 +84,20 @@ pub enum CallFailure {
     Cancelled(String),
 }
 
+impl CallFailure {
+    /// Its kind in one word (`timeout`, `not_sent`, `closed`, `protocol`, `cancelled`),
+    /// for a span's error type.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallFailure::Timeout(_) => "timeout",
+            CallFailure::NotSent(_) => "not_sent",
+            CallFailure::Closed(_) => "closed",
+            CallFailure::Protocol(_) => "protocol",
+            CallFailure::Cancelled(_) => "cancelled",
+        }
+    }
+}
+
 impl std::fmt::Display for CallFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -82,6 +82,18 @@ pub enum ConnectErrorKind {
     Authorization,
 }
 
+impl ConnectErrorKind {
+    /// Its name in events and spans (`spawn`, `failed`, `timed_out`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectErrorKind::Spawn => "spawn",
+            ConnectErrorKind::Failed => "failed",
+            ConnectErrorKind::TimedOut => "timed_out",
+            ConnectErrorKind::Authorization => "authorization",
+        }
+    }
+}
+
 /// A connect that failed, with what the server left behind.
 #[derive(Debug, Clone)]
 pub struct ConnectError {

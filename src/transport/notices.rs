@@ -83,6 +83,8 @@ pub struct CallWatch {
     pub redactor: crate::redact::Redactor,
     /// The host's hold on the task the call may become.
     pub task: Option<super::task_handle::TaskHandle>,
+    /// The call's trace context, sent to the server in `_meta`.
+    pub trace: Option<crate::telemetry::TraceHeader>,
 }
 
 /// Makes the route of a connection's notices for one redactor (the connection's, or a
@@ -289,6 +291,7 @@ mod tests {
             })),
             redactor,
             task: None,
+            trace: None,
         };
         let guard = notices.watch("n1".into(), watch).unwrap();
         let at = |progress| Progress {

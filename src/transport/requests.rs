@@ -27,6 +27,7 @@ use super::notices::{CallWatch, Notices, token_key};
 use super::rounds::with_rounds;
 use super::signals::{ServerSignals, speaks_modern};
 use super::tasks::followed;
+use crate::telemetry::TraceHeader;
 
 /// Most pages of `tools/list` followed for one server.
 pub const MAX_TOOL_PAGES: usize = 100;
@@ -170,8 +171,10 @@ pub async fn read_resource(
     signals: &ServerSignals,
     uri: &str,
     timeout: Duration,
+    trace: Option<TraceHeader>,
 ) -> Result<serde_json::Value, CallFailure> {
-    let params = ReadResourceRequestParams::new(uri.to_string());
+    let mut params = ReadResourceRequestParams::new(uri.to_string());
+    traced(&mut params.meta, trace);
     let send = |request, left| send(peer, request, left);
     match with_rounds(signals, params, timeout, send).await?.0 {
         ServerResult::ReadResourceResult(result) => {
@@ -191,12 +194,13 @@ pub async fn read_resource(
 pub async fn get_prompt(
     peer: &Peer<RoleClient>,
     signals: &ServerSignals,
-    name: &str,
-    arguments: Option<JsonObject>,
+    (name, arguments): (&str, Option<JsonObject>),
     timeout: Duration,
+    trace: Option<TraceHeader>,
 ) -> Result<GetPromptResult, CallFailure> {
     let mut params = GetPromptRequestParams::new(name.to_string());
     params.arguments = arguments;
+    traced(&mut params.meta, trace);
     let send = |request, left| send(peer, request, left);
     match with_rounds(signals, params, timeout, send).await?.0 {
         ServerResult::GetPromptResult(result) => Ok(result),
@@ -277,6 +281,13 @@ pub async fn list_tools(peer: &Peer<RoleClient>) -> Result<ListedTools, String> 
     })
 }
 
+/// A request's `_meta` with the runtime's trace context (never one a server sent).
+fn traced(meta: &mut Option<rmcp::model::RequestMetaObject>, trace: Option<TraceHeader>) {
+    if let Some(header) = trace {
+        header.into_meta(&mut meta.get_or_insert_with(Default::default).0.0);
+    }
+}
+
 /// How long a call may take: `timeout` without news; with `max`, each progress
 /// notification restarts `timeout`, up to `max` in all.
 #[derive(Debug, Clone, Copy)]
@@ -303,6 +314,10 @@ pub async fn call_tool(
 ) -> Result<serde_json::Value, CallFailure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = arguments;
+    traced(
+        &mut params.meta,
+        watch.as_ref().and_then(|w| w.trace.clone()),
+    );
     let budget = timing.max.unwrap_or(timing.timeout);
     let send =
         |request, left| call_round(peer, &signals.notices, request, timing, left, watch.clone());

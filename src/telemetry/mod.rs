@@ -1,0 +1,56 @@
+//! Traces and metrics (feature `otel`): spans for a turn's preparation, each server's
+//! connect and its stages, each call, read and prompt, relists and evictions; counters
+//! and histograms of what the runtime decided. Everything they carry comes from the
+//! event view (server ids, exposed names, outcomes, error kinds, durations, sizes), so
+//! no secret can reach an exporter.
+//!
+//! The host passes its OpenTelemetry providers ([`Telemetry::new`], feature `otel`)
+//! in [`crate::RuntimeConfig::telemetry`]; a turn's or call's span is a child of the
+//! host's current context where it was asked for. The context of a request's span goes
+//! to its server as W3C `traceparent` and `tracestate` in `_meta` (both protocol eras);
+//! a server's own trace context is never read. Without the feature every type here is
+//! empty and every method does nothing, so the runtime's code reads the same either way.
+//!
+//! Names: spans `mcp.turn`, `mcp.connect` (stages `mcp.connect.approval`,
+//! `mcp.connect.permit`, `mcp.connect.start`, `mcp.connect.pinning`), `mcp.relist`,
+//! `mcp.call` (stages `mcp.call.approval`, `mcp.call.server`), `mcp.read`, `mcp.prompt`,
+//! `mcp.evict`; attributes [`SERVER`], [`TOOL`], [`OUTCOME`], [`ERROR_KIND`] and the
+//! few named where they are set.
+
+#[cfg(not(feature = "otel"))]
+mod off;
+#[cfg(feature = "otel")]
+mod otel;
+
+#[cfg(not(feature = "otel"))]
+pub use off::{Span, Telemetry, Trace};
+#[cfg(feature = "otel")]
+pub use otel::{Span, Telemetry, Trace};
+
+/// The server id.
+pub const SERVER: &str = "mcp.server";
+/// The exposed tool, resource or prompt name.
+pub const TOOL: &str = "mcp.tool";
+/// How it ended: `ok`, `error`, `denied`, `failed`, `skipped`, `cancelled`.
+pub const OUTCOME: &str = "mcp.outcome";
+/// The typed kind of an error (`timeout`, `approval_denied`, `spawn`, ...).
+pub const ERROR_KIND: &str = "error.type";
+
+/// A request's W3C trace context as it goes to its server in `_meta`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceHeader {
+    /// `00-<trace id>-<span id>-<flags>`.
+    pub traceparent: String,
+    /// The host's vendor entries, when it has any.
+    pub tracestate: Option<String>,
+}
+
+impl TraceHeader {
+    /// The two entries in a request's `_meta` object.
+    pub fn into_meta(self, meta: &mut serde_json::Map<String, serde_json::Value>) {
+        meta.insert("traceparent".into(), self.traceparent.into());
+        if let Some(state) = self.tracestate {
+            meta.insert("tracestate".into(), state.into());
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! With the `otel` feature: spans through the host's tracer, metrics through its meter.
+
+use std::sync::Arc;
+
+use opentelemetry::global::{BoxedTracer, ObjectSafeTracerProvider};
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
+use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::{Context, InstrumentationScope, KeyValue};
+
+use super::{ERROR_KIND, OUTCOME, SERVER, TraceHeader};
+use crate::events::{Event, EventKind};
+
+/// Where traces and metrics go: the host's OpenTelemetry providers, or nowhere
+/// (`Telemetry::default()`).
+#[derive(Clone, Default)]
+pub struct Telemetry {
+    inner: Option<Arc<Inner>>,
+}
+
+struct Inner {
+    tracer: BoxedTracer,
+    metrics: Metrics,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("on", &self.inner.is_some())
+            .finish()
+    }
+}
+
+fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("demiurge-mcp")
+        .with_version(env!("CARGO_PKG_VERSION"))
+        .build()
+}
+
+impl Telemetry {
+    /// Spans through `tracers` and metrics through `meters` (an SDK's providers, or
+    /// the global ones: `opentelemetry::global::tracer_provider()`).
+    pub fn new(
+        tracers: &(impl ObjectSafeTracerProvider + ?Sized),
+        meters: &(impl MeterProvider + ?Sized),
+    ) -> Self {
+        let inner = Inner {
+            tracer: BoxedTracer::new(tracers.boxed_tracer(scope())),
+            metrics: Metrics::new(&meters.meter_with_scope(scope())),
+        };
+        Telemetry {
+            inner: Some(Arc::new(inner)),
+        }
+    }
+
+    /// Whether anything is traced or measured.
+    pub fn is_on(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// The host's current trace context (where a turn or call was asked for).
+    pub(crate) fn trace(&self) -> Trace {
+        Trace {
+            cx: self.inner.as_ref().map(|_| Context::current()),
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// An event (its event view), counted.
+    pub(crate) fn observe(&self, event: &Event) {
+        if let Some(inner) = &self.inner {
+            inner.metrics.observe(&event.kind);
+        }
+    }
+
+    /// An approval answered, asked at `asked`: how long a person (or the deadline)
+    /// took, when one was asked.
+    pub(crate) fn approval_answered(
+        &self,
+        action: crate::authority::Action,
+        source: crate::authority::ApprovalSource,
+        asked: std::time::Instant,
+    ) {
+        use crate::authority::ApprovalSource;
+        let someone = matches!(source, ApprovalSource::Approver | ApprovalSource::Deadline);
+        if let (Some(inner), true) = (&self.inner, someone) {
+            let millis = asked.elapsed().as_secs_f64() * 1000.0;
+            let action = KeyValue::new("mcp.action", name_of(&action));
+            inner.metrics.approval_ms.record(millis, &[action]);
+        }
+    }
+}
+
+/// A place in a trace: the context new spans are children of.
+#[derive(Clone, Default)]
+pub struct Trace {
+    cx: Option<Context>,
+    inner: Option<Arc<Inner>>,
+}
+
+impl std::fmt::Debug for Trace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Trace")
+    }
+}
+
+impl Trace {
+    /// A span started now under this place (a client span for what goes to a server).
+    pub(crate) fn span(&self, name: &'static str) -> Span {
+        let (Some(cx), Some(inner)) = (&self.cx, &self.inner) else {
+            return Span::default();
+        };
+        let kind = if matches!(name, "mcp.call.server" | "mcp.connect.start") {
+            SpanKind::Client
+        } else {
+            SpanKind::Internal
+        };
+        let builder = SpanBuilder::from_name(name).with_kind(kind);
+        let span = inner.tracer.build_with_context(builder, cx);
+        Span {
+            cx: Some(cx.with_span(span)),
+            inner: Some(Arc::clone(inner)),
+        }
+    }
+}
+
+/// A span, ended when dropped.
+#[derive(Default)]
+pub struct Span {
+    cx: Option<Context>,
+    inner: Option<Arc<Inner>>,
+}
+
+impl std::fmt::Debug for Span {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Span")
+    }
+}
+
+impl Span {
+    /// Sets a text attribute.
+    pub(crate) fn set_str(&self, key: &'static str, value: &str) {
+        if let Some(cx) = &self.cx {
+            cx.span()
+                .set_attribute(KeyValue::new(key, value.to_string()));
+        }
+    }
+
+    /// Sets a number attribute.
+    pub(crate) fn set_u64(&self, key: &'static str, value: u64) {
+        if let Some(cx) = &self.cx {
+            let value = i64::try_from(value).unwrap_or(i64::MAX);
+            cx.span().set_attribute(KeyValue::new(key, value));
+        }
+    }
+
+    /// Marks the span failed with an error kind (its status says only the kind).
+    pub(crate) fn fail(&self, kind: &str) {
+        if let Some(cx) = &self.cx {
+            cx.span()
+                .set_attribute(KeyValue::new(ERROR_KIND, kind.to_string()));
+            cx.span().set_status(Status::error(kind.to_string()));
+        }
+    }
+
+    /// The place of this span, for its children.
+    pub(crate) fn trace(&self) -> Trace {
+        Trace {
+            cx: self.cx.clone(),
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Ends it now (it ends when dropped, too).
+    pub(crate) fn end(self) {
+        drop(self);
+    }
+
+    /// Ends it now, failed with `kind` when there is one.
+    pub(crate) fn end_as(self, kind: Option<&str>) {
+        if let Some(kind) = kind {
+            self.fail(kind);
+        }
+    }
+
+    /// Its W3C context, for the server the request goes to.
+    pub(crate) fn header(&self) -> Option<TraceHeader> {
+        let cx = self.cx.as_ref()?;
+        let span = cx.span();
+        let context = span.span_context();
+        if !context.is_valid() {
+            return None;
+        }
+        let state = context.trace_state().header();
+        Some(TraceHeader {
+            traceparent: format!(
+                "00-{}-{}-{:02x}",
+                context.trace_id(),
+                context.span_id(),
+                context.trace_flags().to_u8()
+            ),
+            tracestate: (!state.is_empty()).then_some(state),
+        })
+    }
+}
+
+impl Drop for Span {
+    fn drop(&mut self) {
+        if let Some(cx) = &self.cx {
+            cx.span().end();
+        }
+    }
+}
+
+/// The instruments, all counted from the event view.
+struct Metrics {
+    connects: Counter<u64>,
+    calls: Counter<u64>,
+    call_ms: Histogram<f64>,
+    reads: Counter<u64>,
+    approvals: Counter<u64>,
+    approval_ms: Histogram<f64>,
+    denials: Counter<u64>,
+    url_decisions: Counter<u64>,
+    sandbox_denials: Counter<u64>,
+    quarantined: Counter<u64>,
+    dropped: Counter<u64>,
+}
+
+impl Metrics {
+    fn new(meter: &Meter) -> Self {
+        let counter = |name: &'static str, about: &'static str| {
+            meter.u64_counter(name).with_description(about).build()
+        };
+        let millis = |name: &'static str, about: &'static str| {
+            meter
+                .f64_histogram(name)
+                .with_unit("ms")
+                .with_description(about)
+                .build()
+        };
+        Metrics {
+            connects: counter("mcp.connects", "Server connects, by outcome"),
+            calls: counter("mcp.calls", "Tool calls, by server and outcome"),
+            call_ms: millis("mcp.call.duration", "Tool call wall time"),
+            reads: counter("mcp.reads", "Resource reads, by server and outcome"),
+            approvals: counter("mcp.approvals", "Approvals, by action and answer"),
+            approval_ms: millis("mcp.approval.wait", "Time an approval question waited"),
+            denials: counter("mcp.denials", "Connects and calls refused by authority"),
+            url_decisions: counter("mcp.url_decisions", "URL policy verdicts"),
+            sandbox_denials: counter("mcp.sandbox_denials", "What the sandbox refused"),
+            quarantined: counter(
+                "mcp.definitions_quarantined",
+                "Definitions held back from the model (pins)",
+            ),
+            dropped: counter("mcp.events_dropped", "Events the host's sink never got"),
+        }
+    }
+
+    fn observe(&self, kind: &EventKind) {
+        let server = |s: &str| KeyValue::new(SERVER, s.to_string());
+        let outcome = |o: &'static str| KeyValue::new(OUTCOME, o);
+        match kind {
+            EventKind::ServerConnected { server: s, .. } => {
+                self.connects.add(1, &[server(s), outcome("connected")]);
+            }
+            EventKind::ServerFailed {
+                server: s, kind, ..
+            } => {
+                let error = KeyValue::new(ERROR_KIND, kind.map_or("other", |k| k.name()));
+                self.connects.add(1, &[server(s), outcome("failed"), error]);
+            }
+            EventKind::ServerSkipped { server: s, .. } => {
+                self.connects.add(1, &[server(s), outcome("skipped")]);
+            }
+            EventKind::ServerDenied { server: s, .. } => {
+                self.connects.add(1, &[server(s), outcome("denied")]);
+                let what = KeyValue::new("mcp.action", "connect");
+                self.denials.add(1, &[server(s), what]);
+            }
+            EventKind::ToolCalled {
+                server: s,
+                is_error,
+                duration_ms,
+                ..
+            } => {
+                let attributes = [server(s), outcome(if *is_error { "error" } else { "ok" })];
+                self.calls.add(1, &attributes);
+                #[allow(clippy::cast_precision_loss)]
+                self.call_ms.record(*duration_ms as f64, &attributes);
+            }
+            EventKind::CallDenied { server: s, .. } => {
+                self.calls.add(1, &[server(s), outcome("denied")]);
+                let what = KeyValue::new("mcp.action", "call");
+                self.denials.add(1, &[server(s), what]);
+            }
+            EventKind::ResourceRead {
+                server: s,
+                is_error,
+                ..
+            } => {
+                let attributes = [server(s), outcome(if *is_error { "error" } else { "ok" })];
+                self.reads.add(1, &attributes);
+            }
+            other => self.observe_decisions(other),
+        }
+    }
+
+    fn observe_decisions(&self, kind: &EventKind) {
+        let server = |s: &str| KeyValue::new(SERVER, s.to_string());
+        match kind {
+            EventKind::ApprovalDecided {
+                action,
+                decision,
+                source,
+                ..
+            } => self.approvals.add(
+                1,
+                &[
+                    KeyValue::new("mcp.action", name_of(action)),
+                    KeyValue::new("mcp.answer", name_of(decision)),
+                    KeyValue::new("mcp.source", name_of(source)),
+                ],
+            ),
+            EventKind::UrlDecision {
+                phase,
+                server: s,
+                decision,
+            } => self.url_decisions.add(
+                1,
+                &[
+                    server(s),
+                    KeyValue::new("mcp.phase", name_of(phase)),
+                    KeyValue::new("mcp.allowed", decision.allowed),
+                    KeyValue::new("mcp.reason", decision.reason),
+                ],
+            ),
+            EventKind::SandboxDenied {
+                server: s, kind, ..
+            } => {
+                let kind = KeyValue::new("mcp.kind", name_of(kind));
+                self.sandbox_denials.add(1, &[server(s), kind]);
+            }
+            EventKind::DefinitionChanged {
+                server: s,
+                kind,
+                action,
+                ..
+            } if action == "quarantined" => {
+                let kind = KeyValue::new("mcp.kind", name_of(kind));
+                self.quarantined.add(1, &[server(s), kind]);
+            }
+            EventKind::EventsDropped { count } => self.dropped.add(*count, &[]),
+            _ => {}
+        }
+    }
+}
+
+/// The name a value has in the event log (its serde form), for a metric's attribute.
+fn name_of(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => "other".to_string(),
+    }
+}

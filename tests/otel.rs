@@ -1,0 +1,352 @@
+//! Traces and metrics (feature `otel`), exported as a host would: the OpenTelemetry SDK's
+//! OTLP/HTTP exporters send to a receiver on loopback, which decodes what it is sent
+//! with the official protobuf definitions (`opentelemetry-proto`). Run with
+//! `cargo test --features otel-otlp --test otel`.
+#![cfg(feature = "otel-otlp")]
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use common::{Core, Recorder, demo, harness_with, host_env};
+use demiurge_mcp::authority::{Action, ApprovalAnswer};
+use demiurge_mcp::telemetry::Telemetry;
+use opentelemetry::trace::{Span as _, TraceContextExt, Tracer, TracerProvider};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+use opentelemetry_proto::tonic::trace::v1::Span;
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use prost::Message;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+
+/// A secret the demo server is given and a call's arguments carry.
+const CANARY: &str = "sk_canary_otel_7d21";
+
+/// What the receiver was sent: (path, body) per request.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// An OTLP/HTTP receiver on loopback: every POST is kept and answered 200.
+async fn receiver() -> (String, Received) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let received = Received::default();
+    let kept = Arc::clone(&received);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(serve_otlp(stream, Arc::clone(&kept)));
+        }
+    });
+    (format!("http://{address}"), received)
+}
+
+/// One connection's requests (keep-alive: one after another).
+async fn serve_otlp(stream: tokio::net::TcpStream, kept: Received) {
+    let mut stream = tokio::io::BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        if stream.read_line(&mut line).await.unwrap_or(0) == 0 {
+            return;
+        }
+        let path = line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or_default()
+            .to_string();
+        let mut length = 0usize;
+        loop {
+            let mut header = String::new();
+            stream.read_line(&mut header).await.unwrap();
+            let header = header.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            if let Some((name, value)) = header.split_once(':')
+                && name.eq_ignore_ascii_case("content-length")
+            {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        stream.read_exact(&mut body).await.unwrap();
+        kept.lock().unwrap().push((path, body));
+        let answer =
+            "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+        stream.get_mut().write_all(answer.as_bytes()).await.unwrap();
+    }
+}
+
+/// The SDK's providers exporting OTLP/HTTP to `endpoint`.
+fn providers(endpoint: &str) -> (SdkTracerProvider, SdkMeterProvider) {
+    use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig};
+    let spans = SpanExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{endpoint}/v1/traces"))
+        .build()
+        .unwrap();
+    let metrics = MetricExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{endpoint}/v1/metrics"))
+        .build()
+        .unwrap();
+    let tracers = SdkTracerProvider::builder()
+        .with_batch_exporter(spans)
+        .build();
+    let meters = SdkMeterProvider::builder()
+        .with_periodic_exporter(metrics)
+        .build();
+    (tracers, meters)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn attribute(span: &Span, key: &str) -> Option<String> {
+    let value = span
+        .attributes
+        .iter()
+        .find(|a| a.key == key)?
+        .value
+        .as_ref()?;
+    match value.value.as_ref()? {
+        Any::StringValue(s) => Some(s.clone()),
+        Any::IntValue(n) => Some(n.to_string()),
+        Any::BoolValue(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A host's turn and calls inside its own span: the exported span tree hangs from it
+/// (turn, connect and its stages; call, approval, server), the server received the
+/// context of its call's span as `traceparent`, the metric points count connects,
+/// calls, approvals and denials, and no exported byte carries the secret.
+#[test]
+fn a_turn_and_its_calls_export_their_span_tree_and_metrics_without_secrets() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (endpoint, received) = rt.block_on(receiver());
+    let (tracers, meters) = providers(&endpoint);
+    let telemetry = Telemetry::new(&tracers, &meters);
+    let core = Core::new().grant_servers(&["d"]).server(
+        "d",
+        &demo("env:\n  OTEL_TOKEN: \"${OTEL_TOKEN}\"\napproval_policy: prompt\nsandbox: off\n"),
+    );
+    // Connects are approved; calls once, except `fail`, which is refused.
+    let approver = Recorder::new(|request| match (&request.action, request.tool.as_deref()) {
+        (Action::Call, Some("d__fail")) => ApprovalAnswer::Deny,
+        _ => ApprovalAnswer::AllowOnce,
+    });
+    let host = tracers.tracer("host");
+    let step = host.start("agent.step");
+    let step_id = step.span_context().span_id().to_bytes();
+    let cx = opentelemetry::Context::current_with_span(step);
+    let whoami = rt.block_on(async {
+        use opentelemetry::context::FutureExt;
+        let h = harness_with(approver, move |mut c| {
+            c.telemetry = telemetry;
+            c.host_env = host_env(&[("OTEL_TOKEN", CANARY)]);
+            c
+        })
+        .await;
+        let whoami = async {
+            let (session, turn) = common::open(&h.runtime, core.spec()).await;
+            assert!(turn.diagnostics().is_empty(), "{:?}", turn.diagnostics());
+            let echoed = turn
+                .call("d__echo", json!({"message": CANARY}))
+                .await
+                .unwrap();
+            assert!(!echoed.is_error);
+            let whoami = turn.call("d__whoami", json!({})).await.unwrap();
+            let refused = turn.call("d__fail", json!({"message": CANARY})).await;
+            assert!(refused.is_err());
+            session.evict().await.unwrap();
+            whoami
+        }
+        .with_context(cx.clone())
+        .await;
+        h.finish().await;
+        whoami
+    });
+    cx.span().end();
+    tracers.force_flush().unwrap();
+    meters.force_flush().unwrap();
+    let sent = received.lock().unwrap().clone();
+
+    // Not one exported byte carries the secret.
+    assert!(!sent.is_empty());
+    for (path, body) in &sent {
+        let text = String::from_utf8_lossy(body);
+        assert!(!text.contains(CANARY), "{path} carries the secret");
+    }
+
+    let spans: Vec<Span> = sent
+        .iter()
+        .filter(|(path, _)| path == "/v1/traces")
+        .flat_map(|(_, body)| {
+            ExportTraceServiceRequest::decode(body.as_slice())
+                .unwrap()
+                .resource_spans
+        })
+        .flat_map(|r| r.scope_spans)
+        .flat_map(|s| s.spans)
+        .collect();
+    let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
+    let one = |name: &str| -> &Span {
+        let found = named(name);
+        assert_eq!(
+            found.len(),
+            1,
+            "{name}: {:?}",
+            spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        found[0]
+    };
+    let parent_of = |span: &Span| -> String { hex(&span.parent_span_id) };
+    let step_span = one("agent.step");
+    assert_eq!(hex(&step_span.span_id), hex(&step_id));
+    let trace = hex(&step_span.trace_id);
+    assert!(
+        spans
+            .iter()
+            .filter(|s| s.name.starts_with("mcp."))
+            .all(|s| hex(&s.trace_id) == trace)
+    );
+
+    let turn = one("mcp.turn");
+    assert_eq!(parent_of(turn), hex(&step_id));
+    let connect = one("mcp.connect");
+    assert_eq!(parent_of(connect), hex(&turn.span_id));
+    assert_eq!(attribute(connect, "mcp.server").as_deref(), Some("d"));
+    assert_eq!(
+        attribute(connect, "mcp.outcome").as_deref(),
+        Some("connected")
+    );
+    for stage in [
+        "mcp.connect.approval",
+        "mcp.connect.permit",
+        "mcp.connect.start",
+        "mcp.connect.pinning",
+    ] {
+        assert_eq!(parent_of(one(stage)), hex(&connect.span_id), "{stage}");
+    }
+
+    let calls = named("mcp.call");
+    assert_eq!(calls.len(), 3);
+    let by_tool: HashMap<String, &Span> = calls
+        .iter()
+        .map(|s| (attribute(s, "mcp.tool").unwrap(), *s))
+        .collect();
+    for call in &calls {
+        assert_eq!(parent_of(call), hex(&step_id));
+    }
+    let refused = by_tool["d__fail"];
+    assert_eq!(attribute(refused, "mcp.outcome").as_deref(), Some("denied"));
+    assert_eq!(
+        attribute(refused, "error.type").as_deref(),
+        Some("approval_denied")
+    );
+    assert_eq!(
+        refused.status.as_ref().map(|s| s.code),
+        Some(2),
+        "status error"
+    );
+
+    // The server got the context of its call's server span, and nothing else of it.
+    let whoami_call = by_tool["d__whoami"];
+    let server_span = named("mcp.call.server")
+        .into_iter()
+        .find(|s| s.parent_span_id == whoami_call.span_id)
+        .expect("the whoami call's server span");
+    let expected = format!("00-{trace}-{}-01", hex(&server_span.span_id));
+    let data = whoami
+        .view(demiurge_mcp::redact::View::Operator)
+        .data
+        .clone();
+    assert_eq!(data["traceparent"], json!(expected), "{data}");
+    let approvals = named("mcp.call.approval");
+    assert_eq!(approvals.len(), 3);
+    assert!(
+        approvals
+            .iter()
+            .all(|a| by_tool.values().any(|c| c.span_id == a.parent_span_id))
+    );
+    assert_eq!(named("mcp.evict").len(), 1);
+
+    let metrics: Vec<(String, Points)> = sent
+        .iter()
+        .filter(|(path, _)| path == "/v1/metrics")
+        .flat_map(|(_, body)| {
+            ExportMetricsServiceRequest::decode(body.as_slice())
+                .unwrap()
+                .resource_metrics
+        })
+        .flat_map(|r| r.scope_metrics)
+        .flat_map(|s| s.metrics)
+        .map(|m| (m.name.clone(), points(&m)))
+        .collect();
+    let total = |name: &str, key: &str, value: &str| -> f64 {
+        metrics
+            .iter()
+            .filter(|(n, _)| n == name)
+            .flat_map(|(_, points)| points)
+            .filter(|(attributes, _)| attributes.get(key).map(String::as_str) == Some(value))
+            .map(|(_, v)| *v)
+            .fold(0.0, f64::max)
+    };
+    assert_eq!(total("mcp.connects", "mcp.outcome", "connected"), 1.0);
+    assert_eq!(total("mcp.calls", "mcp.outcome", "ok"), 2.0);
+    assert_eq!(total("mcp.calls", "mcp.outcome", "denied"), 1.0);
+    assert_eq!(total("mcp.denials", "mcp.action", "call"), 1.0);
+    assert_eq!(total("mcp.approvals", "mcp.answer", "deny"), 1.0);
+    assert_eq!(
+        total("mcp.call.duration", "mcp.outcome", "ok"),
+        2.0,
+        "histogram count"
+    );
+    assert!(total("mcp.approval.wait", "mcp.action", "call") >= 3.0);
+}
+
+/// A metric's points: attributes and value (a sum's value, a histogram's count).
+type Points = Vec<(HashMap<String, String>, f64)>;
+
+fn points(metric: &opentelemetry_proto::tonic::metrics::v1::Metric) -> Points {
+    use opentelemetry_proto::tonic::common::v1::KeyValue;
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as Number;
+    let attributes = |list: &[KeyValue]| -> HashMap<String, String> {
+        list.iter()
+            .filter_map(|kv| {
+                let value = match kv.value.as_ref()?.value.as_ref()? {
+                    Any::StringValue(s) => s.clone(),
+                    Any::BoolValue(b) => b.to_string(),
+                    Any::IntValue(n) => n.to_string(),
+                    _ => return None,
+                };
+                Some((kv.key.clone(), value))
+            })
+            .collect()
+    };
+    match metric.data.as_ref() {
+        Some(Data::Sum(sum)) => sum
+            .data_points
+            .iter()
+            .map(|p| {
+                let value = match p.value {
+                    Some(Number::AsInt(n)) => n as f64,
+                    Some(Number::AsDouble(d)) => d,
+                    None => 0.0,
+                };
+                (attributes(&p.attributes), value)
+            })
+            .collect(),
+        Some(Data::Histogram(histogram)) => histogram
+            .data_points
+            .iter()
+            .map(|p| (attributes(&p.attributes), p.count as f64))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
