@@ -350,3 +350,55 @@ fn points(metric: &opentelemetry_proto::tonic::metrics::v1::Metric) -> Points {
         _ => Vec::new(),
     }
 }
+
+/// The `demiurge` command exports to the endpoint of the standard
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`: a `call` sends its turn's and call's spans, and the
+/// server received the context of the call's server span.
+#[test]
+fn the_command_exports_to_the_standard_otlp_endpoint() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (endpoint, received) = rt.block_on(receiver());
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("sandbox: off\n"));
+    let home = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(common::exe())
+        .arg("--core")
+        .arg(core.root())
+        .arg("--home")
+        .arg(home.path())
+        .args(["--yes", "call", "d__whoami", "--json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let spans: Vec<Span> = received
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(path, _)| path == "/v1/traces")
+        .flat_map(|(_, body)| {
+            ExportTraceServiceRequest::decode(body.as_slice())
+                .unwrap()
+                .resource_spans
+        })
+        .flat_map(|r| r.scope_spans)
+        .flat_map(|s| s.spans)
+        .collect();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    assert!(
+        names.contains(&"mcp.turn") && names.contains(&"mcp.connect"),
+        "{names:?}"
+    );
+    let server = spans
+        .iter()
+        .find(|s| s.name == "mcp.call.server")
+        .expect("the call's server span");
+    let sent = format!("00-{}-{}-01", hex(&server.trace_id), hex(&server.span_id));
+    assert!(printed.contains(&sent), "{printed}");
+}

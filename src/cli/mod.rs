@@ -21,6 +21,8 @@ mod elicit;
 mod evolution;
 mod import;
 mod mcp;
+#[cfg(feature = "otel-otlp")]
+mod otlp;
 mod pins;
 mod resources;
 mod serve;
@@ -158,6 +160,8 @@ pub(crate) fn main() -> ExitCode {
     });
     // Tasks still closing children get a moment; guards kill what is left.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    #[cfg(feature = "otel-otlp")]
+    otlp::finish();
     ExitCode::from(code)
 }
 
@@ -352,6 +356,10 @@ impl Cli {
         config.url_policy =
             demiurge_mcp::net::UrlPolicy::with_trusted(self.trust_network.iter().copied());
         config.events = events;
+        #[cfg(feature = "otel-otlp")]
+        {
+            config.telemetry = otlp::telemetry();
+        }
         config.tool_budget = self.tool_budget.map(|tokens| {
             let budget = demiurge_mcp::search::ToolBudget::new(tokens);
             self.always_load

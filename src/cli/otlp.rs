@@ -1,0 +1,69 @@
+//! OTLP/HTTP export for the `demiurge` command (feature `otel-otlp`): when the standard
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` (or the per-signal `..._TRACES_ENDPOINT`,
+//! `..._METRICS_ENDPOINT`) is set, the run's spans and metrics go there, batched on the
+//! SDK's own threads; the exporters read the other `OTEL_EXPORTER_OTLP_*` variables
+//! (headers, timeout, compression) themselves. The endpoint is the operator's, set in
+//! the environment of their own run: it is not subject to the URL policy, which guards
+//! what Agent Cores declare.
+
+use std::sync::OnceLock;
+
+use opentelemetry_otlp::{MetricExporter, SpanExporter};
+use opentelemetry_sdk::metrics::SdkMeterProvider;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+
+struct Providers {
+    tracers: SdkTracerProvider,
+    meters: SdkMeterProvider,
+}
+
+static PROVIDERS: OnceLock<Option<Providers>> = OnceLock::new();
+
+fn configured(signal: &str) -> bool {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    set("OTEL_EXPORTER_OTLP_ENDPOINT") || set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+}
+
+fn providers() -> Option<&'static Providers> {
+    PROVIDERS
+        .get_or_init(|| {
+            if !configured("TRACES") && !configured("METRICS") {
+                return None;
+            }
+            let mut tracers = SdkTracerProvider::builder();
+            if configured("TRACES") {
+                match SpanExporter::builder().with_http().build() {
+                    Ok(spans) => tracers = tracers.with_batch_exporter(spans),
+                    Err(e) => eprintln!("warning: no OTLP trace export: {e}"),
+                }
+            }
+            let mut meters = SdkMeterProvider::builder();
+            if configured("METRICS") {
+                match MetricExporter::builder().with_http().build() {
+                    Ok(metrics) => meters = meters.with_periodic_exporter(metrics),
+                    Err(e) => eprintln!("warning: no OTLP metric export: {e}"),
+                }
+            }
+            Some(Providers {
+                tracers: tracers.build(),
+                meters: meters.build(),
+            })
+        })
+        .as_ref()
+}
+
+/// The run's telemetry: OTLP/HTTP when configured, else nowhere.
+pub(crate) fn telemetry() -> demiurge_mcp::telemetry::Telemetry {
+    providers().map_or_else(Default::default, |p| {
+        demiurge_mcp::telemetry::Telemetry::new(&p.tracers, &p.meters)
+    })
+}
+
+/// Sends what is batched and stops the exporters (at the end of the run, off the async
+/// runtime: the SDK's flush waits on its own threads).
+pub(crate) fn finish() {
+    if let Some(Some(p)) = PROVIDERS.get() {
+        let _ = p.tracers.shutdown();
+        let _ = p.meters.shutdown();
+    }
+}
