@@ -192,6 +192,12 @@ impl RuntimeConfig {
         self
     }
 
+    /// Sets where traces and metrics go (feature `otel`).
+    pub fn with_telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
+        self.telemetry = telemetry;
+        self
+    }
+
     /// Sets the clock.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
