@@ -24,7 +24,7 @@ use crate::core::{Declaration, Fingerprint};
 use crate::events::{EventHub, EventKind, ListKind};
 use crate::offer::{Offered, Shaped};
 use crate::redact::Redactor;
-use crate::telemetry::TraceHeader;
+use crate::telemetry::{Gauge, Level, TraceHeader};
 use crate::transport::{
     CallFailure, CallTiming, CallWatch, Listener, McpClient, PROMPTS, RESOURCES, ServerSignals,
     TOOLS, TransportEnd,
@@ -273,6 +273,7 @@ impl Live {
             signals: Arc::clone(&signals),
             end: Arc::clone(&end),
             closer,
+            counted: counted(&shared.config.telemetry, pid.is_some()),
         };
         let (actor, _) = Actor::spawn_linked(None, Connection, args, supervisor)
             .await
@@ -358,6 +359,17 @@ pub(crate) struct ConnectionArgs {
     pub end: EndSlot,
     /// Turned on in `post_stop`: every [`Dispatch`] of this connection is closed.
     pub closer: watch::Sender<bool>,
+    /// This connection (and its server process) in the gauges, while the actor lives.
+    pub counted: [Level; 2],
+}
+
+/// A connection's parts of the gauges: one connection, and one process when it has one.
+fn counted(telemetry: &crate::telemetry::Telemetry, process: bool) -> [Level; 2] {
+    let mut connection = telemetry.gauge(Gauge::Connections);
+    connection.set(1);
+    let mut processes = telemetry.gauge(Gauge::Processes);
+    processes.set(usize::from(process));
+    [connection, processes]
 }
 
 pub(crate) struct Connection;
@@ -372,6 +384,7 @@ pub(crate) struct ConnectionState {
     end: EndSlot,
     closer: watch::Sender<bool>,
     watcher: tokio::task::JoinHandle<()>,
+    _counted: [Level; 2],
 }
 
 impl Actor for Connection {
@@ -393,6 +406,7 @@ impl Actor for Connection {
             signals,
             end,
             closer,
+            counted,
         } = args;
         let watcher = tokio::spawn(watch_connection(&client, Arc::clone(&signals), myself));
         Ok(ConnectionState {
@@ -405,6 +419,7 @@ impl Actor for Connection {
             end,
             closer,
             watcher,
+            _counted: counted,
         })
     }
 

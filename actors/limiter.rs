@@ -43,6 +43,8 @@ pub(crate) struct Limiter;
 pub(crate) struct LimiterState {
     stats: LimiterStats,
     waiters: VecDeque<RpcReplyPort<Permit>>,
+    /// The queue's length in the host's gauge.
+    queued: crate::telemetry::Level,
 }
 
 impl LimiterState {
@@ -64,18 +66,20 @@ impl LimiterState {
             });
         }
         self.stats.waiting = self.waiters.len();
+        self.queued.set(self.stats.waiting);
     }
 }
 
 impl Actor for Limiter {
     type Msg = LimiterMsg;
     type State = LimiterState;
-    type Arguments = usize;
+    /// The limit, and where the queue's length is measured.
+    type Arguments = (usize, crate::telemetry::Telemetry);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<Self::Msg>,
-        limit: usize,
+        (limit, telemetry): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(LimiterState {
             stats: LimiterStats {
@@ -83,6 +87,7 @@ impl Actor for Limiter {
                 ..LimiterStats::default()
             },
             waiters: VecDeque::new(),
+            queued: telemetry.gauge(crate::telemetry::Gauge::Queued),
         })
     }
 
@@ -186,7 +191,8 @@ mod tests {
     use std::time::Duration;
 
     async fn limiter(limit: usize) -> LimiterHandle {
-        let (actor, _) = Actor::spawn(None, Limiter, limit).await.unwrap();
+        let args = (limit, crate::telemetry::Telemetry::default());
+        let (actor, _) = Actor::spawn(None, Limiter, args).await.unwrap();
         LimiterHandle::new(actor)
     }
 

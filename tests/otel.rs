@@ -160,6 +160,8 @@ fn a_turn_and_its_calls_export_their_span_tree_and_metrics_without_secrets() {
                 .unwrap();
             assert!(!echoed.is_error);
             let whoami = turn.call("d__whoami", json!({})).await.unwrap();
+            // Collected while the server runs: the gauges count it.
+            tokio::task::block_in_place(|| meters.force_flush()).unwrap();
             let refused = turn.call("d__fail", json!({"message": CANARY})).await;
             assert!(refused.is_err());
             session.evict().await.unwrap();
@@ -307,6 +309,20 @@ fn a_turn_and_its_calls_export_their_span_tree_and_metrics_without_secrets() {
         "histogram count"
     );
     assert!(total("mcp.approval.wait", "mcp.action", "call") >= 3.0);
+    // The gauges: one connection and one server process while it ran, none after.
+    let gauge = |name: &str| -> Vec<f64> {
+        metrics
+            .iter()
+            .filter(|(n, _)| n == name)
+            .flat_map(|(_, points)| points.iter().map(|(_, v)| *v))
+            .collect()
+    };
+    for name in ["mcp.connections", "mcp.server_processes"] {
+        let seen = gauge(name);
+        assert_eq!(seen.first(), Some(&1.0), "{name}: {seen:?}");
+        assert_eq!(seen.last(), Some(&0.0), "{name}: {seen:?}");
+    }
+    assert_eq!(gauge("mcp.discovery.queued").last(), Some(&0.0));
 }
 
 /// A metric's points: attributes and value (a sum's value, a histogram's count).
@@ -331,6 +347,18 @@ fn points(metric: &opentelemetry_proto::tonic::metrics::v1::Metric) -> Points {
     };
     match metric.data.as_ref() {
         Some(Data::Sum(sum)) => sum
+            .data_points
+            .iter()
+            .map(|p| {
+                let value = match p.value {
+                    Some(Number::AsInt(n)) => n as f64,
+                    Some(Number::AsDouble(d)) => d,
+                    None => 0.0,
+                };
+                (attributes(&p.attributes), value)
+            })
+            .collect(),
+        Some(Data::Gauge(gauge)) => gauge
             .data_points
             .iter()
             .map(|p| {

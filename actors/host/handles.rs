@@ -139,7 +139,8 @@ impl Runtime {
             )
             .with_telemetry(config.telemetry.clone()),
         );
-        let (limiter, _) = Actor::spawn(None, Limiter, config.discovery_limit)
+        let limits = (config.discovery_limit, config.telemetry.clone());
+        let (limiter, _) = Actor::spawn(None, Limiter, limits)
             .await
             .map_err(unavailable)?;
         let (broker, _) = Actor::spawn(None, Broker, BrokerArgs::new(&config, &hub))

@@ -23,9 +23,25 @@ mod off;
 mod otel;
 
 #[cfg(not(feature = "otel"))]
+pub(crate) use off::Level;
+#[cfg(not(feature = "otel"))]
 pub use off::{Span, Telemetry, Trace};
 #[cfg(feature = "otel")]
+pub(crate) use otel::Level;
+#[cfg(feature = "otel")]
 pub use otel::{Span, Telemetry, Trace};
+
+/// What a gauge counts (`mcp.connections`, `mcp.server_processes`,
+/// `mcp.discovery.queued`); each part of the runtime adds its own [`Level`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Gauge {
+    /// Live server connections.
+    Connections,
+    /// Live stdio server processes (the servers themselves, not their children).
+    Processes,
+    /// Connects waiting for a discovery permit.
+    Queued,
+}
 
 /// The server id.
 pub const SERVER: &str = "mcp.server";

@@ -1,13 +1,14 @@
 //! With the `otel` feature: spans through the host's tracer, metrics through its meter.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use opentelemetry::global::{BoxedTracer, ObjectSafeTracerProvider};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
 use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 
-use super::{ERROR_KIND, OUTCOME, SERVER, TraceHeader};
+use super::{ERROR_KIND, Gauge, OUTCOME, SERVER, TraceHeader};
 use crate::events::{Event, EventKind};
 
 /// Where traces and metrics go: the host's OpenTelemetry providers, or nowhere
@@ -20,6 +21,8 @@ pub struct Telemetry {
 struct Inner {
     tracer: BoxedTracer,
     metrics: Metrics,
+    /// The gauges' values, by [`Gauge`], read when the meter collects.
+    levels: Arc<[AtomicI64; 3]>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -43,9 +46,11 @@ impl Telemetry {
         tracers: &(impl ObjectSafeTracerProvider + ?Sized),
         meters: &(impl MeterProvider + ?Sized),
     ) -> Self {
+        let levels = Arc::new([AtomicI64::new(0), AtomicI64::new(0), AtomicI64::new(0)]);
         let inner = Inner {
             tracer: BoxedTracer::new(tracers.boxed_tracer(scope())),
-            metrics: Metrics::new(&meters.meter_with_scope(scope())),
+            metrics: Metrics::new(&meters.meter_with_scope(scope()), &levels),
+            levels,
         };
         Telemetry {
             inner: Some(Arc::new(inner)),
@@ -62,6 +67,15 @@ impl Telemetry {
         Trace {
             cx: self.inner.as_ref().map(|_| Context::current()),
             inner: self.inner.clone(),
+        }
+    }
+
+    /// A part of a gauge, at zero; it leaves the gauge when dropped.
+    pub(crate) fn gauge(&self, which: Gauge) -> Level {
+        Level {
+            inner: self.inner.clone(),
+            which: which as usize,
+            value: 0,
         }
     }
 
@@ -211,6 +225,36 @@ impl Drop for Span {
     }
 }
 
+/// A part of a gauge (one connection, one limiter's queue).
+pub(crate) struct Level {
+    inner: Option<Arc<Inner>>,
+    which: usize,
+    value: i64,
+}
+
+impl Level {
+    /// Sets this part's value.
+    pub(crate) fn set(&mut self, value: usize) {
+        if let Some(inner) = &self.inner {
+            let value = i64::try_from(value).unwrap_or(i64::MAX);
+            inner.levels[self.which].fetch_add(value - self.value, Ordering::Relaxed);
+            self.value = value;
+        }
+    }
+}
+
+impl Drop for Level {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
+impl std::fmt::Debug for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Level").field("value", &self.value).finish()
+    }
+}
+
 /// The instruments, all counted from the event view.
 struct Metrics {
     connects: Counter<u64>,
@@ -224,10 +268,22 @@ struct Metrics {
     sandbox_denials: Counter<u64>,
     quarantined: Counter<u64>,
     dropped: Counter<u64>,
+    /// Kept so that their callbacks stay registered.
+    _gauges: Vec<opentelemetry::metrics::ObservableGauge<i64>>,
 }
 
 impl Metrics {
-    fn new(meter: &Meter) -> Self {
+    fn new(meter: &Meter, levels: &Arc<[AtomicI64; 3]>) -> Self {
+        let gauge = |name: &'static str, about: &'static str, which: Gauge| {
+            let levels = Arc::clone(levels);
+            meter
+                .i64_observable_gauge(name)
+                .with_description(about)
+                .with_callback(move |seen| {
+                    seen.observe(levels[which as usize].load(Ordering::Relaxed), &[]);
+                })
+                .build()
+        };
         let counter = |name: &'static str, about: &'static str| {
             meter.u64_counter(name).with_description(about).build()
         };
@@ -253,6 +309,23 @@ impl Metrics {
                 "Definitions held back from the model (pins)",
             ),
             dropped: counter("mcp.events_dropped", "Events the host's sink never got"),
+            _gauges: vec![
+                gauge(
+                    "mcp.connections",
+                    "Live server connections",
+                    Gauge::Connections,
+                ),
+                gauge(
+                    "mcp.server_processes",
+                    "Live stdio server processes",
+                    Gauge::Processes,
+                ),
+                gauge(
+                    "mcp.discovery.queued",
+                    "Connects waiting for a discovery permit",
+                    Gauge::Queued,
+                ),
+            ],
         }
     }
 

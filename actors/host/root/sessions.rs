@@ -79,8 +79,9 @@ impl RuntimeState {
     /// release into nothing, so until they are dropped up to twice the limit may be
     /// connecting: a brief overshoot, never a stall.
     pub(super) async fn restart_limiter(&self, myself: &ActorRef<RuntimeMsg>) {
-        let limit = self.shared.config.discovery_limit;
-        match Actor::spawn_linked(None, Limiter, limit, myself.get_cell()).await {
+        let config = &self.shared.config;
+        let args = (config.discovery_limit, config.telemetry.clone());
+        match Actor::spawn_linked(None, Limiter, args, myself.get_cell()).await {
             Ok((limiter, _)) => self.shared.limiter.replace(limiter),
             Err(e) => tracing::error!(error = %e, "the discovery limiter could not be restarted"),
         }
