@@ -105,8 +105,9 @@ struct Interpolated {
 impl Pipeline {
     /// Authorizes and connects one server, step by step (see the module documentation).
     pub(super) async fn connect(&self, declaration: Arc<Declaration>) -> Outcome {
-        let span = self.trace.span("mcp.connect");
-        span.set_str(telemetry::SERVER, &declaration.server_id);
+        let span = self
+            .trace
+            .span_of("mcp.connect", &declaration.server_id, None);
         let outcome = match self.steps(&declaration, &span.trace()).await {
             // Compared with its pins once the discovery permit is back: a person asked
             // about a change holds no other server's connect.
@@ -517,8 +518,9 @@ impl Pipeline {
     /// announces a change and then never answers the lists must not hold the turn:
     /// relisting has the default connect timeout.
     async fn relist(&self, r: Relist) -> (ractor::ActorId, Result<Shaped, String>) {
-        let span = self.trace.span("mcp.relist");
-        span.set_str(telemetry::SERVER, &r.declaration.server_id);
+        let span = self
+            .trace
+            .span_of("mcp.relist", &r.declaration.server_id, None);
         let listed = tokio::time::timeout(
             crate::core::DEFAULT_CONNECT_TIMEOUT,
             crate::transport::list_tools(&r.peer),

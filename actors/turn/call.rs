@@ -98,9 +98,8 @@ impl TurnCatalog {
         arguments: Value,
         mut hooks: Hooks,
     ) -> Result<ToolResult, CallError> {
-        let span = self.shared.config.telemetry.trace().span("mcp.call");
-        span.set_str(telemetry::SERVER, &entry.server);
-        span.set_str(telemetry::TOOL, &entry.name);
+        let trace = self.shared.config.telemetry.trace();
+        let span = trace.span_of("mcp.call", &entry.server, Some(&entry.name));
         hooks.trace = span.trace();
         let outcome = if self.is_loaded(&entry.name) {
             self.dispatch(entry, arguments, hooks).await
@@ -158,7 +157,9 @@ impl TurnCatalog {
         };
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let subject = subject_of(entry);
-        let approval = hooks.trace.span("mcp.call.approval");
+        // A stage only where someone may be asked (`auto` decides nothing).
+        let asks = self.policy.call_policy(&binding.declaration) != ApprovalPolicy::Auto;
+        let approval = hooks.trace.span_when(asks, "mcp.call.approval");
         self.authorize(
             binding,
             Action::Call,

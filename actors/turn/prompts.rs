@@ -10,7 +10,6 @@ use crate::events::EventKind;
 use crate::offer::{MAX_DESCRIPTION, PromptResult, prompt_result};
 use crate::redact::View;
 use crate::result::cap_chars;
-use crate::telemetry;
 use crate::transport::CallFailure;
 
 impl TurnCatalog {
@@ -39,9 +38,8 @@ impl TurnCatalog {
         if self.may_start(binding) {
             return self.get_started_prompt(entry, name, arguments).await;
         }
-        let span = self.shared().config.telemetry.trace().span("mcp.prompt");
-        span.set_str(telemetry::SERVER, &prompt.server);
-        span.set_str(telemetry::TOOL, name);
+        let trace = self.shared().config.telemetry.trace();
+        let span = trace.span_of("mcp.prompt", &prompt.server, Some(name));
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let refused = |error: CallError| {
             span.fail(kind_of(&error));

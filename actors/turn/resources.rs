@@ -16,7 +16,6 @@ use crate::offer::{
 };
 use crate::redact::{Redactor, View};
 use crate::result::{Provenance, ToolResult, cap_chars};
-use crate::telemetry;
 use crate::transport::CallFailure;
 
 impl TurnCatalog {
@@ -51,8 +50,12 @@ impl TurnCatalog {
         if let Some(started) = self.started_for(server, uri).await? {
             return Box::pin(started.read_resource(server, uri)).await;
         }
-        let span = self.shared().config.telemetry.trace().span("mcp.read");
-        span.set_str(telemetry::SERVER, server);
+        let span = self
+            .shared()
+            .config
+            .telemetry
+            .trace()
+            .span_of("mcp.read", server, None);
         let effect = self.resource_effect(server, uri, Action::Read).await;
         let (entry, subject, redactor) = effect.inspect_err(|e| span.fail(kind_of(e)))?;
         let binding = &entry.binding;

@@ -118,8 +118,33 @@ impl std::fmt::Debug for Trace {
 }
 
 impl Trace {
+    /// A span started now when `when`, else none.
+    pub(crate) fn span_when(&self, when: bool, name: &'static str) -> Span {
+        if when {
+            self.span(name)
+        } else {
+            Span::default()
+        }
+    }
+
     /// A span started now under this place (a client span for what goes to a server).
     pub(crate) fn span(&self, name: &'static str) -> Span {
+        self.started(name, Vec::new())
+    }
+
+    /// A span of `server` (and the exposed `name` of what it serves) started now.
+    pub(crate) fn span_of(&self, span: &'static str, server: &str, name: Option<&str>) -> Span {
+        if self.cx.is_none() {
+            return Span::default();
+        }
+        let mut attributes = vec![KeyValue::new(SERVER, server.to_string())];
+        if let Some(name) = name {
+            attributes.push(KeyValue::new(super::TOOL, name.to_string()));
+        }
+        self.started(span, attributes)
+    }
+
+    fn started(&self, name: &'static str, attributes: Vec<KeyValue>) -> Span {
         let (Some(cx), Some(inner)) = (&self.cx, &self.inner) else {
             return Span::default();
         };
@@ -128,7 +153,9 @@ impl Trace {
         } else {
             SpanKind::Internal
         };
-        let builder = SpanBuilder::from_name(name).with_kind(kind);
+        let builder = SpanBuilder::from_name(name)
+            .with_kind(kind)
+            .with_attributes(attributes);
         let span = inner.tracer.build_with_context(builder, cx);
         Span {
             cx: Some(cx.with_span(span)),
