@@ -430,3 +430,84 @@ fn the_command_exports_to_the_standard_otlp_endpoint() {
     let sent = format!("00-{}-{}-01", hex(&server.trace_id), hex(&server.span_id));
     assert!(printed.contains(&sent), "{printed}");
 }
+
+/// `demiurge serve` takes a client's W3C trace context as the parent of the call it
+/// asks for; a malformed one is ignored (the call starts a trace of its own).
+#[test]
+fn serve_hangs_a_clients_call_under_the_clients_trace() {
+    use rmcp::ServiceExt;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (endpoint, received) = rt.block_on(receiver());
+    let core = Core::new()
+        .grant_servers(&["d"])
+        .server("d", &demo("sandbox: off\n"));
+    let home = tempfile::tempdir().unwrap();
+    let client_trace = "0af7651916cd43dd8448eb211c80319c";
+    let client_span = "b7ad6b7169203331";
+    rt.block_on(async {
+        let mut command = tokio::process::Command::new(common::exe());
+        command
+            .arg("--core")
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path())
+            .args(["--yes", "serve"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .stderr(std::process::Stdio::null());
+        let transport = rmcp::transport::TokioChildProcess::new(command).unwrap();
+        let client = ().serve(transport).await.unwrap();
+        let upper = client_trace.to_uppercase();
+        let zeros = "0".repeat(32);
+        let parents = [
+            format!("00-{client_trace}-{client_span}-01"),
+            // Malformed: each is ignored, and the call starts a trace of its own.
+            format!("00-{client_trace}-{client_span}-1"),
+            format!("00-{upper}-{client_span}-01"),
+            format!("00-{zeros}-{client_span}-01"),
+            format!("ff-{client_trace}-{client_span}-01"),
+            format!("00-{client_trace}-{client_span}-01-00"),
+            format!("00-{client_trace}{client_span}-01"),
+            format!("00-{client_trace}-{}-01", "0".repeat(16)),
+            "x".repeat(100_000),
+        ];
+        for (n, parent) in parents.iter().enumerate() {
+            let message = format!("call {n}");
+            let mut params = rmcp::model::CallToolRequestParams::new("d__echo")
+                .with_arguments(json!({"message": message}).as_object().cloned().unwrap());
+            let mut meta = rmcp::model::RequestMetaObject::default();
+            meta.0.insert("traceparent".into(), json!(parent));
+            params.meta = Some(meta);
+            let result = client.call_tool(params).await.unwrap();
+            assert_ne!(result.is_error, Some(true));
+        }
+        client.cancel().await.unwrap();
+    });
+    let calls = || -> Vec<Span> {
+        received
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(path, _)| path == "/v1/traces")
+            .flat_map(|(_, body)| {
+                ExportTraceServiceRequest::decode(body.as_slice())
+                    .unwrap()
+                    .resource_spans
+            })
+            .flat_map(|r| r.scope_spans)
+            .flat_map(|s| s.spans)
+            .filter(|s| s.name == "mcp.call")
+            .collect()
+    };
+    // serve flushes what it batched when its client hangs up and it exits.
+    let started = std::time::Instant::now();
+    while calls().len() < 9 && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let calls = calls();
+    assert_eq!(calls.len(), 9);
+    let under_client = calls
+        .iter()
+        .filter(|s| hex(&s.trace_id) == client_trace && hex(&s.parent_span_id) == client_span)
+        .count();
+    assert_eq!(under_client, 1, "exactly the well-formed context is taken");
+}

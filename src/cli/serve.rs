@@ -12,6 +12,7 @@ mod ask;
 mod gateway;
 mod pipes;
 mod rounds;
+mod traced;
 mod views;
 
 use std::net::SocketAddr;

@@ -31,6 +31,7 @@ use tokio::sync::Mutex;
 
 use super::ask::{Client, Clients};
 use super::rounds::{self, Round, Rounds};
+use super::traced;
 use super::views::{answer, owner, progress_to, tools_of};
 
 /// What every handler of one `serve` shares.
@@ -344,10 +345,11 @@ impl ServerHandler for Gateway {
         };
         let arguments = request.arguments.clone().map_or(Value::Null, Value::Object);
         let name = request.name.to_string();
+        let parent = traced::parent_of(&context.meta);
         let call = move || -> rounds::Call {
-            Box::pin(
-                async move { answer(turn.call_with_progress(&name, arguments, progress).await) },
-            )
+            Box::pin(traced::within(parent, async move {
+                answer(turn.call_with_progress(&name, arguments, progress).await)
+            }))
         };
         // A client's cancellation ends the call; dropping it cancels it on the server.
         let answer = match (in_rounds, session) {
