@@ -511,3 +511,82 @@ fn serve_hangs_a_clients_call_under_the_clients_trace() {
         .count();
     assert_eq!(under_client, 1, "exactly the well-formed context is taken");
 }
+
+/// One plain HTTP/1.1 request on loopback: the answer, whole.
+async fn get(address: &str, method: &str, host: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let request = format!(
+        "{method} /metrics HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+/// `serve --metrics` answers a scrape with what the run counted, in Prometheus' text
+/// format, only for a `Host` naming loopback, and never with a secret.
+#[test]
+fn serve_answers_a_prometheus_scrape_on_loopback() {
+    use rmcp::ServiceExt;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let core = Core::new().grant_servers(&["d"]).server(
+        "d",
+        &demo("env:\n  OTEL_TOKEN: \"${OTEL_TOKEN}\"\nsandbox: off\n"),
+    );
+    let home = tempfile::tempdir().unwrap();
+    rt.block_on(async {
+        let mut command = tokio::process::Command::new(common::exe());
+        command
+            .arg("--core")
+            .arg(core.root())
+            .arg("--home")
+            .arg(home.path())
+            .args(["--yes", "serve", "--metrics", "127.0.0.1:0"])
+            .env("OTEL_TOKEN", CANARY);
+        let (transport, stderr) = rmcp::transport::TokioChildProcess::builder(command)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(stderr.unwrap()).lines();
+        let address = loop {
+            let line = lines.next_line().await.unwrap().expect("serve said where");
+            if let Some(url) = line.strip_prefix("serve: metrics on http://") {
+                break url.trim_end_matches("/metrics").to_string();
+            }
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let client = ().serve(transport).await.unwrap();
+        let params = rmcp::model::CallToolRequestParams::new("d__echo")
+            .with_arguments(json!({"message": CANARY}).as_object().cloned().unwrap());
+        assert_ne!(client.call_tool(params).await.unwrap().is_error, Some(true));
+
+        let page = get(&address, "GET", &address).await;
+        assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+        assert!(page.contains("# TYPE mcp_calls_total counter"), "{page}");
+        assert!(
+            page.contains("mcp_calls_total{mcp_outcome=\"ok\",mcp_server=\"d\"} 1"),
+            "{page}"
+        );
+        assert!(page.contains("mcp_connections 1"), "{page}");
+        assert!(
+            page.contains("mcp_call_duration_milliseconds_count{"),
+            "{page}"
+        );
+        assert!(!page.contains(CANARY));
+        // A rebound name, a write, another address of the page: refused.
+        for (method, host) in [
+            ("GET", "evil.example"),
+            ("GET", "localhost.evil.example:80"),
+            ("POST", "127.0.0.1"),
+        ] {
+            let refused = get(&address, method, host).await;
+            assert!(
+                !refused.starts_with("HTTP/1.1 200"),
+                "{method} {host}: {refused}"
+            );
+            assert!(!refused.contains("mcp_calls_total"));
+        }
+        client.cancel().await.unwrap();
+    });
+}

@@ -178,6 +178,10 @@ pub(super) enum Command {
         /// Print what to paste into a client's configuration (claude, codex, vscode).
         #[arg(long = "print-config", value_name = "CLIENT")]
         print_config: Option<String>,
+        /// Serve the run's metrics in Prometheus' text format at http://ADDR/metrics
+        /// (a loopback address; builds with the `otel-otlp` feature).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<std::net::SocketAddr>,
     },
     DemoServer {
         /// Serve streamable HTTP on this address (path /mcp) instead of stdio.

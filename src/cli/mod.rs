@@ -24,6 +24,8 @@ mod mcp;
 #[cfg(feature = "otel-otlp")]
 mod otlp;
 mod pins;
+#[cfg(feature = "otel-otlp")]
+mod prometheus;
 mod resources;
 mod serve;
 mod shell;
@@ -246,8 +248,11 @@ async fn run(cli: Cli) -> u8 {
         }
         Some(Command::Demo) => demo::run(&cli).await,
         Some(Command::Serve {
-            http, print_config, ..
-        }) => serve::run(&cli, *http, print_config.as_deref()).await,
+            http,
+            print_config,
+            metrics,
+            ..
+        }) => serve::run(&cli, *http, print_config.as_deref(), *metrics).await,
         Some(Command::Approvals { action }) => Ok(match action {
             ApprovalsAction::List { json } => approvals::list(&cli, *json),
             ApprovalsAction::Revoke { id, all } => approvals::revoke(&cli, id.as_deref(), *all),

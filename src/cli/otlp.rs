@@ -19,6 +19,15 @@ struct Providers {
 
 static PROVIDERS: OnceLock<Option<Providers>> = OnceLock::new();
 
+/// The Prometheus page of `serve --metrics`, when asked for (before the first runtime).
+static PAGE: OnceLock<super::prometheus::Page> = OnceLock::new();
+
+/// Collects the run's metrics for a Prometheus page too; the meters, for its scrapes.
+pub(crate) fn with_page(page: super::prometheus::Page) -> Option<SdkMeterProvider> {
+    let _ = PAGE.set(page);
+    providers().map(|p| p.meters.clone())
+}
+
 fn configured(signal: &str) -> bool {
     let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
     set("OTEL_EXPORTER_OTLP_ENDPOINT") || set(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
@@ -27,7 +36,8 @@ fn configured(signal: &str) -> bool {
 fn providers() -> Option<&'static Providers> {
     PROVIDERS
         .get_or_init(|| {
-            if !configured("TRACES") && !configured("METRICS") {
+            let page = PAGE.get();
+            if !configured("TRACES") && !configured("METRICS") && page.is_none() {
                 return None;
             }
             let mut tracers = SdkTracerProvider::builder();
@@ -38,6 +48,13 @@ fn providers() -> Option<&'static Providers> {
                 }
             }
             let mut meters = SdkMeterProvider::builder();
+            if let Some(page) = page {
+                // Collected when scraped (a flush); the interval only keeps it fresh.
+                let reader = opentelemetry_sdk::metrics::PeriodicReader::builder(page.clone())
+                    .with_interval(std::time::Duration::from_secs(3600))
+                    .build();
+                meters = meters.with_reader(reader);
+            }
             if configured("METRICS") {
                 match MetricExporter::builder().with_http().build() {
                     Ok(metrics) => meters = meters.with_periodic_exporter(metrics),

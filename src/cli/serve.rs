@@ -33,6 +33,7 @@ pub(crate) async fn run(
     cli: &Cli,
     http: Option<SocketAddr>,
     print_config: Option<&str>,
+    metrics: Option<SocketAddr>,
 ) -> anyhow::Result<u8> {
     if let Some(client) = print_config {
         return Ok(match config_snippet(cli, client, http) {
@@ -57,34 +58,15 @@ pub(crate) async fn run(
             "serve: --yes approves the connects and calls of every client of this address, any local process included"
         );
     }
-    let clients: Clients = Arc::default();
-    let relay = ask::Relay {
-        clients: Arc::clone(&clients),
-        inner: Arc::new(super::Progress::new()),
-        runtime: tokio::runtime::Handle::current(),
+    let scrapes = match metrics.map(metrics_endpoint) {
+        None => None,
+        Some(started) => match started.await {
+            Ok(scrapes) => Some(scrapes),
+            Err(code) => return Ok(code),
+        },
     };
-    let mut config = cli.config(Arc::new(relay));
-    // Over stdio the terminal is the protocol stream: only the client can be asked
-    // (or `--yes` answers, as for any command).
-    let terminal = http.is_some() && std::io::IsTerminal::is_terminal(&std::io::stdin());
-    // `--yes` answers every question itself, as for any command; otherwise the client
-    // is asked first.
-    if !cli.yes {
-        let terminal_approver = terminal.then(|| Arc::clone(&config.approver));
-        config.approver = Arc::new(ClientApprover {
-            clients: Arc::clone(&clients),
-            terminal: terminal_approver,
-        });
-    }
-    let for_auth = Arc::clone(&clients);
-    config.authorizer = Arc::new(super::auth::TerminalAuthorizer::relayed(
-        terminal,
-        Arc::new(move |prompt| ask::authorization(&for_auth, prompt)),
-    ));
-    config.elicitor = Arc::new(ClientElicitor {
-        clients: Arc::clone(&clients),
-        terminal: terminal.then(|| Arc::clone(&config.elicitor)),
-    });
+    let clients: Clients = Arc::default();
+    let config = asking_clients(cli, &clients, http.is_some());
     let runtime = demiurge_mcp::Runtime::start(config).await?;
     register(&runtime);
     let shared = Shared {
@@ -106,8 +88,80 @@ pub(crate) async fn run(
         Some(addr) => serve_http(cli, addr, shared).await,
     };
     sweeper.abort();
+    if let Some(scrapes) = scrapes {
+        scrapes.abort();
+    }
     runtime.shutdown().await;
     served.map(|()| 0)
+}
+
+/// The runtime's configuration for `serve`: its questions (approvals, a server's input
+/// requests, OAuth sign-ins) go to the client of the session that caused them, or to a
+/// terminal when serving HTTP from one.
+fn asking_clients(cli: &Cli, clients: &Clients, over_http: bool) -> demiurge_mcp::RuntimeConfig {
+    let relay = ask::Relay {
+        clients: Arc::clone(clients),
+        inner: Arc::new(super::Progress::new()),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let mut config = cli.config(Arc::new(relay));
+    // Over stdio the terminal is the protocol stream: only the client can be asked
+    // (or `--yes` answers, as for any command).
+    let terminal = over_http && std::io::IsTerminal::is_terminal(&std::io::stdin());
+    // `--yes` answers every question itself, as for any command; otherwise the client
+    // is asked first.
+    if !cli.yes {
+        let terminal_approver = terminal.then(|| Arc::clone(&config.approver));
+        config.approver = Arc::new(ClientApprover {
+            clients: Arc::clone(clients),
+            terminal: terminal_approver,
+        });
+    }
+    let for_auth = Arc::clone(clients);
+    config.authorizer = Arc::new(super::auth::TerminalAuthorizer::relayed(
+        terminal,
+        Arc::new(move |prompt| ask::authorization(&for_auth, prompt)),
+    ));
+    config.elicitor = Arc::new(ClientElicitor {
+        clients: Arc::clone(clients),
+        terminal: terminal.then(|| Arc::clone(&config.elicitor)),
+    });
+    config
+}
+
+/// `--metrics ADDR`: the Prometheus page of this run's metrics, served on a task; or
+/// the exit code of why not (not loopback, cannot listen, a build without telemetry).
+async fn metrics_endpoint(addr: SocketAddr) -> Result<tokio::task::JoinHandle<()>, u8> {
+    if !addr.ip().is_loopback() {
+        eprintln!("error: --metrics serves on loopback only (127.0.0.1 or ::1)");
+        return Err(super::USAGE);
+    }
+    #[cfg(not(feature = "otel-otlp"))]
+    {
+        eprintln!(
+            "error: --metrics needs a build with telemetry: cargo install --path . --features otel-otlp"
+        );
+        Err(super::USAGE)
+    }
+    #[cfg(feature = "otel-otlp")]
+    {
+        let listener = match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                eprintln!("error: cannot listen on {addr}: {e}");
+                return Err(1);
+            }
+        };
+        let bound = listener.local_addr().map_err(|_| 1u8)?;
+        let page = super::prometheus::Page::default();
+        let Some(meters) = super::otlp::with_page(page.clone()) else {
+            return Err(1);
+        };
+        eprintln!("serve: metrics on http://{bound}/metrics");
+        Ok(tokio::spawn(super::prometheus::serve(
+            listener, page, meters,
+        )))
+    }
 }
 
 async fn serve_stdio(shared: Shared) -> anyhow::Result<()> {
