@@ -100,7 +100,7 @@ pub struct RuntimeConfig {
     /// definition whole. A session's own budget (`SessionSpec::tool_budget`) wins.
     pub tool_budget: Option<crate::search::ToolBudget>,
     /// Where traces and metrics go (feature `otel`: the host's OpenTelemetry
-    /// providers, [`crate::telemetry::Telemetry::new`]); nowhere by default.
+    /// providers, `Telemetry::new`); nowhere by default.
     pub telemetry: crate::telemetry::Telemetry,
 }
 

@@ -65,6 +65,8 @@ impl LimiterState {
                 limiter: myself.clone(),
             });
         }
+        // Connects that gave up while waiting are no longer queued.
+        self.waiters.retain(|port| !port.is_closed());
         self.stats.waiting = self.waiters.len();
         self.queued.set(self.stats.waiting);
     }

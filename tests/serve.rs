@@ -148,6 +148,39 @@ async fn a_client_on_socket_pairs_is_served_and_leaves_nothing() {
     );
 }
 
+/// One socket for stdin and stdout (inetd, `socat EXEC:`): a file description two
+/// streams share is left blocking, and the client is served all the same.
+#[tokio::test]
+async fn a_client_on_one_socket_for_both_streams_is_served() {
+    use std::os::unix::net::UnixStream;
+    let core = core();
+    let home = tempfile::tempdir().unwrap();
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let mut command = serve_command(&core, home.path(), &["--yes", "serve"]);
+    command
+        .stdin(std::os::fd::OwnedFd::from(theirs.try_clone().unwrap()))
+        .stdout(std::os::fd::OwnedFd::from(theirs))
+        .kill_on_drop(true);
+    let mut serve = command.spawn().unwrap();
+    ours.set_nonblocking(true).unwrap();
+    let (read, write) = tokio::io::split(tokio::net::UnixStream::from_std(ours).unwrap());
+    let served = ().serve((read, write)).await.unwrap();
+    let params = CallToolRequestParams::new("d__echo").with_arguments(
+        json!({"message": "one socket"})
+            .as_object()
+            .cloned()
+            .unwrap(),
+    );
+    let echoed = served.call_tool(params).await.unwrap();
+    assert!(text(&echoed).contains("one socket"), "{}", text(&echoed));
+    served.cancel().await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), serve.wait()).await;
+    assert!(
+        ended.is_ok_and(|status| status.is_ok()),
+        "serve outlived its client"
+    );
+}
+
 #[tokio::test]
 async fn without_anyone_to_ask_serve_refuses_and_says_how_to_approve() {
     let core = Core::new()

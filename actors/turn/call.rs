@@ -109,7 +109,7 @@ impl TurnCatalog {
         match &outcome {
             Ok(result) => {
                 let content = &result.view(View::Event).content;
-                span.set_u64("mcp.content.chars", content.chars().count() as u64);
+                span.set_chars("mcp.content.chars", content);
                 span.set_str(
                     telemetry::OUTCOME,
                     if result.is_error { "error" } else { "ok" },

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::call::kind_of;
 use super::{Binding, CallError, ServerEntry, StaleReason, TurnCatalog};
 use crate::authority::{Action, CallSubject, uri_secrets};
 use crate::events::EventKind;
@@ -50,14 +49,10 @@ impl TurnCatalog {
         if let Some(started) = self.started_for(server, uri).await? {
             return Box::pin(started.read_resource(server, uri)).await;
         }
-        let span = self
-            .shared()
-            .config
-            .telemetry
-            .trace()
-            .span_of("mcp.read", server, None);
-        let effect = self.resource_effect(server, uri, Action::Read).await;
-        let (entry, subject, redactor) = effect.inspect_err(|e| span.fail(kind_of(e)))?;
+        let (entry, subject, redactor) = self.resource_effect(server, uri, Action::Read).await?;
+        // Named after the server the turn has, never the caller's words for it.
+        let trace = self.shared().config.telemetry.trace();
+        let span = trace.span_of("mcp.read", &entry.offered.identity.server, None);
         let binding = &entry.binding;
         let started = Instant::now();
         let Some(dispatch) = binding.link.dispatch() else {
@@ -67,9 +62,7 @@ impl TurnCatalog {
             });
         };
         let read = dispatch.read_resource(uri, span.header()).await;
-        if let Err(failure) = &read {
-            span.fail(failure.kind());
-        }
+        span.end_as(read.as_ref().err().map(CallFailure::kind));
         let provenance = |reached| Provenance {
             server: server.to_string(),
             tool: "resources/read".into(),

@@ -19,6 +19,10 @@ struct Providers {
 
 static PROVIDERS: OnceLock<Option<Providers>> = OnceLock::new();
 
+/// What a refused exporter setting says: its variables, never their values (an
+/// endpoint may carry credentials).
+const REFUSED: &str = "warning: no OTLP export: the exporter refused the OTEL_EXPORTER_OTLP_* settings (check the endpoint's form)";
+
 /// The Prometheus page of `serve --metrics`, when asked for (before the first runtime).
 static PAGE: OnceLock<super::prometheus::Page> = OnceLock::new();
 
@@ -44,7 +48,7 @@ fn providers() -> Option<&'static Providers> {
             if configured("TRACES") {
                 match SpanExporter::builder().with_http().build() {
                     Ok(spans) => tracers = tracers.with_batch_exporter(spans),
-                    Err(e) => eprintln!("warning: no OTLP trace export: {e}"),
+                    Err(_) => eprintln!("{REFUSED}"),
                 }
             }
             let mut meters = SdkMeterProvider::builder();
@@ -58,7 +62,7 @@ fn providers() -> Option<&'static Providers> {
             if configured("METRICS") {
                 match MetricExporter::builder().with_http().build() {
                     Ok(metrics) => meters = meters.with_periodic_exporter(metrics),
-                    Err(e) => eprintln!("warning: no OTLP metric export: {e}"),
+                    Err(_) => eprintln!("{REFUSED}"),
                 }
             }
             Some(Providers {
@@ -79,8 +83,13 @@ pub(crate) fn telemetry() -> demiurge_mcp::telemetry::Telemetry {
 /// Sends what is batched and stops the exporters (at the end of the run, off the async
 /// runtime: the SDK's flush waits on its own threads).
 pub(crate) fn finish() {
+    // A collector that does not answer holds the exit a second per signal at most.
     if let Some(Some(p)) = PROVIDERS.get() {
-        let _ = p.tracers.shutdown();
-        let _ = p.meters.shutdown();
+        let _ = p
+            .tracers
+            .shutdown_with_timeout(std::time::Duration::from_secs(1));
+        let _ = p
+            .meters
+            .shutdown_with_timeout(std::time::Duration::from_secs(1));
     }
 }

@@ -172,46 +172,91 @@ fn loopback_host(host: Option<&str>) -> bool {
     matches!(bare, "localhost" | "127.0.0.1" | "[::1]")
 }
 
-/// Serves `page` at `/metrics` on `listener` until the run ends; a scrape collects
-/// `meters` first.
+/// Most scrape connections open at once; past it a new one waits to be accepted.
+const MAX_SCRAPERS: usize = 4;
+
+/// Longest a scrape waits for a collection before it answers the last page.
+const COLLECT_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Serves `page` at `/metrics` on `listener` until the run ends. A scrape collects
+/// `meters` first, one collection at a time (a scrape during one answers the last
+/// page); four connections at most, one request each, 30 s each.
 pub(crate) async fn serve(listener: tokio::net::TcpListener, page: Page, meters: SdkMeterProvider) {
-    use http_body_util::Full;
-    use hyper::body::Bytes;
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_SCRAPERS));
+    let collecting = Arc::new(std::sync::atomic::AtomicBool::new(false));
     loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, say: try again later rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
             continue;
         };
-        let (page, meters) = (page.clone(), meters.clone());
+        let scrape = Scrape {
+            page: page.clone(),
+            meters: meters.clone(),
+            collecting: Arc::clone(&collecting),
+        };
         tokio::spawn(async move {
-            let answer = hyper::service::service_fn(
-                move |request: hyper::Request<hyper::body::Incoming>| {
-                    let (page, meters) = (page.clone(), meters.clone());
-                    async move {
-                        let host = request
-                            .headers()
-                            .get(hyper::header::HOST)
-                            .and_then(|h| h.to_str().ok());
-                        let (status, body) = if !loopback_host(host) {
-                            (421, String::from("a Host naming loopback is required\n"))
-                        } else if request.method() != hyper::Method::GET
-                            || request.uri().path() != "/metrics"
-                        {
-                            (404, String::from("only GET /metrics is served\n"))
-                        } else {
-                            let _ = tokio::task::spawn_blocking(move || meters.force_flush()).await;
-                            (200, page.0.lock().map(|p| p.clone()).unwrap_or_default())
-                        };
-                        hyper::Response::builder()
-                            .status(status)
-                            .header("content-type", "text/plain; version=0.0.4")
-                            .body(Full::new(Bytes::from(body)))
-                    }
-                },
-            );
+            let answer = hyper::service::service_fn(move |request| {
+                let scrape = scrape.clone();
+                async move { scrape.answer(&request).await }
+            });
             let io = hyper_util::rt::TokioIo::new(stream);
-            let served = hyper::server::conn::http1::Builder::new().serve_connection(io, answer);
+            let served = hyper::server::conn::http1::Builder::new()
+                .keep_alive(false)
+                .serve_connection(io, answer);
             let _ = tokio::time::timeout(std::time::Duration::from_secs(30), served).await;
+            drop(slot);
         });
+    }
+}
+
+/// What one scrape needs.
+#[derive(Clone)]
+struct Scrape {
+    page: Page,
+    meters: SdkMeterProvider,
+    collecting: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Scrape {
+    async fn answer<B>(
+        &self,
+        request: &hyper::Request<B>,
+    ) -> Result<hyper::Response<http_body_util::Full<hyper::body::Bytes>>, hyper::http::Error> {
+        use std::sync::atomic::Ordering;
+        let host = request
+            .headers()
+            .get(hyper::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        let (status, body) = if !loopback_host(host) {
+            (421, String::from("a Host naming loopback is required\n"))
+        } else if request.method() != hyper::Method::GET || request.uri().path() != "/metrics" {
+            (404, String::from("only GET /metrics is served\n"))
+        } else {
+            let first = self
+                .collecting
+                .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            if first {
+                let (meters, collecting) = (self.meters.clone(), Arc::clone(&self.collecting));
+                let collection = tokio::task::spawn_blocking(move || {
+                    let _ = meters.force_flush();
+                    collecting.store(false, Ordering::Release);
+                });
+                let _ = tokio::time::timeout(COLLECT_WITHIN, collection).await;
+            }
+            (
+                200,
+                self.page.0.lock().map(|p| p.clone()).unwrap_or_default(),
+            )
+        };
+        hyper::Response::builder()
+            .status(status)
+            .header("content-type", "text/plain; version=0.0.4")
+            .body(http_body_util::Full::new(hyper::body::Bytes::from(body)))
     }
 }
 

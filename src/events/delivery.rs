@@ -196,6 +196,7 @@ impl EventHub {
     fn count_drop(&self) {
         self.dropped
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.telemetry.event_dropped();
     }
 
     fn send(&self, op: LogOp) {

@@ -4,7 +4,7 @@
 //! event view (server ids, exposed names, outcomes, error kinds, durations, sizes), so
 //! no secret can reach an exporter.
 //!
-//! The host passes its OpenTelemetry providers ([`Telemetry::new`], feature `otel`)
+//! The host passes its OpenTelemetry providers (`Telemetry::new`, feature `otel`)
 //! in [`crate::RuntimeConfig::telemetry`]; a turn's or call's span is a child of the
 //! host's current context where it was asked for. The context of a request's span goes
 //! to its server as W3C `traceparent` and `tracestate` in `_meta` (both protocol eras);
@@ -47,7 +47,8 @@ pub(crate) enum Gauge {
 pub const SERVER: &str = "mcp.server";
 /// The exposed tool, resource or prompt name.
 pub const TOOL: &str = "mcp.tool";
-/// How it ended: `ok`, `error`, `denied`, `failed`, `skipped`, `cancelled`.
+/// How it ended: a call `ok`, `error` or `denied`; a connect `connected`, `denied`,
+/// `skipped` or `failed`.
 pub const OUTCOME: &str = "mcp.outcome";
 /// The typed kind of an error (`timeout`, `approval_denied`, `spawn`, ...).
 pub const ERROR_KIND: &str = "error.type";

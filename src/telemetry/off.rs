@@ -26,6 +26,9 @@ impl Telemetry {
     /// An event, counted.
     pub(crate) fn observe(&self, _event: &Event) {}
 
+    /// An event the host's sink or the log will never get.
+    pub(crate) fn event_dropped(&self) {}
+
     /// An approval answered, asked at `asked`.
     pub(crate) fn approval_answered(
         &self,
@@ -66,6 +69,8 @@ impl Span {
     pub(crate) fn set_str(&self, _key: &'static str, _value: &str) {}
     /// Sets a number attribute.
     pub(crate) fn set_u64(&self, _key: &'static str, _value: u64) {}
+    /// Sets a text's length in characters (counted only when traced).
+    pub(crate) fn set_chars(&self, _key: &'static str, _text: &str) {}
     /// Marks the span failed with an error kind.
     pub(crate) fn fail(&self, _kind: &str) {}
     /// The place of this span, for its children.

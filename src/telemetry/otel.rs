@@ -86,6 +86,13 @@ impl Telemetry {
         }
     }
 
+    /// An event the host's sink or the log will never get (a full queue).
+    pub(crate) fn event_dropped(&self) {
+        if let Some(inner) = &self.inner {
+            inner.metrics.dropped.add(1, &[]);
+        }
+    }
+
     /// An approval answered, asked at `asked`: how long a person (or the deadline)
     /// took, when one was asked.
     pub(crate) fn approval_answered(
@@ -191,6 +198,13 @@ impl Span {
         if let Some(cx) = &self.cx {
             let value = i64::try_from(value).unwrap_or(i64::MAX);
             cx.span().set_attribute(KeyValue::new(key, value));
+        }
+    }
+
+    /// Sets a text's length in characters (counted only when traced).
+    pub(crate) fn set_chars(&self, key: &'static str, text: &str) {
+        if self.cx.is_some() {
+            self.set_u64(key, text.chars().count() as u64);
         }
     }
 
@@ -449,7 +463,6 @@ impl Metrics {
                 let kind = KeyValue::new("mcp.kind", name_of(kind));
                 self.quarantined.add(1, &[server(s), kind]);
             }
-            EventKind::EventsDropped { count } => self.dropped.add(*count, &[]),
             _ => {}
         }
     }

@@ -3,9 +3,9 @@
 //! (Python, rmcp) or socket pairs (Node's libuv), tokio's reactor drives them directly.
 //! Anything else (a terminal, a file) keeps the blocking pool.
 //!
-//! Non-blocking mode belongs to the file description, which a stderr that is the same
-//! file as stdout (`2>&1`) shares: then stdout stays as it is, so that the log's writes
-//! never meet `EAGAIN`.
+//! Non-blocking mode belongs to the file description, which another standard stream
+//! may share (`2>&1`, one socket for all three): a stream that is the same file as
+//! another one stays as it is, so that no blocking write (the log's) meets `EAGAIN`.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
@@ -16,11 +16,18 @@ pub(crate) type Output = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// stdin and stdout for the MCP service.
 pub(crate) fn stdio() -> (Input, Output) {
-    let input = stream(std::io::stdin().as_fd())
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let [input_file, output_file, log_file] =
+        [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()].map(file_of);
+    let alone = |file: Option<(u64, u64)>, others: [Option<(u64, u64)>; 2]| {
+        file.is_some() && others.iter().all(|other| other.is_some() && *other != file)
+    };
+    let input = stream(stdin.as_fd())
+        .filter(|_| alone(input_file, [output_file, log_file]))
         .and_then(|fd| readable(fd).ok())
         .unwrap_or_else(|| Box::new(tokio::io::stdin()));
-    let output = stream(std::io::stdout().as_fd())
-        .filter(|_| !shared_with_stderr())
+    let output = stream(stdout.as_fd())
+        .filter(|_| alone(output_file, [input_file, log_file]))
         .and_then(|fd| writable(fd).ok())
         .unwrap_or_else(|| Box::new(tokio::io::stdout()));
     (input, output)
@@ -50,18 +57,10 @@ fn local_stream(fd: BorrowedFd<'_>) -> bool {
     unix && sockopt::socket_type(fd).is_ok_and(|t| t == SocketType::STREAM)
 }
 
-fn shared_with_stderr() -> bool {
-    use nix::sys::stat::fstat;
-    let same = |a: nix::sys::stat::FileStat, b: nix::sys::stat::FileStat| {
-        (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-    };
-    match (
-        fstat(std::io::stdout().as_fd()),
-        fstat(std::io::stderr().as_fd()),
-    ) {
-        (Ok(out), Ok(err)) => same(out, err),
-        _ => true,
-    }
+/// Which file `fd` is (device and inode), when it can be told.
+fn file_of(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
+    let stat = nix::sys::stat::fstat(fd).ok()?;
+    Some((stat.st_dev, stat.st_ino))
 }
 
 fn readable(stream: Stream) -> std::io::Result<Input> {

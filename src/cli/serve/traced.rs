@@ -23,7 +23,8 @@ const MAX_STATE: usize = 512;
 pub(crate) fn parent_of(meta: &rmcp::model::RequestMetaObject) -> Parent {
     use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId};
     let text = |key: &str| meta.0.get(key).and_then(serde_json::Value::as_str);
-    let Some(parent) = text("traceparent") else {
+    // 2 + 1 + 32 + 1 + 16 + 1 + 2: nothing longer is split.
+    let Some(parent) = text("traceparent").filter(|p| p.len() == 55) else {
         return opentelemetry::Context::current();
     };
     let parts: Vec<&str> = parent.split('-').collect();
