@@ -46,7 +46,7 @@ fn name(raw: &str) -> String {
         .collect()
 }
 
-/// `{key="value",...}`, values escaped.
+/// `{key="value",...}`, values escaped, names in order (`le` last).
 fn labels<'a>(
     attributes: impl Iterator<Item = &'a KeyValue>,
     extra: Option<(&str, String)>,
@@ -60,6 +60,8 @@ fn labels<'a>(
             )
         })
         .collect();
+    // In the order of their names, whatever order the SDK keeps them in.
+    pairs.sort();
     if let Some((key, value)) = extra {
         pairs.push(format!("{key}=\"{value}\""));
     }
