@@ -42,6 +42,7 @@ const SRC_FLOORS: &[(&str, u32)] = &[
     ("offer", 11),
     ("events", 11),
     ("demo_server", 12),
+    ("telemetry", 12),
     ("actors", 13),
 ];
 

@@ -137,7 +137,7 @@ impl Runtime {
                 config.event_delivery,
                 config.event_log,
             )
-            .with_telemetry(config.telemetry.clone()),
+            .with_counter(config.telemetry.counter()),
         );
         let limits = (config.discovery_limit, config.telemetry.clone());
         let (limiter, _) = Actor::spawn(None, Limiter, limits)

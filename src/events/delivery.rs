@@ -19,7 +19,16 @@ pub struct EventHub {
     /// Events the sink or the log never got because a queue was full.
     dropped: Arc<std::sync::atomic::AtomicU64>,
     /// The host's metrics, counted from every event before any queue.
-    telemetry: crate::telemetry::Telemetry,
+    counter: Option<Arc<dyn EventCounter>>,
+}
+
+/// What counts events into the host's metrics (the telemetry): every event, on the
+/// emitting task and before any queue, and every event a full queue drops.
+pub trait EventCounter: Send + Sync {
+    /// One event, in its event view.
+    fn count(&self, event: &Event);
+    /// One event the host's sink or the log will never get.
+    fn dropped(&self);
 }
 
 /// How events reach the host's sink.
@@ -149,13 +158,13 @@ impl EventHub {
             writer,
             delivery,
             dropped,
-            telemetry: crate::telemetry::Telemetry::default(),
+            counter: None,
         }
     }
 
-    /// This hub, counting every event into the host's metrics.
-    pub fn with_telemetry(mut self, telemetry: crate::telemetry::Telemetry) -> Self {
-        self.telemetry = telemetry;
+    /// This hub, counting every event with `counter` (the host's metrics).
+    pub fn with_counter(mut self, counter: Option<Arc<dyn EventCounter>>) -> Self {
+        self.counter = counter;
         self
     }
 
@@ -176,7 +185,9 @@ impl EventHub {
     /// take a turn down.
     pub fn emit(&self, session: &str, kind: EventKind) {
         let event = Event::new(session, kind);
-        self.telemetry.observe(&event);
+        if let Some(counter) = &self.counter {
+            counter.count(&event);
+        }
         match &self.delivery {
             Some(d) => {
                 if d.tx
@@ -196,7 +207,9 @@ impl EventHub {
     fn count_drop(&self) {
         self.dropped
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.telemetry.event_dropped();
+        if let Some(counter) = &self.counter {
+            counter.dropped();
+        }
     }
 
     fn send(&self, op: LogOp) {

@@ -14,7 +14,7 @@ mod delivery;
 mod log;
 
 pub(crate) use delivery::FLUSH_WAIT;
-pub use delivery::{EventDelivery, EventHub, EventLog, LOG_QUEUE};
+pub use delivery::{EventCounter, EventDelivery, EventHub, EventLog, LOG_QUEUE};
 pub use log::{LOG_BATCH, MAX_OPEN_LOGS};
 
 /// When a URL decision was made.

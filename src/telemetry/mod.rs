@@ -22,6 +22,8 @@ mod off;
 #[cfg(feature = "otel")]
 mod otel;
 
+pub use crate::transport::TraceHeader;
+
 #[cfg(not(feature = "otel"))]
 pub(crate) use off::Level;
 #[cfg(not(feature = "otel"))]
@@ -52,22 +54,3 @@ pub const TOOL: &str = "mcp.tool";
 pub const OUTCOME: &str = "mcp.outcome";
 /// The typed kind of an error (`timeout`, `approval_denied`, `spawn`, ...).
 pub const ERROR_KIND: &str = "error.type";
-
-/// A request's W3C trace context as it goes to its server in `_meta`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceHeader {
-    /// `00-<trace id>-<span id>-<flags>`.
-    pub traceparent: String,
-    /// The host's vendor entries, when it has any.
-    pub tracestate: Option<String>,
-}
-
-impl TraceHeader {
-    /// The two entries in a request's `_meta` object.
-    pub fn into_meta(self, meta: &mut serde_json::Map<String, serde_json::Value>) {
-        meta.insert("traceparent".into(), self.traceparent.into());
-        if let Some(state) = self.tracestate {
-            meta.insert("tracestate".into(), state.into());
-        }
-    }
-}

@@ -1,7 +1,9 @@
 //! Without the `otel` feature: nothing is traced or measured, at no cost.
 
+use std::sync::Arc;
+
 use super::TraceHeader;
-use crate::events::Event;
+use crate::events::EventCounter;
 
 /// Where traces and metrics go: nowhere (the `otel` feature is off).
 #[derive(Debug, Clone, Default)]
@@ -23,11 +25,10 @@ impl Telemetry {
         Level(())
     }
 
-    /// An event, counted.
-    pub(crate) fn observe(&self, _event: &Event) {}
-
-    /// An event the host's sink or the log will never get.
-    pub(crate) fn event_dropped(&self) {}
+    /// What counts events for the event hub: nothing.
+    pub(crate) fn counter(&self) -> Option<Arc<dyn EventCounter>> {
+        None
+    }
 
     /// An approval answered, asked at `asked`.
     pub(crate) fn approval_answered(

@@ -9,7 +9,7 @@ use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Trace
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 
 use super::{ERROR_KIND, Gauge, OUTCOME, SERVER, TraceHeader};
-use crate::events::{Event, EventKind};
+use crate::events::{Event, EventCounter, EventKind};
 
 /// Where traces and metrics go: the host's OpenTelemetry providers, or nowhere
 /// (`Telemetry::default()`).
@@ -79,18 +79,10 @@ impl Telemetry {
         }
     }
 
-    /// An event (its event view), counted.
-    pub(crate) fn observe(&self, event: &Event) {
-        if let Some(inner) = &self.inner {
-            inner.metrics.observe(&event.kind);
-        }
-    }
-
-    /// An event the host's sink or the log will never get (a full queue).
-    pub(crate) fn event_dropped(&self) {
-        if let Some(inner) = &self.inner {
-            inner.metrics.dropped.add(1, &[]);
-        }
+    /// What counts events for the event hub, when there are metrics.
+    pub(crate) fn counter(&self) -> Option<Arc<dyn EventCounter>> {
+        let inner = Arc::clone(self.inner.as_ref()?);
+        Some(Arc::new(Counted(inner)))
     }
 
     /// An approval answered, asked at `asked`: how long a person (or the deadline)
@@ -108,6 +100,19 @@ impl Telemetry {
             let action = KeyValue::new("mcp.action", name_of(&action));
             inner.metrics.approval_ms.record(millis, &[action]);
         }
+    }
+}
+
+/// The event hub's counter: every event (its event view) into the metrics.
+struct Counted(Arc<Inner>);
+
+impl EventCounter for Counted {
+    fn count(&self, event: &Event) {
+        self.0.metrics.observe(&event.kind);
+    }
+
+    fn dropped(&self) {
+        self.0.metrics.dropped.add(1, &[]);
     }
 }
 

@@ -20,6 +20,7 @@ mod signals;
 mod stdio;
 mod task_handle;
 mod tasks;
+mod trace;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,6 +57,7 @@ pub(crate) use signals::{PROMPTS, RESOURCES, TOOLS};
 pub(crate) use stdio::StdioLaunch;
 pub use task_handle::{TaskHandle, TaskSeen};
 pub use tasks::{MAX_TASK_ID_BYTES, MAX_TASK_POLL, MIN_TASK_POLL};
+pub use trace::TraceHeader;
 
 /// How to reach one server, authorized and interpolated.
 #[derive(Debug)]

@@ -84,7 +84,7 @@ pub struct CallWatch {
     /// The host's hold on the task the call may become.
     pub task: Option<super::task_handle::TaskHandle>,
     /// The call's trace context, sent to the server in `_meta`.
-    pub trace: Option<crate::telemetry::TraceHeader>,
+    pub trace: Option<super::TraceHeader>,
 }
 
 /// Makes the route of a connection's notices for one redactor (the connection's, or a

@@ -22,12 +22,12 @@ use rmcp::model::{
 use rmcp::service::PeerRequestOptions;
 use rmcp::{Peer, RoleClient, ServiceError};
 
+use super::TraceHeader;
 use super::failure::{Abandoned, CallFailure, classify, send, service_error};
 use super::notices::{CallWatch, Notices, token_key};
 use super::rounds::with_rounds;
 use super::signals::{ServerSignals, speaks_modern};
 use super::tasks::followed;
-use crate::telemetry::TraceHeader;
 
 /// Most pages of `tools/list` followed for one server.
 pub const MAX_TOOL_PAGES: usize = 100;
