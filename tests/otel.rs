@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{Core, Recorder, demo, harness_with, host_env};
 use demiurge_mcp::authority::{Action, ApprovalAnswer};
+use demiurge_mcp::net::{StaticResolver, UrlPolicy};
 use demiurge_mcp::telemetry::Telemetry;
 use opentelemetry::trace::{Span as _, TraceContextExt, Tracer, TracerProvider};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -101,6 +102,20 @@ fn providers(endpoint: &str) -> (SdkTracerProvider, SdkMeterProvider) {
     (tracers, meters)
 }
 
+/// The spans in what the receiver was sent.
+fn exported_spans(sent: &[(String, Vec<u8>)]) -> Vec<Span> {
+    sent.iter()
+        .filter(|(path, _)| path == "/v1/traces")
+        .flat_map(|(_, body)| {
+            ExportTraceServiceRequest::decode(body.as_slice())
+                .unwrap()
+                .resource_spans
+        })
+        .flat_map(|r| r.scope_spans)
+        .flat_map(|s| s.spans)
+        .collect()
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -160,6 +175,8 @@ fn a_turn_and_its_calls_export_their_span_tree_and_metrics_without_secrets() {
                 .unwrap();
             assert!(!echoed.is_error);
             let whoami = turn.call("d__whoami", json!({})).await.unwrap();
+            let read = turn.read_resource("d", "demo://readme").await.unwrap();
+            assert!(!read.is_error);
             // Collected while the server runs: the gauges count it.
             tokio::task::block_in_place(|| meters.force_flush()).unwrap();
             let refused = turn.call("d__fail", json!({"message": CANARY})).await;
@@ -184,17 +201,7 @@ fn a_turn_and_its_calls_export_their_span_tree_and_metrics_without_secrets() {
         assert!(!text.contains(CANARY), "{path} carries the secret");
     }
 
-    let spans: Vec<Span> = sent
-        .iter()
-        .filter(|(path, _)| path == "/v1/traces")
-        .flat_map(|(_, body)| {
-            ExportTraceServiceRequest::decode(body.as_slice())
-                .unwrap()
-                .resource_spans
-        })
-        .flat_map(|r| r.scope_spans)
-        .flat_map(|s| s.spans)
-        .collect();
+    let spans = exported_spans(&sent);
     let named = |name: &str| -> Vec<&Span> { spans.iter().filter(|s| s.name == name).collect() };
     let one = |name: &str| -> &Span {
         let found = named(name);
@@ -227,6 +234,7 @@ fn a_turn_and_its_calls_export_their_span_tree_and_metrics_without_secrets() {
         Some("connected")
     );
     for stage in [
+        "mcp.connect.capability",
         "mcp.connect.approval",
         "mcp.connect.permit",
         "mcp.connect.start",
@@ -234,6 +242,36 @@ fn a_turn_and_its_calls_export_their_span_tree_and_metrics_without_secrets() {
     ] {
         assert_eq!(parent_of(one(stage)), hex(&connect.span_id), "{stage}");
     }
+    // The transport's stages, drawn after the fact inside the start they ran in.
+    let start = one("mcp.connect.start");
+    for stage in [
+        "mcp.connect.spawn",
+        "mcp.connect.initialize",
+        "mcp.connect.list",
+    ] {
+        let span = one(stage);
+        assert_eq!(parent_of(span), hex(&start.span_id), "{stage}");
+        assert!(
+            span.start_time_unix_nano >= start.start_time_unix_nano,
+            "{stage}"
+        );
+        assert!(
+            span.end_time_unix_nano <= start.end_time_unix_nano,
+            "{stage}"
+        );
+        assert!(
+            span.start_time_unix_nano <= span.end_time_unix_nano,
+            "{stage}"
+        );
+    }
+    assert!(
+        one("mcp.connect.spawn").end_time_unix_nano
+            <= one("mcp.connect.initialize").start_time_unix_nano
+    );
+    assert!(named("mcp.connect.authorize").is_empty());
+    let read = one("mcp.read");
+    assert_eq!(attribute(read, "mcp.outcome").as_deref(), Some("ok"));
+    assert_eq!(attribute(read, "mcp.server").as_deref(), Some("d"));
 
     let calls = named("mcp.call");
     assert_eq!(calls.len(), 3);
@@ -429,6 +467,71 @@ fn the_command_exports_to_the_standard_otlp_endpoint() {
         .expect("the call's server span");
     let sent = format!("00-{}-{}-01", hex(&server.trace_id), hex(&server.span_id));
     assert!(printed.contains(&sent), "{printed}");
+}
+
+/// A server that answers 401 is authorized between two attempts: the connect's start
+/// holds the failed first initialize, the authorization, and the second initialize and
+/// listing, in that order; the client secret reaches no exported byte.
+#[test]
+fn an_authorized_connect_traces_its_authorization_between_two_attempts() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (endpoint, received) = rt.block_on(receiver());
+    let (tracers, meters) = providers(&endpoint);
+    let telemetry = Telemetry::new(&tracers, &meters);
+    rt.block_on(async {
+        let server = common::oauth::serve(common::oauth::AuthOptions::default()).await;
+        let declared = format!(
+            "transport: streamable_http\nurl: {}\napproval_policy: auto\noauth:\n  client_id: service-7\n  client_secret: \"${{SVC_SECRET}}\"\n  grant: client_credentials\n",
+            server.url()
+        );
+        let core = Core::new().grant_servers(&["svc"]).server("svc", &declared);
+        let h = harness_with(Recorder::allow(), move |mut c| {
+            c.telemetry = telemetry;
+            c.url_policy = UrlPolicy::with_trusted(["127.0.0.0/8".parse().unwrap()]);
+            c.resolver = Arc::new(StaticResolver::new());
+            c.authorizer = Arc::new(common::oauth::Follow::new());
+            c.with_host_env(host_env(&[("SVC_SECRET", CANARY)]))
+        })
+        .await;
+        let (session, turn) = common::open(&h.runtime, core.spec()).await;
+        assert!(turn.diagnostics().is_empty(), "{:?}", turn.diagnostics());
+        assert_eq!(server.seen.grants(), ["client_credentials"]);
+        session.evict().await.unwrap();
+        h.finish().await;
+    });
+    tracers.force_flush().unwrap();
+    meters.force_flush().unwrap();
+    let sent = received.lock().unwrap().clone();
+    for (path, body) in &sent {
+        assert!(
+            !String::from_utf8_lossy(body).contains(CANARY),
+            "{path} carries the secret"
+        );
+    }
+    let spans = exported_spans(&sent);
+    let start = spans
+        .iter()
+        .find(|s| s.name == "mcp.connect.start")
+        .unwrap();
+    let mut stages: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.parent_span_id == start.span_id)
+        .collect();
+    stages.sort_by_key(|s| s.start_time_unix_nano);
+    let failed = |s: &Span| s.status.as_ref().is_some_and(|s| s.code == 2);
+    let seen: Vec<(&str, bool)> = stages
+        .iter()
+        .map(|s| (s.name.as_str(), failed(s)))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("mcp.connect.initialize", true),
+            ("mcp.connect.authorize", false),
+            ("mcp.connect.initialize", false),
+            ("mcp.connect.list", false),
+        ]
+    );
 }
 
 /// `demiurge serve` takes a client's W3C trace context as the parent of the call it

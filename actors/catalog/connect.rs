@@ -137,11 +137,13 @@ impl Pipeline {
     }
 
     async fn steps(&self, declaration: &Arc<Declaration>, trace: &Trace) -> Step<Connected> {
+        let capability = trace.span("mcp.connect.capability");
         self.require_capability(declaration)?;
         let place = self.place(declaration).await?;
         let roots = self
             .roots(declaration)
             .map_err(|reason| denied(declaration, reason))?;
+        capability.end();
         let approval = trace.span("mcp.connect.approval");
         self.approve(declaration, &place).await?;
         approval.end();
@@ -168,6 +170,7 @@ impl Pipeline {
             self.shared.config.close_grace,
         )
         .await;
+        start.trace().stages(&signals.stages.take());
         start.end();
         self.remember_era(declaration, connected.as_ref().ok().map(|(_, l)| l));
         match connected {

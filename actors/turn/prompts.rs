@@ -67,7 +67,7 @@ impl TurnCatalog {
         let got = dispatch
             .get_prompt(&prompt.prompt, arguments, span.header())
             .await;
-        span.end_as(got.as_ref().err().map(CallFailure::kind));
+        span.end_outcome(got.as_ref().err().map(CallFailure::kind));
         let got = match got {
             Ok(got) => got,
             Err(CallFailure::NotSent(_) | CallFailure::Closed(_)) if dispatch.is_closed() => {

@@ -62,7 +62,7 @@ impl TurnCatalog {
             });
         };
         let read = dispatch.read_resource(uri, span.header()).await;
-        span.end_as(read.as_ref().err().map(CallFailure::kind));
+        span.end_outcome(read.as_ref().err().map(CallFailure::kind));
         let provenance = |reached| Provenance {
             server: server.to_string(),
             tool: "resources/read".into(),

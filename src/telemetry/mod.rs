@@ -12,7 +12,9 @@
 //! empty and every method does nothing, so the runtime's code reads the same either way.
 //!
 //! Names: spans `mcp.turn`, `mcp.connect` (stages `mcp.connect.approval`,
-//! `mcp.connect.permit`, `mcp.connect.start`, `mcp.connect.pinning`), `mcp.relist`,
+//! `mcp.connect.capability`, `mcp.connect.permit`, `mcp.connect.start` with its own
+//! `mcp.connect.spawn`, `mcp.connect.authorize`, `mcp.connect.initialize` and
+//! `mcp.connect.list`, `mcp.connect.pinning`), `mcp.relist`,
 //! `mcp.call` (stages `mcp.call.approval`, `mcp.call.server`), `mcp.read`, `mcp.prompt`,
 //! `mcp.evict`; attributes [`SERVER`], [`TOOL`], [`OUTCOME`], [`ERROR_KIND`] and the
 //! few named where they are set.
@@ -43,6 +45,18 @@ pub(crate) enum Gauge {
     Processes,
     /// Connects waiting for a discovery permit.
     Queued,
+}
+
+/// The span of a connect's stage the transport ran.
+#[cfg_attr(not(feature = "otel"), allow(dead_code))]
+fn stage_name(kind: crate::transport::StageKind) -> &'static str {
+    use crate::transport::StageKind;
+    match kind {
+        StageKind::Spawn => "mcp.connect.spawn",
+        StageKind::Authorize => "mcp.connect.authorize",
+        StageKind::Initialize => "mcp.connect.initialize",
+        StageKind::List => "mcp.connect.list",
+    }
 }
 
 /// The server id.

@@ -59,6 +59,9 @@ impl Trace {
     pub(crate) fn span_when(&self, _when: bool, _name: &'static str) -> Span {
         Span(())
     }
+
+    /// Spans of stages that already ran.
+    pub(crate) fn stages(&self, _stages: &[crate::transport::Stage]) {}
 }
 
 /// A span: nothing.
@@ -82,6 +85,8 @@ impl Span {
     pub(crate) fn end(self) {}
     /// Ends it now, failed with `kind` when there is one.
     pub(crate) fn end_as(self, _kind: Option<&str>) {}
+    /// Ends it now with its outcome.
+    pub(crate) fn end_outcome(self, _kind: Option<&str>) {}
     /// Its W3C context for a server: none.
     pub(crate) fn header(&self) -> Option<TraceHeader> {
         None

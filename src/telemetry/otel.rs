@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use opentelemetry::global::{BoxedTracer, ObjectSafeTracerProvider};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
-use opentelemetry::trace::{SpanBuilder, SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{Span as _, SpanBuilder, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, InstrumentationScope, KeyValue};
 
 use super::{ERROR_KIND, Gauge, OUTCOME, SERVER, TraceHeader};
 use crate::events::{Event, EventCounter, EventKind};
+use crate::transport::{Stage, StageKind};
 
 /// Where traces and metrics go: the host's OpenTelemetry providers, or nowhere
 /// (`Telemetry::default()`).
@@ -141,22 +142,46 @@ impl Trace {
 
     /// A span started now under this place (a client span for what goes to a server).
     pub(crate) fn span(&self, name: &'static str) -> Span {
-        self.started(name, Vec::new())
+        self.started(name)
     }
 
-    /// A span of `server` (and the exposed `name` of what it serves) started now.
+    /// A span of `server` (and the exposed `name` of what it serves) started now. The
+    /// names are set once the span exists, and only when it records: a tracer that
+    /// records nothing (the global one with no exporter) costs no copies of them.
     pub(crate) fn span_of(&self, span: &'static str, server: &str, name: Option<&str>) -> Span {
-        if self.cx.is_none() {
-            return Span::default();
+        let span = self.started(span);
+        if span.recording() {
+            span.set_str(SERVER, server);
+            if let Some(name) = name {
+                span.set_str(super::TOOL, name);
+            }
         }
-        let mut attributes = vec![KeyValue::new(SERVER, server.to_string())];
-        if let Some(name) = name {
-            attributes.push(KeyValue::new(super::TOOL, name.to_string()));
-        }
-        self.started(span, attributes)
+        span
     }
 
-    fn started(&self, name: &'static str, attributes: Vec<KeyValue>) -> Span {
+    /// Spans of stages that already ran (a connect's, marked by the transport), with
+    /// the times they began and ended.
+    pub(crate) fn stages(&self, stages: &[Stage]) {
+        let (Some(cx), Some(inner)) = (&self.cx, &self.inner) else {
+            return;
+        };
+        for stage in stages {
+            let kind = match stage.kind {
+                StageKind::Spawn => SpanKind::Internal,
+                _ => SpanKind::Client,
+            };
+            let builder = SpanBuilder::from_name(super::stage_name(stage.kind))
+                .with_kind(kind)
+                .with_start_time(stage.began);
+            let mut span = inner.tracer.build_with_context(builder, cx);
+            if !stage.ok {
+                span.set_status(Status::error("failed"));
+            }
+            span.end_with_timestamp(stage.ended);
+        }
+    }
+
+    fn started(&self, name: &'static str) -> Span {
         let (Some(cx), Some(inner)) = (&self.cx, &self.inner) else {
             return Span::default();
         };
@@ -165,9 +190,7 @@ impl Trace {
         } else {
             SpanKind::Internal
         };
-        let builder = SpanBuilder::from_name(name)
-            .with_kind(kind)
-            .with_attributes(attributes);
+        let builder = SpanBuilder::from_name(name).with_kind(kind);
         let span = inner.tracer.build_with_context(builder, cx);
         Span {
             cx: Some(cx.with_span(span)),
@@ -190,9 +213,14 @@ impl std::fmt::Debug for Span {
 }
 
 impl Span {
+    /// Whether its tracer records it (attributes are made only then).
+    fn recording(&self) -> bool {
+        self.cx.as_ref().is_some_and(|cx| cx.span().is_recording())
+    }
+
     /// Sets a text attribute.
     pub(crate) fn set_str(&self, key: &'static str, value: &str) {
-        if let Some(cx) = &self.cx {
+        if let (Some(cx), true) = (&self.cx, self.recording()) {
             cx.span()
                 .set_attribute(KeyValue::new(key, value.to_string()));
         }
@@ -200,22 +228,22 @@ impl Span {
 
     /// Sets a number attribute.
     pub(crate) fn set_u64(&self, key: &'static str, value: u64) {
-        if let Some(cx) = &self.cx {
+        if let (Some(cx), true) = (&self.cx, self.recording()) {
             let value = i64::try_from(value).unwrap_or(i64::MAX);
             cx.span().set_attribute(KeyValue::new(key, value));
         }
     }
 
-    /// Sets a text's length in characters (counted only when traced).
+    /// Sets a text's length in characters (counted only when recorded).
     pub(crate) fn set_chars(&self, key: &'static str, text: &str) {
-        if self.cx.is_some() {
+        if self.recording() {
             self.set_u64(key, text.chars().count() as u64);
         }
     }
 
     /// Marks the span failed with an error kind (its status says only the kind).
     pub(crate) fn fail(&self, kind: &str) {
-        if let Some(cx) = &self.cx {
+        if let (Some(cx), true) = (&self.cx, self.recording()) {
             cx.span()
                 .set_attribute(KeyValue::new(ERROR_KIND, kind.to_string()));
             cx.span().set_status(Status::error(kind.to_string()));
@@ -242,6 +270,12 @@ impl Span {
         }
     }
 
+    /// Ends it now with its outcome: `ok`, or `error` and failed with `kind`.
+    pub(crate) fn end_outcome(self, kind: Option<&str>) {
+        self.set_str(OUTCOME, if kind.is_some() { "error" } else { "ok" });
+        self.end_as(kind);
+    }
+
     /// Its W3C context, for the server the request goes to.
     pub(crate) fn header(&self) -> Option<TraceHeader> {
         let cx = self.cx.as_ref()?;
@@ -251,16 +285,30 @@ impl Span {
             return None;
         }
         let state = context.trace_state().header();
+        let id = context.trace_id().to_bytes();
+        let span_id = context.span_id().to_bytes();
+        let flags = [context.trace_flags().to_u8()];
         Some(TraceHeader {
-            traceparent: format!(
-                "00-{}-{}-{:02x}",
-                context.trace_id(),
-                context.span_id(),
-                context.trace_flags().to_u8()
-            ),
+            traceparent: traceparent(&id, &span_id, flags),
             tracestate: (!state.is_empty()).then_some(state),
         })
     }
+}
+
+/// `00-<trace id>-<span id>-<flags>` in lowercase hex, written byte by byte: this runs
+/// for every request, and the formatting machinery costs more than the span.
+fn traceparent(trace: &[u8; 16], span: &[u8; 8], flags: [u8; 1]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(55);
+    out.push_str("00");
+    for part in [&trace[..], &span[..], &flags[..]] {
+        out.push('-');
+        for byte in part {
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+    }
+    out
 }
 
 impl Drop for Span {
@@ -478,5 +526,31 @@ fn name_of(value: &impl serde::Serialize) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(name)) => name,
         _ => "other".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traceparent_is_the_w3c_form_of_the_ids() {
+        let trace = [
+            0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e,
+            0x47, 0x36,
+        ];
+        let span = [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7];
+        let header = traceparent(&trace, &span, [1]);
+        assert_eq!(
+            header,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        let expected = format!(
+            "00-{}-{}-{:02x}",
+            opentelemetry::trace::TraceId::from_bytes(trace),
+            opentelemetry::trace::SpanId::from_bytes(span),
+            0
+        );
+        assert_eq!(traceparent(&trace, &span, [0]), expected);
     }
 }

@@ -18,12 +18,12 @@ use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient};
 use tokio::sync::watch;
 
-use super::ConnectErrorKind;
 use super::guard::TransportEnd;
 use super::listen::Listener;
 use super::notices::{Notice, Progress, token_key};
 use super::requests::{ListedTools, list_tools};
 use super::signals::{PROMPTS, RESOURCES, ServerSignals, TOOLS};
+use super::{ConnectErrorKind, StageKind};
 use crate::core::Protocol;
 use crate::process::{ChildProcess, CloseReport};
 
@@ -448,26 +448,29 @@ async fn start<T>(
 where
     T: Transport<RoleClient> + 'static,
 {
-    let service = ClientServiceExt::serve_with_lifecycle(
+    let initialize = ClientServiceExt::serve_with_lifecycle(
         ClientHandler::new(Arc::clone(&signals)),
         transport,
         lifecycle(protocol),
-    )
-    .await
-    .map_err(|e| {
-        (
-            initialize_failure(&e, protocol),
-            answered_as_legacy(&e, protocol),
-        )
-    })?;
+    );
+    let stages = &signals.stages;
+    let service = stages
+        .timed(StageKind::Initialize, initialize)
+        .await
+        .map_err(|e| {
+            (
+                initialize_failure(&e, protocol),
+                answered_as_legacy(&e, protocol),
+            )
+        })?;
     // The listen is sent first and the listing beside it, not after it: a round trip
     // less for every modern connect. Over stdio the server reads the listen first; over
     // HTTP the two requests race, so a change made between the server's listing and its
     // acknowledgment of the listen can be missed until the next change.
     let peer = service.peer().clone();
     let (listener, listed) = futures::join!(
-        Listener::start(peer.clone(), signals, timeout / 4),
-        list_tools(&peer)
+        Listener::start(peer.clone(), Arc::clone(&signals), timeout / 4),
+        signals.stages.timed(StageKind::List, list_tools(&peer))
     );
     let listed = listed.map_err(|e| (format!("tools/list failed: {e}"), false))?;
     Ok((service, listed, listener))

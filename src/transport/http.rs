@@ -13,7 +13,7 @@ use super::client::{McpClient, StartError};
 use super::guard::{EndCause, Guarded};
 use super::requests::ListedTools;
 use super::signals::ServerSignals;
-use super::{ConnectError, ConnectErrorKind};
+use super::{ConnectError, ConnectErrorKind, StageKind};
 use crate::core::DeclaredUrl;
 use crate::net::{Challenge, NetContext, PinnedClient, client::DecisionHook};
 use rmcp::transport::auth::{AuthClient, AuthorizationManager};
@@ -115,7 +115,10 @@ pub(super) async fn connect(
         (Err(_), Some(Challenge::Unauthorized(c) | Challenge::InsufficientScope(c))) => c,
         (Err(e), None) => return Err(e),
     };
-    let manager = super::oauth::authorize(&base, &challenge, &launch.net, &launch.oauth)
+    let authorize = super::oauth::authorize(&base, &challenge, &launch.net, &launch.oauth);
+    let manager = signals
+        .stages
+        .timed(StageKind::Authorize, authorize)
         .await
         .map_err(|e| ConnectError {
             kind: ConnectErrorKind::Authorization,

@@ -57,7 +57,7 @@ pub(crate) use signals::{PROMPTS, RESOURCES, TOOLS};
 pub(crate) use stdio::StdioLaunch;
 pub use task_handle::{TaskHandle, TaskSeen};
 pub use tasks::{MAX_TASK_ID_BYTES, MAX_TASK_POLL, MIN_TASK_POLL};
-pub use trace::TraceHeader;
+pub use trace::{Stage, StageKind, Stages, TraceHeader};
 
 /// How to reach one server, authorized and interpolated.
 #[derive(Debug)]

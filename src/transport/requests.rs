@@ -173,9 +173,8 @@ pub async fn read_resource(
     timeout: Duration,
     trace: Option<TraceHeader>,
 ) -> Result<serde_json::Value, CallFailure> {
-    let mut params = ReadResourceRequestParams::new(uri.to_string());
-    traced(&mut params.meta, trace);
-    let send = |request, left| send(peer, request, left);
+    let params = ReadResourceRequestParams::new(uri.to_string());
+    let send = |request, left| send(peer, traced(request, trace.as_ref()), left);
     match with_rounds(signals, params, timeout, send).await?.0 {
         ServerResult::ReadResourceResult(result) => {
             serde_json::to_value(result).map_err(|e| CallFailure::Protocol(e.to_string()))
@@ -200,8 +199,7 @@ pub async fn get_prompt(
 ) -> Result<GetPromptResult, CallFailure> {
     let mut params = GetPromptRequestParams::new(name.to_string());
     params.arguments = arguments;
-    traced(&mut params.meta, trace);
-    let send = |request, left| send(peer, request, left);
+    let send = |request, left| send(peer, traced(request, trace.as_ref()), left);
     match with_rounds(signals, params, timeout, send).await?.0 {
         ServerResult::GetPromptResult(result) => Ok(result),
         _ => Err(CallFailure::Protocol(
@@ -281,11 +279,16 @@ pub async fn list_tools(peer: &Peer<RoleClient>) -> Result<ListedTools, String> 
     })
 }
 
-/// A request's `_meta` with the runtime's trace context (never one a server sent).
-fn traced(meta: &mut Option<rmcp::model::RequestMetaObject>, trace: Option<TraceHeader>) {
+/// A request with the runtime's trace context in its `_meta` (never one a server sent).
+/// Put where rmcp keeps the progress token, not in the parameters: rmcp serializes
+/// parameters' `_meta` to a value and back to merge the two, which cost a traced call
+/// more than its spans.
+fn traced(mut request: ClientRequest, trace: Option<&TraceHeader>) -> ClientRequest {
+    use rmcp::model::GetMeta;
     if let Some(header) = trace {
-        header.into_meta(&mut meta.get_or_insert_with(Default::default).0.0);
+        header.clone().into_meta(&mut request.get_meta_mut().0.0);
     }
+    request
 }
 
 /// How long a call may take: `timeout` without news; with `max`, each progress
@@ -314,13 +317,12 @@ pub async fn call_tool(
 ) -> Result<serde_json::Value, CallFailure> {
     let mut params = CallToolRequestParams::new(tool.to_string());
     params.arguments = arguments;
-    traced(
-        &mut params.meta,
-        watch.as_ref().and_then(|w| w.trace.clone()),
-    );
     let budget = timing.max.unwrap_or(timing.timeout);
-    let send =
-        |request, left| call_round(peer, &signals.notices, request, timing, left, watch.clone());
+    let trace = watch.as_ref().and_then(|w| w.trace.as_ref());
+    let send = |request, left| {
+        let request = traced(request, trace);
+        call_round(peer, &signals.notices, request, timing, left, watch.clone())
+    };
     let answer = match with_rounds(signals, params, budget, send).await? {
         // A task (the tasks extension) is followed to its end for the call.
         (ServerResult::CreateTaskResult(task), left) => {

@@ -48,6 +48,8 @@ pub struct ServerSignals {
     /// The declared `log_level` of a 2026-07-28 connection, sent in each request's
     /// `_meta` (that era has no `logging/setLevel`).
     pub log_level: std::sync::OnceLock<rmcp::model::LoggingLevel>,
+    /// When the connect's stages ran (for its trace).
+    pub stages: super::Stages,
 }
 
 impl std::fmt::Debug for ServerSignals {

@@ -11,7 +11,7 @@ use super::framing::StdioTransport;
 use super::guard::{EndCause, Guarded, Traffic};
 use super::requests::ListedTools;
 use super::signals::ServerSignals;
-use super::{ConnectError, ConnectErrorKind};
+use super::{ConnectError, ConnectErrorKind, StageKind};
 use crate::process::{ChildProcess, Registry, StderrLog};
 
 /// Everything needed to start one stdio server, already authorized and interpolated.
@@ -60,7 +60,7 @@ pub(super) async fn connect(
     timeout: Duration,
     grace: Duration,
 ) -> Result<(McpClient, ListedTools), ConnectError> {
-    let spawned = ChildProcess::spawn(
+    let spawn = ChildProcess::spawn(
         &launch.command,
         &launch.args,
         &launch.env,
@@ -69,8 +69,8 @@ pub(super) async fn connect(
         launch.log.clone(),
         launch.sandbox.as_ref(),
         launch.egress.clone(),
-    )
-    .await;
+    );
+    let spawned = signals.stages.timed(StageKind::Spawn, spawn).await;
     let (process, stdin, stdout) = spawned.map_err(|e| ConnectError {
         kind: ConnectErrorKind::Spawn,
         message: format!("cannot start `{}`: {e}", launch.command),
