@@ -180,10 +180,10 @@ where
     let (ours_us, _) = median_p99(ours);
     let ratio = ours_us / base_us;
     let per_round = |cpu: Duration| cpu.as_secs_f64() * 1e6 / rounds as f64;
+    let (base_cpu, ours_cpu) = (per_round(base_cpu), per_round(ours_cpu));
     println!(
-        "{name}: baseline {base_us:.1} us, runtime {ours_us:.1} us: {ratio:.3}x ({rounds} alternating rounds; target {target}); CPU of this process a round: baseline {:.1} us, runtime {:.1} us",
-        per_round(base_cpu),
-        per_round(ours_cpu)
+        "{name}: wall {ratio:.3}x, CPU {:.2}x (wall: baseline {base_us:.1} us, runtime {ours_us:.1} us, medians of {rounds} alternating rounds, target {target}; CPU of this process a round: baseline {base_cpu:.1} us, runtime {ours_cpu:.1} us)",
+        ours_cpu / base_cpu.max(f64::MIN_POSITIVE)
     );
     ratio
 }

@@ -1,7 +1,8 @@
 //! The cost of telemetry (feature `otel`): warm calls of a runtime given providers,
 //! against the same calls of a runtime given none, in one run. Two pairs:
 //! - the feature on and no exporter: the host passes the global providers, which do
-//!   nothing until an exporter is installed (target: at most 1.02x, issue 33);
+//!   nothing until the host installs providers of an SDK (target: at most 1.02x,
+//!   issue 33);
 //! - the SDK's providers recording spans and metrics that are exported nowhere: the
 //!   SDK's own cost of recording, reported without a target.
 //!

@@ -42,6 +42,7 @@ impl TurnCatalog {
         let span = trace.span_of("mcp.prompt", &prompt.server, Some(name));
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
         let refused = |error: CallError| {
+            span.set_str(crate::telemetry::OUTCOME, "denied");
             span.fail(kind_of(&error));
             self.refused(&prompt.server, error)
         };
@@ -59,6 +60,7 @@ impl TurnCatalog {
         .await
         .map_err(refused)?;
         let Some(dispatch) = binding.link.dispatch() else {
+            span.end_outcome(Some("closed"));
             return Err(CallError::Stale {
                 tool: name.to_string(),
                 reason: StaleReason::Closed,

@@ -56,6 +56,7 @@ impl TurnCatalog {
         let binding = &entry.binding;
         let started = Instant::now();
         let Some(dispatch) = binding.link.dispatch() else {
+            span.end_outcome(Some("closed"));
             return Err(CallError::Stale {
                 tool: subject,
                 reason: StaleReason::Closed,

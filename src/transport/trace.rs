@@ -1,5 +1,9 @@
-//! A request's W3C trace context, as it goes to its server in `_meta` (both eras). The
-//! runtime's own context only (`crate::telemetry` makes it); a server's is never read.
+//! What the transport keeps for traces, without tracing (it stands below
+//! `crate::telemetry`): a request's W3C trace context, as it goes to its server in
+//! `_meta` (both eras; the runtime's own context only, which `crate::telemetry` makes;
+//! a server's is never read), and the times of a connect's stages, which the connect
+//! pipeline (`actors/catalog/connect.rs`) reads once the connect is over and turns
+//! into spans.
 
 /// A request's W3C trace context.
 #[derive(Debug, Clone, PartialEq, Eq)]
