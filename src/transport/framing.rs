@@ -37,6 +37,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Mutex;
 
+mod answer;
 mod scan;
 
 use super::guard::{
@@ -173,6 +174,9 @@ fn decode(line: Line, limit: usize) -> Decoded {
     let text = text.strip_suffix(b"\r").unwrap_or(text);
     if text.iter().all(u8::is_ascii_whitespace) {
         return Decoded::Skip;
+    }
+    if let Some(message) = answer::call_answer(text) {
+        return Decoded::Message(Box::new(message));
     }
     let error = match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(text) {
         Ok(message) => return Decoded::Message(Box::new(message)),
