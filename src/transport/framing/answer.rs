@@ -16,7 +16,7 @@ use rmcp::model::{
 };
 use rmcp::service::RxJsonRpcMessage;
 use serde::Deserialize;
-use serde::de::IgnoredAny;
+use serde::de::{MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
 /// Keys one of the result types rmcp tries before `CallToolResult` requires.
@@ -39,13 +39,71 @@ const EARLIER: [&str; 13] = [
 /// What makes a result with `resultType` and `_meta` a listen result.
 const SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 
-/// A message with a result, whatever else it has.
+/// A message with a result and nothing else: any other key (`method`, `error`, even
+/// null) leaves the message to rmcp, which reads such messages otherwise or refuses them.
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Answer {
     jsonrpc: JsonRpcVersion2_0,
     id: RequestId,
-    result: Map<String, Value>,
-    method: Option<IgnoredAny>,
+    result: Unique,
+}
+
+/// A JSON value read refusing a key repeated in any object: rmcp's reading refuses a
+/// repeated field where a map keeps the last, so such a result is left to it.
+struct Unique(Value);
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(Unique(item)) = seq.next_element()? {
+            out.push(item);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some((key, Unique(value))) = map.next_entry::<String, Unique>()? {
+            if out.insert(key, value).is_some() {
+                return Err(serde::de::Error::custom("a repeated key"));
+            }
+        }
+        Ok(Value::Object(out))
+    }
 }
 
 /// `text` as a tool call's answer, or `None` for rmcp's own reading.
@@ -61,8 +119,14 @@ pub(super) fn call_answer(text: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
     if !looks {
         return None;
     }
+    // An object only: a struct would also take the array form, which rmcp refuses.
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
     let answer: Answer = serde_json::from_slice(text).ok()?;
-    let result = answer.result;
+    let Value::Object(result) = answer.result.0 else {
+        return None;
+    };
     let reads_as_call = ["content", "structuredContent", "isError"]
         .iter()
         .any(|key| result.contains_key(*key));
@@ -71,7 +135,7 @@ pub(super) fn call_answer(text: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
         .get("_meta")
         .and_then(Value::as_object)
         .is_some_and(|meta| meta.contains_key(SUBSCRIPTION));
-    if answer.method.is_some() || !reads_as_call || earlier || listen {
+    if !reads_as_call || earlier || listen {
         return None;
     }
     let call = CallToolResult::deserialize(Value::Object(result)).ok()?;
@@ -132,6 +196,14 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{"content":[]}}"#,
             r#"{"jsonrpc":"1.0","id":1,"result":{"content":[]}}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":[{"content":[]}]}"#,
+            // Read otherwise or refused by rmcp: another key beside the result (even
+            // null), the array form, a key repeated at any depth.
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]},"error":{"code":1,"message":"m"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":null,"result":{"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[]},"x":1}"#,
+            r#"["2.0",1,{"content":[]}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a","text":"b"}]}}"#,
             r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"content":[]}}"#,
         ];
         for line in others {
