@@ -6,7 +6,7 @@ mod common;
 
 use serde_json::json;
 
-use common::{Core, Recorder, demo, demo_fault, harness};
+use common::{Core, Recorder, demo, demo_fault, harness, harness_with};
 
 /// The echo of `tool` in `catalog`, through a real call.
 async fn echoes(catalog: &demiurge_mcp::TurnCatalog, tool: &str) -> String {
@@ -460,5 +460,31 @@ async fn over_http_a_discovery_that_never_answers_fails_without_a_fallback() {
         .filter(|r| r.method == "POST")
         .count();
     assert_eq!(posts, 1, "an initialize followed the silence");
+    h.finish().await;
+}
+
+/// A modern server holds the listen the runtime opened; rmcp's servers wait up to 5 s at
+/// end of input for the requests they still answer. Closing cancels the listen first,
+/// so the server ends at once, well before even a long grace would send it SIGTERM.
+#[tokio::test]
+async fn closing_a_modern_connection_cancels_its_listen_and_the_server_exits_at_once() {
+    let core = Core::new().grant_servers(&["modern"]).server(
+        "modern",
+        &demo("approval_policy: auto\nprotocol: 2026-07-28\n"),
+    );
+    let h = harness_with(Recorder::allow(), |mut config| {
+        config.close_grace = std::time::Duration::from_secs(30);
+        config
+    })
+    .await;
+    for _ in 0..3 {
+        let (session, catalog) = common::open(&h.runtime, core.spec()).await;
+        assert_eq!(echoes(&catalog, "modern__echo").await, "both eras");
+        let started = std::time::Instant::now();
+        session.evict().await.unwrap();
+        // Without the cancellation: rmcp's 5 s drain. With it: a few milliseconds.
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    }
     h.finish().await;
 }

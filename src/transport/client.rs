@@ -240,9 +240,13 @@ impl McpClient {
         self.process.as_ref().map(ChildProcess::exit_watch)
     }
 
-    /// Closes the connection: transport first, then the server's process tree (grace
-    /// period, SIGTERM, everything ended), its stderr logged.
+    /// Closes the connection: its open listen cancelled, the transport, then the
+    /// server's process tree (grace period, SIGTERM, everything ended), its stderr
+    /// logged.
     pub async fn close(mut self, grace: Duration) -> CloseReport {
+        if let Some(listener) = self.listener.take() {
+            listener.close(grace).await;
+        }
         if let Some(service) = self.service.take() {
             let _ = tokio::time::timeout(grace, service.cancel()).await;
         }

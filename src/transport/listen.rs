@@ -5,7 +5,9 @@
 //! start, and the resources subscribed to so far; subscribing to another resource opens
 //! a new listen with the wider filter and then drops the old one (no gap). What arrives
 //! goes where its legacy form goes: list changes set the connection's bits, updates
-//! become notices. The subscription ends with its connection.
+//! become notices. Closing the connection cancels the subscription first: a server
+//! holding an open listen may wait for it to end before it exits (rmcp's servers wait
+//! up to 5 s at end of input for their requests in flight).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,8 +41,10 @@ pub(crate) struct Listener {
 struct Held {
     uris: Vec<String>,
     /// Reads the open subscription; aborting it drops the subscription, which cancels
-    /// the listen request on the server.
+    /// the listen request on the server (a notice sent if the channel has room).
     pump: Option<JoinHandle<()>>,
+    /// Tells the pump to cancel its subscription (the notice awaited) and end.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Drop for Held {
@@ -148,19 +152,54 @@ impl Listener {
             .map_err(|_| CallFailure::Timeout(timeout))?
             .map_err(|e| classify(&e, timeout))?;
         let acknowledged = subscription.acknowledged().clone();
-        let pump = tokio::spawn(pump(subscription, Arc::clone(&self.signals)));
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let pump = tokio::spawn(pump(subscription, Arc::clone(&self.signals), stopped));
+        held.stop = Some(stop);
         if let Some(old) = held.pump.replace(pump) {
             old.abort();
         }
         Ok(acknowledged)
+    }
+
+    /// Cancels the open listen and waits, at most `wait`, for the cancellation to be
+    /// sent; the connection closes next. Without it a server may hold its end of input
+    /// until the listen it still answers ends.
+    pub(crate) async fn close(&self, wait: Duration) {
+        let Ok(mut held) = tokio::time::timeout(wait, self.held.lock()).await else {
+            return;
+        };
+        let Some(pump) = held.pump.take() else {
+            return;
+        };
+        if let Some(stop) = held.stop.take() {
+            let _ = stop.send(());
+        }
+        let abort = pump.abort_handle();
+        if tokio::time::timeout(wait, pump).await.is_err() {
+            abort.abort();
+        }
     }
 }
 
 /// Delivers what arrives on `subscription` until it ends. A subscription the runtime
 /// could not drain fast enough (a flood) ends lagged: every list is then taken as
 /// changed, so the next turn lists them again.
-async fn pump(mut subscription: Subscription, signals: Arc<ServerSignals>) {
-    while let Ok(Some(notification)) = subscription.next().await {
+async fn pump(
+    mut subscription: Subscription,
+    signals: Arc<ServerSignals>,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) {
+    loop {
+        let notification = tokio::select! {
+            next = subscription.next() => match next {
+                Ok(Some(notification)) => notification,
+                _ => break,
+            },
+            _ = &mut stop => {
+                let _ = subscription.cancel().await;
+                return;
+            }
+        };
         match notification {
             ServerNotification::ToolListChangedNotification(_) => signals.list_changed(TOOLS),
             ServerNotification::PromptListChangedNotification(_) => signals.list_changed(PROMPTS),
