@@ -214,3 +214,76 @@ async fn a_daemon_that_leaves_every_tree_does_not_outlive_its_connection() {
         h.finish().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_runtime_of_the_host_does_not_hide_an_orphan_from_its_own() {
+    // Two runtimes on two homes in one host: the first keeps a server alive, so its
+    // sweeps look at the host's children every 250 ms, the daemon of the second among
+    // them. It is not the first's (another HOME): that must not stop the second from
+    // ending it with its connection.
+    let keeper = Core::new()
+        .grant_servers(&["demo"])
+        .server("demo", &common::demo("approval_policy: auto\n"));
+    let first = harness(Recorder::allow()).await;
+    let (kept, _) = common::open(&first.runtime, keeper.spec()).await;
+    let daemonizer = Core::new().grant(&["mcp.connect:*"]).server(
+        "daemonizer",
+        &shell(
+            &format!(
+                "(setsid sh -c 'trap \"\" TERM HUP; exec sleep 305' &); exec '{}' demo-server",
+                exe()
+            ),
+            "",
+        ),
+    );
+    let second = harness(Recorder::allow()).await;
+    let marker = runtime_home(second.home.path());
+    let (session, _) = common::open(&second.runtime, daemonizer.spec()).await;
+    // The server and its daemon.
+    let orphan = eventually(Duration::from_secs(5), || {
+        common::servers_of(&marker).len() >= 2
+    })
+    .await;
+    assert!(orphan, "{:?}", common::servers_of(&marker));
+    // Several sweeps of the first runtime pass over the daemon.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    session.evict().await.unwrap();
+    let clean = eventually(Duration::from_secs(3), || {
+        common::servers_of(&marker).is_empty()
+    })
+    .await;
+    assert!(clean, "left behind: {:?}", common::servers_of(&marker));
+    kept.evict().await.unwrap();
+    second.finish().await;
+    first.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_own_children_are_never_ended_or_reaped() {
+    // Children the embedding host spawned itself carry no server's HOME: the runtime
+    // reads each one's environment once, then only lists it. Whatever servers start
+    // and end around them, and however many sweeps pass, they are left alive and left
+    // for the host to wait for.
+    let mut own: Vec<std::process::Child> = (0..3)
+        .map(|_| Command::new("sleep").arg("300").spawn().unwrap())
+        .collect();
+    let core = Core::new()
+        .grant_servers(&["demo"])
+        .server("demo", &common::demo("approval_policy: auto\n"));
+    let h = harness(Recorder::allow()).await;
+    for _ in 0..3 {
+        let (session, _) = common::open(&h.runtime, core.spec()).await;
+        session.evict().await.unwrap();
+    }
+    // Sweeps run every 250 ms while a server lives: several pass.
+    let (session, _) = common::open(&h.runtime, core.spec()).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    session.evict().await.unwrap();
+    h.finish().await;
+    for child in &mut own {
+        // Still running: `try_wait` would fail (ECHILD) had the runtime reaped it.
+        assert!(matches!(child.try_wait(), Ok(None)), "{}", child.id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

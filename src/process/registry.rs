@@ -17,6 +17,15 @@
 //!   caught between its spawn and its registration), and adopted zombies are reaped.
 //!   An adopted process still in a server's process group is that server's: only one
 //!   that left tree, group and session (a daemon) cannot be told apart, and is ended.
+//! - **Each environment read once.** A child of the host whose environment reads
+//!   without the registry's `HOME` (the embedding host's own children) is remembered as
+//!   such by that registry (pid and start time; another registry, of another home,
+//!   reads it for its own): its environment is not read again, only its `stat`, which
+//!   tells a reused pid. An environment that reads empty (a zombie, an `exec` under
+//!   way) proves nothing and is read again. Ending a server looks at the host's
+//!   children, not at every other server's tree: an orphan of this server is a child of
+//!   the host by then, and what is below the other servers is theirs to record at the
+//!   next sweep.
 //! - **The reaper.** A small `sh` process, started with the first server, reads the
 //!   recorded processes from a pipe the host holds. The pipe reaches end of file when
 //!   the host ends, whatever ended it (a SIGKILL included, which no handler sees); the
@@ -90,27 +99,28 @@ fn host_children() -> Vec<(Proc, tree::Stat)> {
         .into_iter()
         .filter_map(|pid| {
             let stat = tree::stat(pid)?;
-            Some((
-                Proc {
-                    pid,
-                    start: stat.start,
-                },
-                stat,
-            ))
+            let p = Proc {
+                pid,
+                start: stat.start,
+            };
+            Some((p, stat))
         })
         .collect()
 }
 
-/// Clock ticks since boot, the unit of [`Proc::start`].
+/// Clock ticks since boot, the unit of [`Proc::start`] (the kernel counts a start
+/// time on the boot clock, suspended time included).
 fn uptime_ticks() -> u64 {
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .map_or(100, |t| t.max(1) as u64);
-    std::fs::read_to_string("/proc/uptime")
-        .ok()
-        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(0, |secs| (secs * hz as f64) as u64)
+    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let hz = *HZ.get_or_init(|| {
+        nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .map_or(100, |t| t.max(1) as u64)
+    });
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).map_or(0, |now| {
+        now.tv_sec() as u64 * hz + now.tv_nsec() as u64 * hz / 1_000_000_000
+    })
 }
 
 /// How often descendants are recorded and adopted orphans looked at.
@@ -134,6 +144,10 @@ struct Inner {
     /// The reaper's arguments, kept to start it again.
     marker: Option<(Vec<u8>, Vec<u8>)>,
     sweeping: bool,
+    /// Children of the host whose environment was read and carries neither of this
+    /// registry's `HOME`s: not read again while they live (pid and start time; another
+    /// registry, of another home, reads them for its own).
+    cleared: std::collections::HashSet<Proc>,
 }
 
 /// The runtime's record of its servers' processes (see the module documentation).
@@ -234,8 +248,9 @@ impl Registry {
             tell(&mut inner, '-', &p);
         }
         drop(inner);
-        // An orphan no sweep saw below this server has no owner left: look now.
-        self.sweep(true);
+        // An orphan no sweep saw below this server has no owner left: look now, among
+        // the host's children (where an orphan is), not below the other servers.
+        self.settle(Vec::new(), true);
     }
 
     /// Records what is below server `pid` now (before it is asked to exit: once it has,
@@ -260,8 +275,16 @@ impl Registry {
     /// (at once when `now` and no spawn is in progress, else at their second sighting),
     /// reaps adopted zombies.
     pub fn sweep(&self, now: bool) {
+        let told = self.record_descendants();
+        self.settle(told, now);
+    }
+
+    /// Tells the reaper `told`, then looks at the host's children: ends adopted
+    /// processes no server claims (at once when `now` and no spawn is in progress, else
+    /// at their second sighting) and reaps adopted zombies.
+    fn settle(&self, told: Vec<(char, Proc)>, now: bool) {
         let last = now && SPAWNING.load(std::sync::atomic::Ordering::Acquire) == 0;
-        let candidates = self.record_descendants();
+        let candidates = self.host_scan(told);
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -279,10 +302,8 @@ impl Registry {
         inner.suspects = suspects;
     }
 
-    /// Records the descendants of every server, reaps adopted zombies this registry
-    /// claims, and returns the host's children carrying the servers' HOME that no
-    /// registry of this process claims.
-    fn record_descendants(&self) -> Vec<Proc> {
+    /// Records the descendants of every server; returns what to tell the reaper.
+    fn record_descendants(&self) -> Vec<(char, Proc)> {
         let Ok(mut inner) = self.inner.lock() else {
             return Vec::new();
         };
@@ -301,27 +322,45 @@ impl Registry {
                 }
             }
         }
+        self.check_reaper(&mut inner);
+        told
+    }
+
+    /// Tells the reaper `told`, reaps adopted zombies this registry claims, and returns
+    /// the host's children carrying the servers' HOME that no registry of this process
+    /// claims.
+    fn host_scan(&self, told: Vec<(char, Proc)>) -> Vec<Proc> {
+        let Ok(mut inner) = self.inner.lock() else {
+            return Vec::new();
+        };
         for (sign, p) in told {
             tell(&mut inner, sign, &p);
         }
-        self.check_reaper(&mut inner);
         let now = uptime_ticks();
         let children = host_children();
         let (servers, adopted) = with_host(|h| {
-            h.servers.retain(Proc::exists);
-            h.adopted.retain(Proc::exists);
-            for (p, _) in &children {
+            h.servers
+                .retain(|p| children.iter().any(|(c, ..)| c == p) || p.exists());
+            h.adopted.retain(|p| children.iter().any(|(c, ..)| c == p));
+            for (p, ..) in &children {
                 if !h.seen.contains(p) && p.start < h.seen_at {
                     h.adopted.insert(*p);
                 }
             }
-            h.seen = children.iter().map(|(p, _)| *p).collect();
+            h.seen = children.iter().map(|(p, ..)| *p).collect();
             h.seen_at = now;
             (h.servers.clone(), h.adopted.clone())
         })
         .unwrap_or_default();
+        inner
+            .cleared
+            .retain(|p| children.iter().any(|(c, ..)| c == p));
         let mut unclaimed = Vec::new();
         for (p, stat) in children {
+            if inner.cleared.contains(&p) {
+                // Known to be no server's: its environment is not read again.
+                continue;
+            }
             if servers.contains(&p) {
                 // A server: tokio waits for it.
                 continue;
@@ -343,8 +382,17 @@ impl Registry {
                 // Adopted: a zombie of it is ours to reap.
                 tree::reap(&p);
             }
-            if !claimed && self.carries_marker(p.pid) {
-                unclaimed.push(p);
+            if claimed {
+                continue;
+            }
+            match self.carries_marker(p.pid) {
+                Some(true) => unclaimed.push(p),
+                Some(false) if !adopted.contains(&p) && stat.state != 'Z' => {
+                    // The host's own child (or one that shed the marker: past following).
+                    inner.cleared.insert(p);
+                }
+                // Unreadable or empty (a zombie, an `exec` under way): read again.
+                _ => {}
             }
         }
         drop(inner);
@@ -368,11 +416,18 @@ impl Registry {
         }
     }
 
-    fn carries_marker(&self, pid: u32) -> bool {
-        std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+    /// Whether process `pid` carries one of this registry's `HOME`s; `None` when its
+    /// environment cannot be read or reads empty (a zombie, or a process between the
+    /// two halves of an `exec`): nothing is known of it.
+    fn carries_marker(&self, pid: u32) -> Option<bool> {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        if env.is_empty() {
+            return None;
+        }
+        Some(
             env.split(|&b| b == 0)
-                .any(|kv| kv == self.marker || kv.starts_with(&self.confined))
-        })
+                .any(|kv| kv == self.marker || kv.starts_with(&self.confined)),
+        )
     }
 
     /// Ends every recorded tree and lets the reaper go (it exits at end of file).
@@ -427,5 +482,64 @@ async fn sweep_while_alive(registry: Weak<Registry>) {
         if busy {
             registry.sweep(false);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child of this process carrying `home`'s server `HOME`, as an orphan of a
+    /// server is once adopted.
+    fn orphan_of(home: &Path) -> Child {
+        std::process::Command::new("sleep")
+            .arg("300")
+            .env("HOME", home.join("mcp-home"))
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_registry_of_another_home_does_not_hide_an_orphan_from_its_own() {
+        // Two runtimes of one host on two homes: the first reads the orphan's
+        // environment, finds no HOME of its own and stops reading it. The second must
+        // still see its own orphan and end it.
+        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let first = Registry::new(&one.path().join("mcp-home"), false);
+        let second = Registry::new(&two.path().join("mcp-home"), false);
+        let mut orphan = orphan_of(two.path());
+        let pid = orphan.id();
+        let own = Proc::current(pid).unwrap();
+        // Until its `exec`, it reads with this process's environment.
+        let marker = format!("HOME={}", two.path().join("mcp-home").display());
+        let carries = || {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
+        };
+        for _ in 0..1000 {
+            if carries() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(carries());
+        first.sweep(true);
+        assert!(first.inner.lock().unwrap().cleared.contains(&own));
+        // At once when no spawn is under way anywhere in this process, else at the
+        // second sighting.
+        second.sweep(true);
+        second.sweep(true);
+        // Ended and reaped by the registry (a zombie of it is adopted to reap).
+        let gone = |orphan: &mut Child| !own.exists() || matches!(orphan.try_wait(), Ok(Some(_)));
+        let ended = (0..500).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            gone(&mut orphan)
+        });
+        if !ended {
+            let _ = orphan.kill();
+            let _ = orphan.wait();
+        }
+        assert!(ended, "the orphan was left alive");
+        assert!(!second.inner.lock().unwrap().cleared.contains(&own));
     }
 }
