@@ -33,8 +33,12 @@
 //!   process group, so a terminal's SIGINT or SIGHUP reaches it no more than the
 //!   servers, and ignores them anyway.
 //!
+//! Ending a server is followed by three more sweeps even when nothing else is left: a
+//! child its tree forked while being frozen reaches the host after the end looked.
+//!
 //! What remains possible: a process that both leaves its tree and clears its
-//! environment within one sweep, just before the host is SIGKILLed. Without cgroups no
+//! environment before any sweep saw it below its server. Nothing tells it from the
+//! host's own children then, while the host lives or after it ends. Without cgroups no
 //! unprivileged host can follow it.
 
 use std::collections::{BTreeMap, HashMap};
@@ -126,6 +130,9 @@ fn uptime_ticks() -> u64 {
 /// How often descendants are recorded and adopted orphans looked at.
 pub const SWEEP: Duration = Duration::from_millis(250);
 
+/// Sweeps that follow a server's end even when nothing else is left to record.
+const LINGER: u8 = 3;
+
 /// The processes of one server: its own, and every descendant a sweep has seen.
 #[derive(Debug)]
 struct Tree {
@@ -144,6 +151,9 @@ struct Inner {
     /// The reaper's arguments, kept to start it again.
     marker: Option<(Vec<u8>, Vec<u8>)>,
     sweeping: bool,
+    /// Sweeps still owed after a server ended, whatever else is recorded: a child its
+    /// tree forked while being frozen reaches the host only after the end's own look.
+    lingering: u8,
     /// Children of the host whose environment was read and carries neither of this
     /// registry's `HOME`s: not read again while they live (pid and start time; another
     /// registry, of another home, reads them for its own).
@@ -247,6 +257,7 @@ impl Registry {
             }
             tell(&mut inner, '-', &p);
         }
+        inner.lingering = LINGER;
         drop(inner);
         // An orphan no sweep saw below this server has no owner left: look now, among
         // the host's children (where an orphan is), not below the other servers.
@@ -416,18 +427,25 @@ impl Registry {
         }
     }
 
-    /// Whether process `pid` carries one of this registry's `HOME`s; `None` when its
-    /// environment cannot be read or reads empty (a zombie, or a process between the
-    /// two halves of an `exec`): nothing is known of it.
+    /// Whether process `pid` carries one of this registry's `HOME`s; `None` when that
+    /// is not known: its environment cannot be read, reads empty (a zombie, a process
+    /// between the two halves of an `exec`) or is larger than one read. One `read` sees
+    /// one memory image; a second could see the image an `exec` left, and a `HOME` past
+    /// the first would be missed.
     fn carries_marker(&self, pid: u32) -> Option<bool> {
-        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-        if env.is_empty() {
-            return None;
+        use std::io::Read;
+        const WHOLE: usize = 128 * 1024;
+        let mut file = std::fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+        let mut env = vec![0; WHOLE];
+        let read = file.read(&mut env).ok()?;
+        let found = env[..read]
+            .split(|&b| b == 0)
+            .any(|kv| kv == self.marker || kv.starts_with(&self.confined));
+        match (found, read) {
+            (true, _) => Some(true),
+            (false, 0 | WHOLE) => None,
+            (false, _) => Some(false),
         }
-        Some(
-            env.split(|&b| b == 0)
-                .any(|kv| kv == self.marker || kv.starts_with(&self.confined)),
-        )
     }
 
     /// Ends every recorded tree and lets the reaper go (it exits at end of file).
@@ -475,10 +493,11 @@ async fn sweep_while_alive(registry: Weak<Registry>) {
         let Some(registry) = registry.upgrade() else {
             return;
         };
-        let busy = registry
-            .inner
-            .lock()
-            .is_ok_and(|i| !i.trees.is_empty() || !i.suspects.is_empty());
+        let busy = registry.inner.lock().is_ok_and(|mut i| {
+            let owed = i.lingering > 0;
+            i.lingering = i.lingering.saturating_sub(1);
+            owed || !i.trees.is_empty() || !i.suspects.is_empty()
+        });
         if busy {
             registry.sweep(false);
         }
@@ -541,5 +560,57 @@ mod tests {
         }
         assert!(ended, "the orphan was left alive");
         assert!(!second.inner.lock().unwrap().cleared.contains(&own));
+    }
+
+    #[test]
+    fn an_environment_is_known_only_from_one_whole_read() {
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let others = tempfile::tempdir().unwrap();
+        // Each child once its `exec` is done (its own variable readable), then asked.
+        let ask = |env: &[(&str, String)]| {
+            let mut command = std::process::Command::new("sleep");
+            command
+                .arg("300")
+                .env_clear()
+                .env("DEMIURGE_TEST_CHILD", "1");
+            command.envs(env.iter().map(|(k, v)| (k, v)));
+            let mut child = command.spawn().unwrap();
+            let pid = child.id();
+            let done = (0..1000).any(|_| {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                let done = env
+                    .split(|&b| b == 0)
+                    .any(|kv| kv == b"DEMIURGE_TEST_CHILD=1");
+                if !done {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                done
+            });
+            let answer = registry.carries_marker(pid);
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(done);
+            answer
+        };
+        let own = format!("{}", home.path().join("mcp-home").display());
+        let other = format!("{}", others.path().join("mcp-home").display());
+        assert_eq!(ask(&[("HOME", own.clone())]), Some(true));
+        assert_eq!(ask(&[("HOME", other.clone())]), Some(false));
+        assert_eq!(ask(&[]), Some(false));
+        // Larger than one read: its `HOME` may lie past it, so nothing is concluded
+        // from a read without one; one read that finds it is enough.
+        // (One variable holds 128 KiB at most: four of 60 KiB.)
+        let pad = "x".repeat(60 * 1024);
+        // (`Command` sorts its variables: `HOME` comes before these, within the read.)
+        let mut large: Vec<(&str, String)> = ["PAD_A", "PAD_B", "PAD_C", "PAD_D"]
+            .iter()
+            .map(|name| (*name, pad.clone()))
+            .collect();
+        large.push(("HOME", other));
+        assert_eq!(ask(&large), None);
+        large.pop();
+        large.push(("HOME", own));
+        assert_eq!(ask(&large), Some(true));
     }
 }
