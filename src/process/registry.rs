@@ -349,23 +349,21 @@ impl Registry {
         }
         let now = uptime_ticks();
         let children = host_children();
+        let listed: std::collections::HashSet<Proc> = children.iter().map(|(p, _)| *p).collect();
         let (servers, adopted) = with_host(|h| {
-            h.servers
-                .retain(|p| children.iter().any(|(c, ..)| c == p) || p.exists());
-            h.adopted.retain(|p| children.iter().any(|(c, ..)| c == p));
-            for (p, ..) in &children {
+            h.servers.retain(|p| listed.contains(p) || p.exists());
+            h.adopted.retain(|p| listed.contains(p));
+            for p in &listed {
                 if !h.seen.contains(p) && p.start < h.seen_at {
                     h.adopted.insert(*p);
                 }
             }
-            h.seen = children.iter().map(|(p, ..)| *p).collect();
+            h.seen.clone_from(&listed);
             h.seen_at = now;
             (h.servers.clone(), h.adopted.clone())
         })
         .unwrap_or_default();
-        inner
-            .cleared
-            .retain(|p| children.iter().any(|(c, ..)| c == p));
+        inner.cleared.retain(|p| listed.contains(p));
         let mut unclaimed = Vec::new();
         for (p, stat) in children {
             if inner.cleared.contains(&p) {
