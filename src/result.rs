@@ -364,7 +364,7 @@ impl Source {
         let as_structured = structured.is_some() && (shape.prefer_structured || !has_text);
         let content = match structured {
             Some(v) if as_structured => {
-                let pretty = serde_json::to_string_pretty(v).unwrap_or_default();
+                let pretty = pretty_head(v, room);
                 redactor.text(head(&pretty, room), view)
             }
             _ => render(&blocks),
@@ -445,6 +445,45 @@ fn has_marker(view: &ResultView) -> bool {
             .any(|b| block_strings(b).into_iter().any(marked))
 }
 
+/// `value` as pretty JSON, written only until it is longer than `room` characters
+/// (whole without a room): a capped view of megabytes of data writes the head it shows.
+fn pretty_head(value: &Value, room: Option<usize>) -> String {
+    /// Takes what it is given until it holds more than `room` characters, then refuses,
+    /// which ends the writing.
+    struct Upto {
+        out: Vec<u8>,
+        chars: usize,
+        room: usize,
+    }
+    impl std::io::Write for Upto {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if self.chars > self.room {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            self.out.extend_from_slice(bytes);
+            // Characters are counted by their first bytes (none is a continuation).
+            self.chars += bytes.iter().filter(|&&b| (b as i8) >= -0x40).count();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let Some(room) = room else {
+        return serde_json::to_string_pretty(value).unwrap_or_default();
+    };
+    let mut upto = Upto {
+        out: Vec::new(),
+        chars: 0,
+        room,
+    };
+    let _ = serde_json::to_writer_pretty(&mut upto, value);
+    // The writer splits no character (each piece serde writes is whole text); were one
+    // split, the lossy reading marks it, and the head shown is cut before it anyway.
+    String::from_utf8(upto.out)
+        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 /// The first `room` characters of `text` (all of it without a room).
 fn head(text: &str, room: Option<usize>) -> &str {
     match room.and_then(|r| text.char_indices().nth(r)) {
@@ -471,6 +510,27 @@ mod tests {
 
     fn convert(raw: &Value, shape: &ResultShape) -> ToolResult {
         ToolResult::from_mcp(of("t"), raw.clone(), &Redactor::new(), shape)
+    }
+
+    /// The head written only until it is long enough is the head of the whole text,
+    /// at every room, through characters of one to four bytes and escapes.
+    #[test]
+    fn a_pretty_head_is_the_head_of_the_whole_text() {
+        let value = json!({
+            "a": "plain ascii",
+            "b": ["é€😀", "quote \" and \\ and \n", {"c": null, "d": 1.5}],
+            "e": "x".repeat(300),
+        });
+        let whole = serde_json::to_string_pretty(&value).unwrap();
+        let chars = whole.chars().count();
+        for room in (0..chars + 5).chain([usize::MAX]) {
+            let shown = pretty_head(&value, Some(room));
+            assert_eq!(head(&shown, Some(room)), head(&whole, Some(room)), "{room}");
+            // Written no further than a piece past the room.
+            assert!(shown.len() <= whole.len(), "{room}");
+        }
+        assert!(pretty_head(&value, Some(10)).len() < 100);
+        assert_eq!(pretty_head(&value, None), whole);
     }
 
     #[test]

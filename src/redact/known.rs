@@ -22,6 +22,8 @@ pub(super) struct Known {
     /// Longest first; an automaton pattern's index is its index here.
     pub(super) secrets: Vec<Secret>,
     pub(super) finder: Option<aho_corasick::AhoCorasick>,
+    /// Characters of the longest secret (0 when there is none).
+    pub(super) longest_chars: usize,
     /// The secrets are more than [`MAX_SECRET_BYTES`], or the automaton could not be
     /// built: nothing can be redacted (fail closed), never "no secret found".
     pub(super) broken: bool,
@@ -30,6 +32,10 @@ pub(super) struct Known {
 /// Most bytes of secret values one redactor searches for (a contiguous NFA holds some
 /// tens of bytes per byte of pattern): a result revealing more fails closed.
 pub const MAX_SECRET_BYTES: usize = 1024 * 1024;
+
+/// Most bytes of secrets searched with a contiguous NFA; more use the one it is made
+/// from (see [`Known::new`]).
+pub(super) const CONTIGUOUS_BYTES: usize = 64 * 1024;
 
 /// Most secret matches in one text, beyond one a byte: past it redaction fails closed
 /// (secrets nested in one another, each occurrence matching many of them).
@@ -41,18 +47,33 @@ impl Known {
         if secrets.is_empty() {
             return Known::default();
         }
-        if secrets.iter().map(|s| s.value.len()).sum::<usize>() > MAX_SECRET_BYTES {
+        let longest_chars = secrets
+            .iter()
+            .map(|s| s.value.chars().count())
+            .max()
+            .unwrap_or(0);
+        let bytes = secrets.iter().map(|s| s.value.len()).sum::<usize>();
+        if bytes > MAX_SECRET_BYTES {
             return Known {
                 secrets,
                 finder: None,
+                longest_chars,
                 broken: true,
             };
         }
         // Every match is reported, overlapping ones too, so each occurrence of every
-        // secret is hidden whatever else overlaps it; a contiguous NFA, never a DFA,
-        // whose size could be the patterns' times the alphabet.
+        // secret is hidden whatever else overlaps it; an NFA, never a DFA, whose size
+        // could be the patterns' times the alphabet. A contiguous one searches faster
+        // but costs another pass to build: worth it for a connection's few secrets,
+        // not for the thousands a large result reveals and a capped view searches
+        // only the head of.
+        let kind = if bytes <= CONTIGUOUS_BYTES {
+            aho_corasick::AhoCorasickKind::ContiguousNFA
+        } else {
+            aho_corasick::AhoCorasickKind::NoncontiguousNFA
+        };
         let finder = aho_corasick::AhoCorasick::builder()
-            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
+            .kind(Some(kind))
             .match_kind(aho_corasick::MatchKind::Standard)
             .build(secrets.iter().map(|s| s.value.as_str()))
             .ok();
@@ -69,6 +90,7 @@ impl Known {
         Known {
             secrets,
             finder,
+            longest_chars,
             broken,
         }
     }

@@ -133,6 +133,22 @@ fn plain_label(name: &str) -> Arc<str> {
     if plain { name.into() } else { "secret".into() }
 }
 
+/// One shared name for each fixed label met: the thousands of secrets a result holds
+/// under one key share one allocation of its name.
+#[derive(Default)]
+struct Labels(Vec<(&'static str, Arc<str>)>);
+
+impl Labels {
+    fn get(&mut self, label: &'static str) -> Arc<str> {
+        if let Some((_, shared)) = self.0.iter().find(|(l, _)| *l == label) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = plain_label(label);
+        self.0.push((label, Arc::clone(&shared)));
+        shared
+    }
+}
+
 /// The first 16 hex characters of sha256(value).
 fn f16(value: &str) -> String {
     crate::digest::sha256_hex(value.as_bytes())[..16].to_string()
@@ -163,16 +179,24 @@ impl Redactor {
         N: Into<String>,
         V: Into<String>,
     {
-        let mut all: Vec<Secret> = self.secrets.secrets.clone();
-        for (name, value) in secrets {
-            let (name, value): (String, String) = (name.into(), value.into());
-            if value.chars().count() >= MIN_SECRET_LEN {
-                all.push(Secret {
-                    name: plain_label(&name),
-                    value,
-                });
+        self.with_found(secrets.into_iter().map(|(name, value)| {
+            let name: String = name.into();
+            Secret {
+                name: plain_label(&name),
+                value: value.into(),
             }
-        }
+        }))
+    }
+
+    /// [`Redactor::with_secrets`] for secrets whose names are labels already (a fixed
+    /// word, or a name a redactor checked).
+    fn with_found(&self, found: impl IntoIterator<Item = Secret>) -> Redactor {
+        let mut all: Vec<Secret> = self.secrets.secrets.clone();
+        all.extend(
+            found
+                .into_iter()
+                .filter(|s| s.value.chars().nth(MIN_SECRET_LEN - 1).is_some()),
+        );
         // One entry a value, the first given (known ones before new ones) keeping its
         // name: a stable sort, then a dedup, instead of a lookup per value.
         all.sort_by(|a, b| a.value.cmp(&b.value));
@@ -205,14 +229,8 @@ impl Redactor {
     /// Characters of the longest known secret (0 when there is none).
     pub fn longest_secret_chars(&self) -> usize {
         let learned = self.learned().ok().flatten();
-        let learned = learned.iter().flat_map(|l| l.secrets.iter());
-        self.secrets
-            .secrets
-            .iter()
-            .chain(learned)
-            .map(|s| s.value.chars().count())
-            .max()
-            .unwrap_or(0)
+        let learned = learned.map_or(0, |l| l.longest_chars);
+        self.secrets.longest_chars.max(learned)
     }
 
     /// A redactor whose every redaction fails, for testing the fail-closed paths.
@@ -247,16 +265,21 @@ impl Redactor {
         if let Some(args) = args {
             // The same walk as a result's, so a count (`max_tokens: 4096`) is none.
             for (key, value) in args {
-                if is_count(key, value) {
+                let label = sensitive_label(key);
+                if label.is_some() && is_count(key, value) {
                     continue;
                 }
-                collect_sensitive(value, sensitive_label(key), &mut found);
+                collect_sensitive(value, label, &mut found);
             }
         }
         if found.is_empty() {
             return self.clone();
         }
-        self.with_secrets(found)
+        let mut labels = Labels::default();
+        self.with_found(found.into_iter().map(|(name, value)| Secret {
+            name: labels.get(name),
+            value,
+        }))
     }
 
     /// Adds the secrets a result reveals about itself, so that each is hidden wherever
@@ -267,19 +290,25 @@ impl Redactor {
     /// Without this a server's `{"password": "x"}` would be hidden in the data and shown
     /// in the text beside it.
     pub fn with_result_secrets(&self, result: &Value) -> Redactor {
-        let mut found = Vec::new();
-        collect_sensitive(result, None, &mut found);
-        // A value as it appears inside JSON text (the pretty text of structured
-        // content, a JSON text block): quotes, backslashes and controls escaped.
-        let escaped: Vec<(String, String)> = found
-            .iter()
-            .filter_map(|(name, value)| {
-                let json = serde_json::to_string(value).ok()?;
-                let inner = &json[1..json.len() - 1];
-                (inner != value).then(|| (name.clone(), inner.to_string()))
-            })
-            .collect();
-        found.extend(escaped);
+        let mut sensitive = Vec::new();
+        collect_sensitive(result, None, &mut sensitive);
+        let mut labels = Labels::default();
+        let mut found: Vec<Secret> = Vec::with_capacity(sensitive.len());
+        for (name, value) in sensitive {
+            let name = labels.get(name);
+            // A value as it appears inside JSON text (the pretty text of structured
+            // content, a JSON text block): quotes, backslashes and controls escaped,
+            // as serde_json escapes them.
+            if value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
+                && let Ok(json) = serde_json::to_string(&value)
+            {
+                found.push(Secret {
+                    name: Arc::clone(&name),
+                    value: json[1..json.len() - 1].to_string(),
+                });
+            }
+            found.push(Secret { name, value });
+        }
         let mut texts = Vec::new();
         collect_strings(result, &mut texts);
         // The content's text blocks as the view's text joins them: a shape that begins
@@ -318,20 +347,28 @@ impl Redactor {
                         .collect()
                 });
                 if !declared.contains(value) {
-                    found.push((hit.name.to_string(), value.to_string()));
+                    found.push(Secret {
+                        name: hit.name,
+                        value: value.to_string(),
+                    });
                 }
             }
             let trimmed = text.trim_start();
             if (trimmed.starts_with('{') || trimmed.starts_with('['))
                 && let Ok(inner) = serde_json::from_str::<Value>(text)
             {
-                collect_sensitive(&inner, None, &mut found);
+                let mut inside = Vec::new();
+                collect_sensitive(&inner, None, &mut inside);
+                found.extend(inside.into_iter().map(|(name, value)| Secret {
+                    name: labels.get(name),
+                    value,
+                }));
             }
         }
         if found.is_empty() {
             return self.clone();
         }
-        self.with_secrets(found)
+        self.with_found(found)
     }
 
     /// Whether `name` holds a secret of this redactor once both are normalized as the
@@ -627,6 +664,37 @@ mod tests {
         let r = Redactor::new().with_secrets([("declared", "s3cr3t-value")]);
         let out = r.text("token=s3cr3t-value-and-more rest", View::Operator);
         assert_eq!(out, "token=<redacted:token> rest");
+    }
+
+    /// Past the bytes a contiguous automaton is built for (a result revealing
+    /// thousands of secrets) the other kind finds the same: overlapping secrets hidden
+    /// together, the longest naming them, a shape absorbing a known value.
+    #[test]
+    fn many_secrets_are_found_as_a_few_are() {
+        let filler: Vec<(String, String)> = (0..8_000)
+            .map(|n| ("filler".to_string(), format!("filler-{n:08}-z")))
+            .collect();
+        let bytes: usize = filler.iter().map(|(_, v)| v.len()).sum();
+        assert!(bytes > known::CONTIGUOUS_BYTES);
+        let few = Redactor::new().with_secrets([("A", "xxabcd"), ("B", "abcdyy")]);
+        let many = Redactor::new()
+            .with_secrets(filler)
+            .with_secrets([("A", "xxabcd"), ("B", "abcdyy")]);
+        for text in [
+            "-xxabcdyy-",
+            "xxabcd abcdyy xxabcdyyabcdyy",
+            "token=xxabcd-more rest",
+            "nothing here",
+        ] {
+            for view in ALL_VIEWS {
+                assert_eq!(many.text(text, view), few.text(text, view), "{text}");
+            }
+        }
+        assert_eq!(
+            many.text("a filler-00000042-z b", View::Operator),
+            "a <redacted:filler> b"
+        );
+        assert_eq!(many.longest_secret_chars(), "filler-00000042-z".len());
     }
 
     /// A map whose keys all redact alike costs one probe a key, not one per earlier

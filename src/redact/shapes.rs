@@ -195,7 +195,7 @@ pub(super) fn looks_like_a_credential(key: &str) -> bool {
 pub(super) fn collect_sensitive(
     value: &Value,
     under: Option<&'static str>,
-    out: &mut Vec<(String, String)>,
+    out: &mut Vec<(&'static str, String)>,
 ) {
     match value {
         Value::Object(map) => {
@@ -206,24 +206,25 @@ pub(super) fn collect_sensitive(
                 if let Some(name) = under
                     && looks_like_a_credential(k)
                 {
-                    out.push((name.to_string(), k.clone()));
+                    out.push((name, k.clone()));
                 }
+                let label = under.or_else(|| sensitive_label(k));
                 // A count under a sensitive name (`token_count: 42`) is no secret.
-                if under.is_none() && is_count(k, v) {
+                if under.is_none() && label.is_some() && is_count(k, v) {
                     continue;
                 }
-                collect_sensitive(v, under.or_else(|| sensitive_label(k)), out);
+                collect_sensitive(v, label, out);
             }
         }
         Value::Array(items) => items.iter().for_each(|v| collect_sensitive(v, under, out)),
         Value::String(s) => {
             if let Some(name) = under {
-                out.push((name.to_string(), s.clone()));
+                out.push((name, s.clone()));
             }
         }
         Value::Number(n) => {
             if let Some(name) = under {
-                out.push((name.to_string(), n.to_string()));
+                out.push((name, n.to_string()));
             }
         }
         _ => {}

@@ -124,7 +124,7 @@ pub(super) fn call_answer(text: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
         return None;
     }
     let answer: Answer = serde_json::from_slice(text).ok()?;
-    let Value::Object(result) = answer.result.0 else {
+    let Value::Object(mut result) = answer.result.0 else {
         return None;
     };
     let reads_as_call = ["content", "structuredContent", "isError"]
@@ -138,7 +138,14 @@ pub(super) fn call_answer(text: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
     if !reads_as_call || earlier || listen {
         return None;
     }
-    let call = CallToolResult::deserialize(Value::Object(result)).ok()?;
+    // Structured content is any JSON value, kept as it is: read through a placeholder
+    // (a present `null`, which counts as present as any value does) and moved in after,
+    // instead of rebuilt node by node from one tree into another.
+    let structured = result.get_mut("structuredContent").map(Value::take);
+    let mut call = CallToolResult::deserialize(Value::Object(result)).ok()?;
+    if structured.is_some() {
+        call.structured_content = structured;
+    }
     Some(JsonRpcMessage::Response(JsonRpcResponse {
         jsonrpc: answer.jsonrpc,
         id: answer.id,
@@ -165,6 +172,10 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":3,"result":{"isError":false}}"#,
             r#"{"jsonrpc":"2.0","id":4,"result":{"content":[],"resultType":"complete"}}"#,
             r#"{"jsonrpc":"2.0","id":5,"result":{"content":[],"_meta":{"k":"v"},"extra":7}}"#,
+            // Structured content of every kind, moved in whole: null, a list, a string.
+            r#"{"jsonrpc":"2.0","id":6,"result":{"structuredContent":null}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":{"structuredContent":[1,{"a":[null]}],"content":[]}}"#,
+            r#"{"jsonrpc":"2.0","id":8,"result":{"isError":true,"structuredContent":"s"}}"#,
         ];
         for line in answers {
             let fast = call_answer(line.as_bytes()).expect(line);
