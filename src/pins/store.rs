@@ -120,8 +120,9 @@ impl PinFile {
 pub enum Loaded {
     /// No file: nothing pinned under this key.
     Absent,
-    /// The file.
-    Found(PinFile),
+    /// The file, shared with the store's memory of it: a connect that only compares
+    /// copies nothing; one that changes it takes its own copy then.
+    Found(std::sync::Arc<PinFile>),
     /// A file that cannot be used (unreadable, malformed, too large): nothing it may
     /// have approved is trusted, and nothing is pinned anew over it without a person
     /// (`demiurge pins reset`).
@@ -154,7 +155,9 @@ type Stamp = (SystemTime, u64, u64);
 
 /// Files parsed before, by key, with the stamp they had: a connect whose pin file did
 /// not change since reads no more than its stamp.
-type Parsed = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (Stamp, PinFile)>>>;
+type Parsed = std::sync::Arc<
+    std::sync::Mutex<std::collections::HashMap<String, (Stamp, std::sync::Arc<PinFile>)>>,
+>;
 
 /// Most parsed files kept; past it the memory starts over.
 const MAX_PARSED: usize = 1_024;
@@ -194,16 +197,17 @@ impl PinStore {
             && let Some((seen, file)) = parsed.get(key)
             && *seen == stamp
         {
-            return Loaded::Found(file.clone());
+            return Loaded::Found(std::sync::Arc::clone(file));
         }
         let Some(file) = read(&path) else {
             return Loaded::Unusable;
         };
+        let file = std::sync::Arc::new(file);
         if let Ok(mut parsed) = self.parsed.lock() {
             if parsed.len() >= MAX_PARSED {
                 parsed.clear();
             }
-            parsed.insert(key.to_string(), (stamp, file.clone()));
+            parsed.insert(key.to_string(), (stamp, std::sync::Arc::clone(&file)));
         }
         Loaded::Found(file)
     }
@@ -265,7 +269,7 @@ impl PinStore {
                 Some(_) => {}
             }
         }
-        newest.map_or(Loaded::Absent, Loaded::Found)
+        newest.map_or(Loaded::Absent, |file| Loaded::Found(file.into()))
     }
 
     /// The keys of pin files that cannot be read (`pins list` shows them, `pins reset`
@@ -395,9 +399,10 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        let Loaded::Found(mut again) = store.load(&key) else {
+        let Loaded::Found(again) = store.load(&key) else {
             panic!("not found")
         };
+        let mut again = std::sync::Arc::unwrap_or_clone(again);
         assert_eq!(again.approve(Some("b"), None).unwrap().len(), 1);
         assert_eq!(again.pending.len(), 1);
         assert!(

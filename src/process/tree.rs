@@ -35,10 +35,35 @@ pub(crate) struct Stat {
     pub start: u64,
 }
 
-/// Reads `/proc/<pid>/stat`. The command name (field 2) may contain anything, spaces
-/// and parentheses included, so fields are counted from its last `)`.
+/// A small file of `/proc`, read whole as text (bytes that are not UTF-8 replaced).
+/// Not `read_to_string`: a command name is any bytes a server chose for its executable's
+/// file name, and a stat that fails to read as UTF-8 would hide that process and all
+/// below it from every walk. Nor a size asked first: `/proc` reports none, so an open,
+/// the reads and a close are all the system calls it costs.
+pub(crate) fn read_proc(path: &str) -> Option<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut bytes = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// Reads `/proc/<pid>/stat`. The command name (field 2) may contain anything, spaces,
+/// parentheses and bytes that are not UTF-8 included, so fields are counted from its
+/// last `)`.
 pub(crate) fn stat(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let text = read_proc(&format!("/proc/{pid}/stat"))?;
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // `rest` starts at field 3 (state); field 4 is the parent, field 22 the start time.
@@ -83,7 +108,8 @@ pub(crate) fn children(pid: u32) -> Vec<u32> {
     };
     let mut out = Vec::new();
     for task in tasks.flatten() {
-        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+        let path = task.path().join("children");
+        if let Some(list) = path.to_str().and_then(read_proc) {
             out.extend(
                 list.split_whitespace()
                     .filter_map(|p| p.parse::<u32>().ok()),
@@ -169,6 +195,37 @@ mod tests {
         let me = stat(std::process::id()).unwrap();
         assert_eq!(me.ppid, nix::unistd::getppid().as_raw() as u32);
         assert!(me.start > 0);
+    }
+
+    /// A process's command name is its executable's file name, any bytes its author
+    /// chose: spaces, parentheses, bytes that are not UTF-8. Each is read, so neither it
+    /// nor what is below it hides from a walk, and its tree ends.
+    #[test]
+    fn a_name_of_any_bytes_hides_nothing() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let names: [&[u8]; 3] = [b"x) (y \xff", b"\xfe\xff)", b"ok) R 1 1 1"];
+        for name in names {
+            let exe = dir.path().join(std::ffi::OsStr::from_bytes(name));
+            std::fs::copy("/bin/sh", &exe).unwrap();
+            let mut child = std::process::Command::new(&exe)
+                .args(["-c", "sleep 300 & wait"])
+                .spawn()
+                .unwrap();
+            let root = Proc::current(child.id()).expect("the process is read");
+            assert_eq!(stat(root.pid).unwrap().ppid, std::process::id());
+            let mut below = Vec::new();
+            for _ in 0..200 {
+                below = descendants(root.pid);
+                if !below.is_empty() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            assert_eq!(below.len(), 1, "{below:?}");
+            assert!(end_tree(&[root]).len() >= 2);
+            let _ = child.wait();
+        }
     }
 
     #[test]

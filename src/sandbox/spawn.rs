@@ -526,7 +526,7 @@ async fn receive(
 
 /// Whether process `pid` is stopped (by a signal, or traced).
 fn stopped(pid: u32) -> bool {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let stat = crate::process::tree::read_proc(&format!("/proc/{pid}/stat")).unwrap_or_default();
     // The state follows the command name, which may hold anything but ends at the last
     // `)`.
     let state = stat

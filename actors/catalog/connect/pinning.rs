@@ -34,7 +34,7 @@ pub(in crate::actors::catalog) enum Listing {
 /// What asking about a change set left: the pin file as reloaded after the question,
 /// the changes still waiting, and what a yes approved.
 struct Asked {
-    file: Option<PinFile>,
+    file: Option<Arc<PinFile>>,
     waiting: Vec<Change>,
     approved: Vec<Pin>,
 }
@@ -105,20 +105,23 @@ impl Pipeline {
                 }
             }
         };
+        // The file as loaded is shared with the store's memory: changed, it is copied.
         if !approved_now.is_empty() {
-            file.take(approved_now);
+            Arc::make_mut(&mut file).take(approved_now);
             dirty = true;
         }
         let waiting: Vec<Pin> = changes.iter().map(|c| c.after.clone()).collect();
         if verdict == Verdict::Approved {
-            dirty |= !file.pending.is_empty();
-            file.pending.clear();
+            if !file.pending.is_empty() {
+                Arc::make_mut(&mut file).pending.clear();
+                dirty = true;
+            }
         } else if file.pending != waiting {
-            file.pending = waiting;
+            Arc::make_mut(&mut file).pending = waiting;
             dirty = true;
         }
         if dirty {
-            self.store_pins(&key, &mut file, &mut shaped);
+            self.store_pins(&key, Arc::make_mut(&mut file), &mut shaped);
         }
         if verdict != Verdict::Approved {
             self.note_changes(declaration, &changes, verdict, &mut shaped);
@@ -184,36 +187,31 @@ impl Pipeline {
         served: &[Pin],
         listing: Listing,
         shaped: &mut Shaped,
-    ) -> Option<(PinFile, bool)> {
+    ) -> Option<(Arc<PinFile>, bool)> {
         let store = &self.shared.pins;
         let fresh = self.pin_file(declaration);
         match store.load(key) {
             Loaded::Found(file) => Some((file, false)),
             Loaded::Unusable => {
                 self.unreadable(declaration, shaped);
-                Some((fresh, true))
+                Some((Arc::new(fresh), true))
             }
             Loaded::Absent => {
                 match store.predecessor(key) {
                     Loaded::Found(before) => {
-                        return Some((
-                            PinFile {
-                                approved: before.approved,
-                                ..fresh
-                            },
-                            true,
-                        ));
+                        let approved = Arc::unwrap_or_clone(before).approved;
+                        return Some((Arc::new(PinFile { approved, ..fresh }), true));
                     }
                     Loaded::Unusable => {
                         self.unreadable(declaration, shaped);
-                        return Some((fresh, true));
+                        return Some((Arc::new(fresh), true));
                     }
                     Loaded::Absent => {}
                 }
                 if listing == Listing::Relist {
                     // The pins were reset under a live connection: what it serves now
                     // was never approved.
-                    return Some((fresh, true));
+                    return Some((Arc::new(fresh), true));
                 }
                 let mut first = PinFile {
                     approved: served.iter().map(|p| p.clone().flagged()).collect(),
@@ -224,7 +222,7 @@ impl Pipeline {
                     // Another session pinned this server first: compared with its pins.
                     Ok(false) => match store.load(key) {
                         Loaded::Found(file) => Some((file, false)),
-                        _ => Some((self.pin_file(declaration), true)),
+                        _ => Some((Arc::new(self.pin_file(declaration)), true)),
                     },
                     Err(e) => {
                         self.cannot_store(&e, shaped);
