@@ -149,6 +149,26 @@ impl Labels {
     }
 }
 
+/// The secrets of values found under sensitive keys, each also as it is written
+/// inside JSON text (the pretty text of structured content, a JSON text block):
+/// quotes, backslashes and controls escaped, as serde_json escapes them.
+fn sensitive_secrets(sensitive: Vec<(&'static str, String)>, labels: &mut Labels) -> Vec<Secret> {
+    let mut found = Vec::with_capacity(sensitive.len());
+    for (name, value) in sensitive {
+        let name = labels.get(name);
+        if value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
+            && let Ok(json) = serde_json::to_string(&value)
+        {
+            found.push(Secret {
+                name: Arc::clone(&name),
+                value: json[1..json.len() - 1].to_string(),
+            });
+        }
+        found.push(Secret { name, value });
+    }
+    found
+}
+
 /// The first 16 hex characters of sha256(value).
 fn f16(value: &str) -> String {
     crate::digest::sha256_hex(value.as_bytes())[..16].to_string()
@@ -293,22 +313,7 @@ impl Redactor {
         let mut sensitive = Vec::new();
         collect_sensitive(result, None, &mut sensitive);
         let mut labels = Labels::default();
-        let mut found: Vec<Secret> = Vec::with_capacity(sensitive.len());
-        for (name, value) in sensitive {
-            let name = labels.get(name);
-            // A value as it appears inside JSON text (the pretty text of structured
-            // content, a JSON text block): quotes, backslashes and controls escaped,
-            // as serde_json escapes them.
-            if value.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\')
-                && let Ok(json) = serde_json::to_string(&value)
-            {
-                found.push(Secret {
-                    name: Arc::clone(&name),
-                    value: json[1..json.len() - 1].to_string(),
-                });
-            }
-            found.push(Secret { name, value });
-        }
+        let mut found = sensitive_secrets(sensitive, &mut labels);
         let mut texts = Vec::new();
         collect_strings(result, &mut texts);
         // The content's text blocks as the view's text joins them: a shape that begins

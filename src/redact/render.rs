@@ -386,13 +386,13 @@ mod tests {
 
     /// The cheap check before the `--token value` pattern never skips a text the
     /// pattern would match: every text over an alphabet of the characters that matter
-    /// (spaces of both kinds, quotes, brackets, dashes, a marker's letters), up to five
+    /// (spaces of both kinds, line ends, quotes, brackets, dashes, a marker's letters), up to five
     /// characters around `--token x`.
     #[test]
     fn the_option_check_never_skips_a_match() {
         let alphabet = [
-            " ", "\t", "\x0b", "\u{a0}", "\u{3000}", "\"", "'", "(", "[", ",", "-", "k", "1", ")",
-            "=",
+            " ", "\t", "\n", "\r", "\x0b", "\x0c", "\u{85}", "\u{a0}", "\u{3000}", "\"", "'", "(",
+            "[", ",", "-", "k", "1", ")", "=",
         ];
         let mut tried = 0;
         let mut matched = 0;

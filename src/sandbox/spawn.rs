@@ -526,8 +526,9 @@ async fn receive(
 
 /// Whether process `pid` is stopped (by a signal, or traced).
 fn stopped(pid: u32) -> bool {
-    let stat = crate::process::tree::read_proc(&format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state follows the command name, which may hold anything but ends at the last
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let stat = String::from_utf8_lossy(&stat);
+    // The state follows the command name, which may hold any bytes but ends at the last
     // `)`.
     let state = stat
         .rsplit(')')
