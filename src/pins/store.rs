@@ -4,7 +4,9 @@
 //! (`demiurge pins approve`) may change a file under a running runtime: a connection
 //! holding definitions back watches its file's stamp.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
@@ -122,7 +124,7 @@ pub enum Loaded {
     Absent,
     /// The file, shared with the store's memory of it: a connect that only compares
     /// copies nothing; one that changes it takes its own copy then.
-    Found(std::sync::Arc<PinFile>),
+    Found(Arc<PinFile>),
     /// A file that cannot be used (unreadable, malformed, too large): nothing it may
     /// have approved is trusted, and nothing is pinned anew over it without a person
     /// (`demiurge pins reset`).
@@ -155,9 +157,7 @@ type Stamp = (SystemTime, u64, u64);
 
 /// Files parsed before, by key, with the stamp they had: a connect whose pin file did
 /// not change since reads no more than its stamp.
-type Parsed = std::sync::Arc<
-    std::sync::Mutex<std::collections::HashMap<String, (Stamp, std::sync::Arc<PinFile>)>>,
->;
+type Parsed = Arc<Mutex<HashMap<String, (Stamp, Arc<PinFile>)>>>;
 
 /// Most parsed files kept; past it the memory starts over.
 const MAX_PARSED: usize = 1_024;
@@ -197,17 +197,17 @@ impl PinStore {
             && let Some((seen, file)) = parsed.get(key)
             && *seen == stamp
         {
-            return Loaded::Found(std::sync::Arc::clone(file));
+            return Loaded::Found(Arc::clone(file));
         }
         let Some(file) = read(&path) else {
             return Loaded::Unusable;
         };
-        let file = std::sync::Arc::new(file);
+        let file = Arc::new(file);
         if let Ok(mut parsed) = self.parsed.lock() {
             if parsed.len() >= MAX_PARSED {
                 parsed.clear();
             }
-            parsed.insert(key.to_string(), (stamp, std::sync::Arc::clone(&file)));
+            parsed.insert(key.to_string(), (stamp, Arc::clone(&file)));
         }
         Loaded::Found(file)
     }
@@ -402,7 +402,7 @@ mod tests {
         let Loaded::Found(again) = store.load(&key) else {
             panic!("not found")
         };
-        let mut again = std::sync::Arc::unwrap_or_clone(again);
+        let mut again = Arc::unwrap_or_clone(again);
         assert_eq!(again.approve(Some("b"), None).unwrap().len(), 1);
         assert_eq!(again.pending.len(), 1);
         assert!(
