@@ -386,8 +386,8 @@ mod tests {
 
     /// The cheap check before the `--token value` pattern never skips a text the
     /// pattern would match: every text over an alphabet of the characters that matter
-    /// (spaces of both kinds, line ends, quotes, brackets, dashes, a marker's letters), up to five
-    /// characters around `--token x`.
+    /// (spaces of both kinds, line ends, quotes, brackets, dashes, a marker's letters),
+    /// up to five characters around `--token x`.
     #[test]
     fn the_option_check_never_skips_a_match() {
         let alphabet = [
