@@ -38,6 +38,9 @@ pub(crate) struct Shared {
     pub pins: crate::pins::PinStore,
     /// Change sets a person refused, by session: not asked again in that session.
     pub refused_changes: crate::pins::Refused,
+    /// The runtime home's real path, once it resolved (sessions check their workspace
+    /// against it).
+    real_home: std::sync::OnceLock<std::path::PathBuf>,
     ids: AtomicU64,
 }
 
@@ -71,7 +74,20 @@ impl Shared {
             refused_changes: Default::default(),
             limiter,
             broker,
+            real_home: std::sync::OnceLock::new(),
             ids: AtomicU64::new(1),
+        }
+    }
+
+    /// The runtime home's real path: resolved once, when it first resolves (the home is
+    /// the runtime's own; its path as configured until then).
+    pub fn real_home(&self) -> std::path::PathBuf {
+        if let Some(home) = self.real_home.get() {
+            return home.clone();
+        }
+        match self.config.home.canonicalize() {
+            Ok(real) => self.real_home.get_or_init(|| real).clone(),
+            Err(_) => self.config.home.clone(),
         }
     }
 

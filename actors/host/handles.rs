@@ -24,7 +24,7 @@ use crate::events::EventHub;
 
 use super::root::{RootArgs, RuntimeActor};
 use super::shutdown::{finish_shutdown, shutdown_bound};
-use super::turn::{home_outside, prepare_turn};
+use super::turn::{prepare_turn, real_workspace};
 use super::{
     Eviction, Internal, InternalMsg, LaneClaims, OpenReply, Opened, RuntimeError, RuntimeMsg,
     SharedSpec, eviction_worst,
@@ -397,18 +397,7 @@ impl Session {
         let (id, lane) = (spec.id.clone(), spec.lane.clone());
         change(&mut spec);
         (spec.id, spec.lane) = (id, lane);
-        let dir = spec
-            .workspace
-            .clone()
-            .unwrap_or_else(|| spec.core_root.clone());
-        let workspace = dir
-            .canonicalize()
-            .map_err(|_| RuntimeError::Workspace(dir.display().to_string()))?;
-        home_outside(
-            &self.runtime.shared.config.home,
-            &workspace,
-            &spec.core_root,
-        )?;
+        let workspace = real_workspace(&self.runtime.shared, &spec)?;
         let mut shared = self
             .spec
             .write()

@@ -95,19 +95,31 @@ pub(super) fn with_inline(
     }
 }
 
-/// Refuses a home inside the workspace or the core: the servers' HOME lives under it,
-/// and a core author must not be able to plant its dotfiles (`.npmrc`, `.gitconfig`).
-pub(super) fn home_outside(
-    home: &std::path::Path,
-    workspace: &std::path::Path,
-    core: &std::path::Path,
-) -> Result<(), RuntimeError> {
-    let home = home.canonicalize().unwrap_or_else(|_| home.to_path_buf());
-    let core = core.canonicalize().unwrap_or_else(|_| core.to_path_buf());
-    if home.starts_with(workspace) || home.starts_with(&core) {
+/// The real path of `spec`'s workspace (its core when it names none), refused when the
+/// runtime home is inside it or inside the core: the servers' HOME lives under the
+/// home, and a core author must not be able to plant its dotfiles (`.npmrc`,
+/// `.gitconfig`).
+pub(super) fn real_workspace(
+    shared: &Shared,
+    spec: &SessionSpec,
+) -> Result<std::path::PathBuf, RuntimeError> {
+    let dir = spec.workspace.as_ref().unwrap_or(&spec.core_root);
+    let workspace = dir
+        .canonicalize()
+        .map_err(|_| RuntimeError::Workspace(dir.display().to_string()))?;
+    let home = shared.real_home();
+    // The core is the workspace unless the spec names one: resolved once then.
+    let core = match &spec.workspace {
+        None => workspace.clone(),
+        Some(_) => spec
+            .core_root
+            .canonicalize()
+            .unwrap_or_else(|_| spec.core_root.clone()),
+    };
+    if home.starts_with(&workspace) || home.starts_with(&core) {
         return Err(RuntimeError::HomeInsideWorkspace(
             home.display().to_string(),
         ));
     }
-    Ok(())
+    Ok(workspace)
 }

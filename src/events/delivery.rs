@@ -140,6 +140,8 @@ impl EventHub {
         });
         let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let delivery = match delivery {
+            // Nothing to deliver to: the sink is called in place, which costs nothing.
+            _ if sink.discards() => None,
             EventDelivery::Direct => None,
             EventDelivery::Queued { capacity } => {
                 let (tx, rx) = std::sync::mpsc::sync_channel(capacity.max(1));
@@ -322,5 +324,37 @@ fn deliver(
                 let _ = done.send(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::{EventKind, MemorySink, NullSink};
+
+    fn hub(sink: Arc<dyn EventSink>, dir: &std::path::Path) -> EventHub {
+        let queued = EventDelivery::Queued { capacity: 16 };
+        EventHub::with(sink, Some(dir.to_path_buf()), queued, EventLog::default())
+    }
+
+    /// A sink that discards gets no delivery thread, yet the session log is written; a
+    /// sink that keeps gets its queue and every event.
+    #[test]
+    fn a_discarding_sink_costs_no_thread_and_the_log_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let null = hub(Arc::new(NullSink), dir.path());
+        assert!(null.delivery.is_none());
+        null.emit("s-1", EventKind::EventsDropped { count: 3 });
+        null.flush();
+        let log = std::fs::read_to_string(null.log_path("s-1").unwrap()).unwrap();
+        assert_eq!(log.lines().count(), 1, "{log}");
+        assert!(log.contains("mcp.events_dropped"), "{log}");
+
+        let memory = MemorySink::new();
+        let kept = hub(Arc::new(memory.clone()), dir.path());
+        assert!(kept.delivery.is_some());
+        kept.emit("s-2", EventKind::EventsDropped { count: 1 });
+        kept.flush();
+        assert_eq!(memory.of_type("mcp.events_dropped").len(), 1);
     }
 }

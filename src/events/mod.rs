@@ -543,6 +543,12 @@ impl EventKind {
 pub trait EventSink: Send + Sync + 'static {
     /// One event, already in its event view.
     fn emit(&self, event: &Event);
+
+    /// Whether this sink drops every event unseen. A hub then starts no delivery
+    /// thread and copies nothing for it (the session logs are written all the same).
+    fn discards(&self) -> bool {
+        false
+    }
 }
 
 /// A sink that keeps every event in memory: for tests and simple hosts.
@@ -585,6 +591,10 @@ pub struct NullSink;
 
 impl EventSink for NullSink {
     fn emit(&self, _event: &Event) {}
+
+    fn discards(&self) -> bool {
+        true
+    }
 }
 
 fn is_zero(n: &u64) -> bool {

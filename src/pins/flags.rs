@@ -91,10 +91,14 @@ fn bidi(c: char) -> bool {
 /// What `text` may hide from a person, each flag once, in order.
 pub fn flags_of(text: &str) -> Vec<TextFlag> {
     let mut flags = Vec::new();
-    if text.chars().any(invisible) {
+    // Both kinds are control characters or past ASCII: printable ASCII has neither.
+    let plain = text
+        .bytes()
+        .all(|b| matches!(b, b' '..=b'~' | b'\n' | b'\t' | b'\r'));
+    if !plain && text.chars().any(invisible) {
         flags.push(TextFlag::InvisibleCharacters);
     }
-    if text.chars().any(bidi) {
+    if !plain && text.chars().any(bidi) {
         flags.push(TextFlag::BidiControls);
     }
     if long_whitespace(text) {
@@ -141,7 +145,15 @@ fn addresses_model(text: &str) -> bool {
         folded.extend(c.to_lowercase());
     }
     let folded = folded.replace('\u{2019}', "'");
-    MODEL_PHRASES.iter().any(|p| folded.contains(p))
+    model_phrases().is_match(&folded)
+}
+
+/// [`MODEL_PHRASES`] as one automaton: a text is read once, not once a phrase.
+fn model_phrases() -> &'static aho_corasick::AhoCorasick {
+    static PHRASES: std::sync::OnceLock<aho_corasick::AhoCorasick> = std::sync::OnceLock::new();
+    PHRASES.get_or_init(|| {
+        aho_corasick::AhoCorasick::new(MODEL_PHRASES).expect("fixed phrases build an automaton")
+    })
 }
 
 /// Whether `text` names a tool `other` says belongs to another server: compared word
@@ -219,6 +231,29 @@ mod tests {
             "",
         ] {
             assert!(flags_of(plain).is_empty(), "{plain:?}");
+        }
+    }
+
+    /// The ASCII fast path skips the character checks only for printable ASCII and
+    /// line ends: every other control character is still found, and every phrase is
+    /// found wherever it sits and however it is cased.
+    #[test]
+    fn control_characters_and_every_phrase_are_found_in_ascii_text() {
+        for c in (0u8..0x20).chain([0x7f]).filter(|c| !b"\n\t\r".contains(c)) {
+            let text = format!("reads{}a file", c as char);
+            assert_eq!(flags_of(&text), [TextFlag::InvisibleCharacters], "{c:#x}");
+        }
+        for phrase in MODEL_PHRASES {
+            for text in [
+                phrase.to_string(),
+                format!("Reads files. {}", phrase.to_uppercase()),
+                format!("{}\tthen more", phrase.replace(' ', "\n  ")),
+            ] {
+                assert!(
+                    flags_of(&text).contains(&TextFlag::AddressesModel),
+                    "{text:?}"
+                );
+            }
         }
     }
 

@@ -28,7 +28,8 @@ pub const STDERR_CAPTURE_CAP: u64 = (STDERR_WINDOW_CHARS as u64) * 4;
 /// A running capture of one child's stderr.
 #[derive(Debug)]
 pub struct StderrCapture {
-    task: JoinHandle<std::io::Result<(std::fs::File, u64)>>,
+    /// The capture file (none until the first bytes) and the bytes seen.
+    task: JoinHandle<std::io::Result<(Option<std::fs::File>, u64)>>,
 }
 
 /// What a finished capture read: raw, not yet redacted or cut to the window.
@@ -45,16 +46,16 @@ pub struct CapturedStderr {
 }
 
 impl StderrCapture {
-    /// Starts copying `stderr` into an anonymous temporary file.
+    /// Starts copying `stderr` into an anonymous temporary file, made when the first
+    /// bytes arrive (most servers write none).
     ///
     /// # Errors
-    /// When the temporary file cannot be created.
+    /// None today; kept for callers that treat a capture as optional.
     pub fn start(mut stderr: ChildStderr) -> std::io::Result<Self> {
-        let mut file = tempfile::tempfile()?;
         let task = tokio::spawn(async move {
             // Small: one of these lives per connection for its whole life.
             let mut buf = vec![0u8; 1024];
-            let mut total: u64 = 0;
+            let (mut file, mut total) = (None, 0u64);
             loop {
                 let n = match stderr.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
@@ -62,7 +63,11 @@ impl StderrCapture {
                 };
                 let room = STDERR_CAPTURE_CAP.saturating_sub(total) as usize;
                 if room > 0 {
-                    file.write_all(&buf[..n.min(room)])?;
+                    let kept: &mut std::fs::File = match &mut file {
+                        Some(f) => f,
+                        None => file.insert(tempfile::tempfile()?),
+                    };
+                    kept.write_all(&buf[..n.min(room)])?;
                 }
                 total += n as u64;
             }
@@ -83,22 +88,20 @@ impl StderrCapture {
                 None
             }
         };
-        let Some((mut file, total)) = outcome else {
-            return CapturedStderr {
-                text: String::new(),
-                truncated: true,
-                seen_bytes: 0,
-                kept_bytes: 0,
-            };
+        let lost = CapturedStderr {
+            text: String::new(),
+            truncated: true,
+            seen_bytes: 0,
+            kept_bytes: 0,
+        };
+        let Some((file, total)) = outcome else {
+            return lost;
         };
         let mut bytes = Vec::new();
-        if file.seek(SeekFrom::Start(0)).is_err() || file.read_to_end(&mut bytes).is_err() {
-            return CapturedStderr {
-                text: String::new(),
-                truncated: true,
-                seen_bytes: 0,
-                kept_bytes: 0,
-            };
+        if let Some(mut file) = file
+            && (file.seek(SeekFrom::Start(0)).is_err() || file.read_to_end(&mut bytes).is_err())
+        {
+            return lost;
         }
         let text = String::from_utf8_lossy(&bytes).into_owned();
         CapturedStderr {
@@ -196,6 +199,17 @@ mod tests {
         let capture = StderrCapture::start(child.stderr.take().unwrap()).unwrap();
         child.wait().await.unwrap();
         capture.finish(Duration::from_secs(10)).await
+    }
+
+    #[tokio::test]
+    async fn a_silent_server_leaves_an_empty_capture_and_a_late_writer_is_kept() {
+        let silent = capture("exit 0").await;
+        assert_eq!((silent.text.as_str(), silent.truncated), ("", false));
+        assert_eq!((silent.seen_bytes, silent.kept_bytes), (0, 0));
+        // The file is made at the first bytes, however late they come.
+        let late = capture("sleep 0.2; echo late >&2").await;
+        assert_eq!((late.text.as_str(), late.truncated), ("late\n", false));
+        assert_eq!((late.seen_bytes, late.kept_bytes), (5, 5));
     }
 
     #[tokio::test]

@@ -90,14 +90,15 @@ impl Proc {
         stat(self.pid).is_some_and(|s| s.start == self.start)
     }
 
-    fn signal(&self, signal: Signal) {
+    /// Sends `signal` if this very process still exists (zombies included); whether
+    /// it did.
+    fn signal(&self, signal: Signal) -> bool {
         // Never pid 0 or 1, never outside the pid range: `kill(0)` is our own group.
-        if self.pid <= 1 || self.pid > i32::MAX as u32 {
-            return;
+        if self.pid <= 1 || self.pid > i32::MAX as u32 || !self.exists() {
+            return false;
         }
-        if self.exists() {
-            let _ = kill(Pid::from_raw(self.pid as i32), signal);
-        }
+        let _ = kill(Pid::from_raw(self.pid as i32), signal);
+        true
     }
 }
 
@@ -143,35 +144,38 @@ pub fn descendants(root: u32) -> Vec<Proc> {
 const FREEZE_ROUNDS: usize = 64;
 
 /// Ends `members` and every process below any of them: freeze all, walk again until
-/// nothing new appears, then kill all. Returns what was killed.
+/// nothing new appears, then kill all. Returns what was killed. A member already gone
+/// when it was to be frozen is neither walked nor signalled again: its pid and start
+/// time can never name a live process again.
 pub fn end_tree(members: &[Proc]) -> Vec<Proc> {
     let mut found: BTreeMap<u32, Proc> = members.iter().map(|p| (p.pid, *p)).collect();
-    let mut stopped: BTreeMap<u32, Proc> = BTreeMap::new();
+    // Every member looked at, and whether it was there to be stopped.
+    let mut frozen: BTreeMap<u32, bool> = BTreeMap::new();
     for _ in 0..FREEZE_ROUNDS {
         let fresh: Vec<Proc> = found
             .values()
-            .filter(|p| !stopped.contains_key(&p.pid))
+            .filter(|p| !frozen.contains_key(&p.pid))
             .copied()
             .collect();
         if fresh.is_empty() {
             break;
         }
         for p in &fresh {
-            p.signal(Signal::SIGSTOP);
-            stopped.insert(p.pid, *p);
+            frozen.insert(p.pid, p.signal(Signal::SIGSTOP));
         }
-        for p in &fresh {
+        for p in fresh.iter().filter(|p| frozen[&p.pid]) {
             for child in descendants(p.pid) {
                 found.entry(child.pid).or_insert(child);
             }
         }
     }
     let all: Vec<Proc> = found.into_values().collect();
-    for p in &all {
-        p.signal(Signal::SIGKILL);
+    for p in all.iter().filter(|p| frozen.get(&p.pid) != Some(&false)) {
         // A stopped process dies of SIGKILL; SIGCONT lets one that ignores nothing run
         // its exit at once instead of waiting to be scheduled.
-        p.signal(Signal::SIGCONT);
+        if p.signal(Signal::SIGKILL) {
+            p.signal(Signal::SIGCONT);
+        }
     }
     all
 }
@@ -207,7 +211,10 @@ mod tests {
         let names: [&[u8]; 3] = [b"x) (y \xff", b"\xfe\xff)", b"ok) R 1 1 1"];
         for name in names {
             let exe = dir.path().join(std::ffi::OsStr::from_bytes(name));
-            std::fs::copy("/bin/sh", &exe).unwrap();
+            // A link, not a copy: the name a process runs under is the path `exec` was
+            // given, and a copy being written while another test forks cannot be run
+            // (ETXTBSY).
+            std::os::unix::fs::symlink("/bin/sh", &exe).unwrap();
             let mut child = std::process::Command::new(&exe)
                 .args(["-c", "sleep 300 & wait"])
                 .spawn()

@@ -9,7 +9,7 @@ use tokio::sync::{oneshot, watch};
 use crate::actors::broker::{Broker, BrokerArgs};
 use crate::actors::host::LaneClaims;
 use crate::actors::host::handles::{Runtime, Session};
-use crate::actors::host::turn::home_outside;
+use crate::actors::host::turn::real_workspace;
 use crate::actors::host::{
     Eviction, Internal, InternalMsg, OpenReply, Opened, RESUMABLE, RuntimeError, RuntimeMsg,
     eviction_bound, eviction_worst,
@@ -170,14 +170,7 @@ impl RuntimeState {
         if self.sessions.get(&id).is_some_and(|r| r.actor.is_some()) {
             return Err(RuntimeError::AlreadyLive(id));
         }
-        let workspace_dir = spec
-            .workspace
-            .clone()
-            .unwrap_or_else(|| spec.core_root.clone());
-        let workspace = workspace_dir
-            .canonicalize()
-            .map_err(|_| RuntimeError::Workspace(workspace_dir.display().to_string()))?;
-        home_outside(&self.shared.config.home, &workspace, &spec.core_root)?;
+        let workspace = real_workspace(&self.shared, &spec)?;
         self.forget_oldest_ended();
         self.sessions.insert(
             id.clone(),
