@@ -55,18 +55,21 @@ impl StderrCapture {
         let task = tokio::spawn(async move {
             // Small: one of these lives per connection for its whole life.
             let mut buf = vec![0u8; 1024];
-            let (mut file, mut total) = (None, 0u64);
+            let (mut file, mut total, mut unmade) = (None, 0u64, false);
             loop {
                 let n = match stderr.read(&mut buf).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
                 let room = STDERR_CAPTURE_CAP.saturating_sub(total) as usize;
-                if room > 0 {
-                    let kept: &mut std::fs::File = match &mut file {
-                        Some(f) => f,
-                        None => file.insert(tempfile::tempfile()?),
-                    };
+                if room > 0 && file.is_none() && !unmade {
+                    // No file (a full disk, no descriptors left): the stream is still
+                    // drained, so the server never blocks on it, and the capture reads
+                    // as cut.
+                    file = tempfile::tempfile().ok();
+                    unmade = file.is_none();
+                }
+                if let Some(kept) = file.as_mut().filter(|_| room > 0) {
                     kept.write_all(&buf[..n.min(room)])?;
                 }
                 total += n as u64;
