@@ -91,14 +91,24 @@ impl Proc {
     }
 
     /// Sends `signal` if this very process still exists (zombies included); whether
-    /// it did.
+    /// it may still exist. `false` only when it is known to be gone: its pid is absent
+    /// from `/proc`, or held by a later process. A stat that could not be read (no
+    /// descriptors or memory left) says nothing, and the process is kept for the next
+    /// look.
     fn signal(&self, signal: Signal) -> bool {
         // Never pid 0 or 1, never outside the pid range: `kill(0)` is our own group.
-        if self.pid <= 1 || self.pid > i32::MAX as u32 || !self.exists() {
+        if self.pid <= 1 || self.pid > i32::MAX as u32 {
             return false;
         }
-        let _ = kill(Pid::from_raw(self.pid as i32), signal);
-        true
+        match stat(self.pid) {
+            Some(s) if s.start == self.start => {
+                let _ = kill(Pid::from_raw(self.pid as i32), signal);
+                true
+            }
+            Some(_) => false,
+            None => !std::fs::symlink_metadata(format!("/proc/{}", self.pid))
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound),
+        }
     }
 }
 
@@ -144,9 +154,10 @@ pub fn descendants(root: u32) -> Vec<Proc> {
 const FREEZE_ROUNDS: usize = 64;
 
 /// Ends `members` and every process below any of them: freeze all, walk again until
-/// nothing new appears, then kill all. Returns what was killed. A member already gone
-/// when it was to be frozen is neither walked nor signalled again: its pid and start
-/// time can never name a live process again.
+/// nothing new appears, then kill all. Returns what was killed. A member known to be
+/// gone when it was to be frozen is neither walked nor signalled again: its pid and
+/// start time can never name a live process again. One whose stat could not be read
+/// is walked and signalled again, as any other.
 pub fn end_tree(members: &[Proc]) -> Vec<Proc> {
     let mut found: BTreeMap<u32, Proc> = members.iter().map(|p| (p.pid, *p)).collect();
     // Every member looked at, and whether it was there to be stopped.
