@@ -38,9 +38,9 @@ pub(crate) struct Shared {
     pub pins: crate::pins::PinStore,
     /// Change sets a person refused, by session: not asked again in that session.
     pub refused_changes: crate::pins::Refused,
-    /// The runtime home's real path, once it resolved (sessions check their workspace
-    /// against it).
-    real_home: std::sync::OnceLock<std::path::PathBuf>,
+    /// The runtime home's real path, resolved when the runtime started (it was created
+    /// just before): sessions check their workspace against it.
+    pub real_home: std::path::PathBuf,
     ids: AtomicU64,
 }
 
@@ -59,6 +59,10 @@ impl Shared {
             crate::sandbox::Launchers::new(path, dir, config.sandbox_launch_ahead)
         });
         let pins = crate::pins::PinStore::open(&config.home);
+        let real_home = config
+            .home
+            .canonicalize()
+            .unwrap_or_else(|_| config.home.clone());
         Shared {
             processes,
             launchers,
@@ -74,20 +78,8 @@ impl Shared {
             refused_changes: Default::default(),
             limiter,
             broker,
-            real_home: std::sync::OnceLock::new(),
+            real_home,
             ids: AtomicU64::new(1),
-        }
-    }
-
-    /// The runtime home's real path: resolved once, when it first resolves (the home is
-    /// the runtime's own; its path as configured until then).
-    pub fn real_home(&self) -> std::path::PathBuf {
-        if let Some(home) = self.real_home.get() {
-            return home.clone();
-        }
-        match self.config.home.canonicalize() {
-            Ok(real) => self.real_home.get_or_init(|| real).clone(),
-            Err(_) => self.config.home.clone(),
         }
     }
 

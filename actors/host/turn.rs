@@ -107,7 +107,7 @@ pub(super) fn real_workspace(
     let workspace = dir
         .canonicalize()
         .map_err(|_| RuntimeError::Workspace(dir.display().to_string()))?;
-    let home = shared.real_home();
+    let home = &shared.real_home;
     // The core is the workspace unless the spec names one: resolved once then.
     let core = match &spec.workspace {
         None => workspace.clone(),

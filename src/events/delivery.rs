@@ -330,7 +330,7 @@ fn deliver(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::{EventKind, MemorySink, NullSink};
+    use crate::events::{MemorySink, NullSink};
 
     fn hub(sink: Arc<dyn EventSink>, dir: &std::path::Path) -> EventHub {
         let queued = EventDelivery::Queued { capacity: 16 };
