@@ -1,6 +1,7 @@
 //! No server or descendant outlives its host, however the host ends (threat model:
 //! adversaries 2 and 5). Servers that ignore EOF and SIGTERM, fork children, start
-//! `setsid` grandchildren and double-fork daemons; the host (a real `demiurge` shell)
+//! `setsid` grandchildren and double-fork daemons, end their main thread to read as
+//! zombies; the host (a real `demiurge` shell)
 //! is ended by SIGINT, SIGTERM, SIGHUP and SIGKILL; within 3 s nothing they started is
 //! alive, nor the sandbox launcher it made ahead. And a clean close ends a server's whole tree while the host lives on.
 
@@ -64,6 +65,20 @@ fn hostile_core() -> Core {
                 &confined,
             ),
         )
+        // A child that ends its main thread and runs on in another, which forks: it
+        // reads as a zombie, and hides nothing below it for that.
+        .server(
+            "headless",
+            &shell(
+                &format!(
+                    "'{}' -c '{}' & exec {}",
+                    common::python(),
+                    common::HEADLESS_PY,
+                    demo("ignore-eof")
+                ),
+                "sandbox: off\n",
+            ),
+        )
         // A process name with a newline (it breaks a naive reading of /proc/PID/stat).
         .server(
             "newline",
@@ -72,6 +87,14 @@ fn hostile_core() -> Core {
                 "sandbox: off\n",
             ),
         )
+}
+
+/// Whether the `sleep` of the `headless` server's child runs (its main thread exited
+/// before or after it forked).
+fn headless_forked(marker: &std::path::Path) -> bool {
+    common::servers_of(marker).iter().any(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x00310\x00")
+    })
 }
 
 /// The runtime home whose servers a test watches.
@@ -105,7 +128,7 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
         writeln!(stdin, "/servers").unwrap();
         let mut line = String::new();
         let mut connected = 0;
-        while connected < 5 {
+        while connected < 6 {
             line.clear();
             assert!(
                 stdout.read_line(&mut line).unwrap() > 0,
@@ -118,8 +141,12 @@ async fn no_process_outlives_the_host_whatever_signal_ends_it() {
         let marker = runtime_home(home.path());
         // The servers and everything they started (the daemon may already be gone:
         // it left every tree, and the runtime ends what it cannot attribute).
+        assert!(
+            eventually(Duration::from_secs(10), || headless_forked(&marker)).await,
+            "{signal}: the headless server's child did not fork"
+        );
         let started = common::servers_of(&marker);
-        assert!(started.len() >= 8, "{signal}: only {started:?}");
+        assert!(started.len() >= 10, "{signal}: only {started:?}");
         // And the sandbox launcher made ahead of the next confined start.
         assert!(
             eventually(Duration::from_secs(10), || {
@@ -164,7 +191,7 @@ async fn closing_a_connection_ends_its_whole_tree_while_the_host_lives() {
     let marker = runtime_home(h.home.path());
     // Give the sweeps a moment to see every grandchild.
     let all = eventually(Duration::from_secs(5), || {
-        common::servers_of(&marker).len() >= 6
+        common::servers_of(&marker).len() >= 8 && headless_forked(&marker)
     })
     .await;
     assert!(all, "{:?}", common::servers_of(&marker));

@@ -427,13 +427,27 @@ impl Registry {
 
     /// Whether process `pid` carries one of this registry's `HOME`s; `None` when that
     /// is not known: its environment cannot be read, reads empty (a zombie, a process
-    /// between the two halves of an `exec`) or is larger than one read. One `read` sees
-    /// one memory image; a second could see the image an `exec` left, and a `HOME` past
-    /// the first would be missed.
+    /// between the two halves of an `exec`) or is larger than one read. A process whose
+    /// leader thread exited has no environment of its own left to read: one of its
+    /// threads that runs is asked instead.
     fn carries_marker(&self, pid: u32) -> Option<bool> {
+        if let Some(known) = self.environ_carries(&format!("/proc/{pid}/environ")) {
+            return Some(known);
+        }
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        tasks
+            .flatten()
+            .filter(|task| task.file_name().to_str() != Some(&pid.to_string()))
+            .find_map(|task| self.environ_carries(task.path().join("environ").to_str()?))
+    }
+
+    /// Whether the environment at `path` carries one of this registry's `HOME`s, from
+    /// one `read`: one read sees one memory image; a second could see the image an
+    /// `exec` left, and a `HOME` past the first would be missed.
+    fn environ_carries(&self, path: &str) -> Option<bool> {
         use std::io::Read;
         const WHOLE: usize = 128 * 1024;
-        let mut file = std::fs::File::open(format!("/proc/{pid}/environ")).ok()?;
+        let mut file = std::fs::File::open(path).ok()?;
         let mut env = vec![0; WHOLE];
         let read = file.read(&mut env).ok()?;
         let found = env[..read]

@@ -33,6 +33,24 @@ pub(crate) struct Stat {
     pub ppid: u32,
     pub pgrp: u32,
     pub start: u64,
+    /// Field 20: the threads of its thread group, its leader counted until it is
+    /// reaped.
+    pub threads: u64,
+}
+
+impl Stat {
+    /// Whether the process runs: not a zombie, or a zombie only as its leader thread
+    /// is. A process whose first thread exited while others go on reads `Z` until the
+    /// last one ends, yet runs, forks and holds children: a server may end its main
+    /// thread on purpose to look dead, and neither it nor what is below it may drop out
+    /// of a walk for that.
+    pub fn runs(&self) -> bool {
+        match self.state {
+            'X' => false,
+            'Z' => self.threads > 1,
+            _ => true,
+        }
+    }
 }
 
 /// A small file of `/proc`, read whole as text (bytes that are not UTF-8 replaced).
@@ -71,15 +89,17 @@ pub(crate) fn stat(pid: u32) -> Option<Stat> {
         state: fields.first()?.chars().next()?,
         ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
+        threads: fields.get(17)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
 }
 
 impl Proc {
-    /// `pid` as it is now, if it is alive (a zombie is not).
+    /// `pid` as it is now, if it runs (a zombie is not, unless only its leader thread
+    /// is: [`Stat::runs`]).
     pub fn current(pid: u32) -> Option<Proc> {
         let s = stat(pid)?;
-        (!matches!(s.state, 'Z' | 'X')).then_some(Proc {
+        s.runs().then_some(Proc {
             pid,
             start: s.start,
         })
@@ -204,6 +224,7 @@ pub(crate) fn reap(p: &Proc) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
 
     #[test]
     fn stat_reads_a_name_with_spaces_and_parentheses() {
@@ -243,6 +264,58 @@ mod tests {
             assert_eq!(below.len(), 1, "{below:?}");
             assert!(end_tree(&[root]).len() >= 2);
             let _ = child.wait();
+        }
+    }
+
+    /// A process that ends its leader thread reads as a zombie while its other threads
+    /// run and fork: it is walked with what it started, and ended with them.
+    #[test]
+    fn a_process_whose_leader_thread_exited_is_walked_and_ended() {
+        let script = "import ctypes, subprocess, threading, time\n\
+            def run():\n    subprocess.Popen(['sleep', '309'])\n    while True: time.sleep(1)\n\
+            threading.Thread(target=run).start()\n\
+            ctypes.CDLL(None).pthread_exit(None)\n";
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "python3 -c \"$0\" & wait", script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        // Whatever the outcome, nothing of it is left behind (a failed walk would leave
+        // the process and its `sleep` to this group).
+        struct Group(i32);
+        impl Drop for Group {
+            fn drop(&mut self) {
+                let _ = nix::sys::signal::killpg(Pid::from_raw(self.0), Signal::SIGKILL);
+            }
+        }
+        let _group = Group(child.id() as i32);
+        let root = Proc::current(child.id()).unwrap();
+        let headless = |below: &[Proc]| {
+            below
+                .iter()
+                .any(|p| stat(p.pid).is_some_and(|s| s.state == 'Z' && s.runs()))
+        };
+        let mut below = Vec::new();
+        for _ in 0..500 {
+            below = descendants(root.pid);
+            if below.len() >= 2 && headless(&below) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(below.len() >= 2 && headless(&below), "{below:?}");
+        let killed = end_tree(&[root]);
+        assert!(killed.len() >= 3, "{killed:?}");
+        let _ = child.wait();
+        for p in &below {
+            let gone = (0..200).any(|_| {
+                let gone = stat(p.pid).is_none_or(|s| s.start != p.start || !s.runs());
+                if !gone {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                gone
+            });
+            assert!(gone, "{p:?} survived");
         }
     }
 

@@ -129,6 +129,28 @@ pub fn shell(script: &str, extra: &str) -> String {
     )
 }
 
+/// A Python program that leaves its group and session, then ends its main thread while
+/// another runs and forks `sleep 310`: it reads as a zombie (`Z`) while it runs, and no
+/// signal to its parent's group reaches it. No single quote, for `sh -c '...'`.
+pub const HEADLESS_PY: &str = "import ctypes, os, subprocess, threading, time
+os.setsid()
+def run():
+    subprocess.Popen([\"sleep\", \"310\"])
+    while True: time.sleep(1)
+threading.Thread(target=run).start()
+ctypes.CDLL(None).pthread_exit(None)
+";
+
+/// The absolute path of this machine's Python (a server's `PATH` may not find it, and a
+/// version manager's shim needs the operator's `HOME`).
+pub fn python() -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()
+        .expect("python3 is needed by this test");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
 /// Lines in a marker file (0 when absent).
 pub fn count(marker: &Path) -> usize {
     std::fs::read_to_string(marker)
@@ -347,16 +369,32 @@ impl Harness {
 
 /// Live processes whose environment contains `entry` exactly.
 pub fn processes_with_env(entry: &str) -> Vec<u32> {
+    processes_where(|kv| kv == entry.as_bytes())
+}
+
+/// Live processes with an environment entry for which `matches` holds. A process whose
+/// leader thread exited while others run has its environment read from one of them.
+fn processes_where(matches: impl Fn(&[u8]) -> bool) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == entry.as_bytes()))
-                && alive(pid)
-        })
+        .filter(|&pid| environ(pid).split(|&b| b == 0).any(&matches) && alive(pid))
         .collect()
+}
+
+/// The environment of `pid`: its leader's, else the first of its threads that reads.
+fn environ(pid: u32) -> Vec<u8> {
+    let leader = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    if !leader.is_empty() {
+        return leader;
+    }
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .filter_map(|task| std::fs::read(task.ok()?.path().join("environ")).ok())
+        .find(|env| !env.is_empty())
+        .unwrap_or_default()
 }
 
 /// Live server processes of the runtime home `home`: unconfined ones carry
@@ -372,17 +410,7 @@ pub fn servers_of(home: &Path) -> Vec<u32> {
 
 /// Live processes with an environment entry that starts with `prefix`.
 pub fn processes_with_env_prefix(prefix: &str) -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| {
-            std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
-                env.split(|&b| b == 0)
-                    .any(|kv| kv.starts_with(prefix.as_bytes()))
-            }) && alive(pid)
-        })
-        .collect()
+    processes_where(|kv| kv.starts_with(prefix.as_bytes()))
 }
 
 /// Live sandbox launchers of the runtime home `home` that wait for their server: their
@@ -403,15 +431,22 @@ pub fn launchers_of(home: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Whether a process is alive (a zombie counts as dead).
+/// Whether a process is alive (a zombie counts as dead, unless only its leader thread
+/// is).
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat
+            let fields: Vec<&str> = stat
                 .rsplit(')')
                 .next()
-                .and_then(|rest| rest.split_whitespace().next());
-            !matches!(state, Some("Z") | Some("X"))
+                .map(|rest| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            // A zombie runs as long as threads other than its leader do (field 20).
+            match fields.first() {
+                Some(&"X") | None => false,
+                Some(&"Z") => fields.get(17).and_then(|t| t.parse::<u64>().ok()) > Some(1),
+                Some(_) => true,
+            }
         }
         Err(_) => false,
     }

@@ -25,19 +25,24 @@ host=$PPID
 entries=' '
 clean=0
 # carries DIR: whether the environment of /proc/PID has the servers' HOME: exactly
-# $marker, or one under $confined (a confined server's own home).
+# $marker, or one under $confined (a confined server's own home). A process whose
+# leader thread exited reads it from its threads.
 carries() {
-    tr '\0' '\n' 2>/dev/null < "$1/environ" | {
-        while IFS= read -r kv; do
-            [ "$kv" = "$marker" ] && exit 0
-            case $kv in "$confined"*) exit 0 ;; esac
-        done
-        exit 1
-    }
+    for env in "$1/environ" "$1"/task/*/environ; do
+        tr '\0' '\n' 2>/dev/null < "$env" | {
+            while IFS= read -r kv; do
+                [ "$kv" = "$marker" ] && exit 0
+                case $kv in "$confined"*) exit 0 ;; esac
+            done
+            exit 1
+        } && return 0
+    done
+    return 1
 }
-# info PID: state, ppid, pgrp and start of a live process; fails for a zombie, a gone
-# process or a stat it cannot read. The name (field 2) may hold anything, newlines
-# included: every line is read, and fields are counted from the last ") ".
+# info PID: state, ppid, pgrp and start of a running process; fails for a zombie (but
+# one whose leader thread alone exited: field 20 counts other threads), a gone process
+# or a stat it cannot read. The name (field 2) may hold anything, newlines included:
+# every line is read, and fields are counted from the last ") ".
 info() {
     s=''
     part=''
@@ -49,9 +54,10 @@ info() {
     state=$1
     ppid=$2
     pgrp=$3
+    threads=${18}
     shift 19
     start=$1
-    [ "$state" != Z ]
+    [ "$state" != Z ] || [ "$threads" -gt 1 ]
 }
 while IFS= read -r line; do
     case $line in
