@@ -46,7 +46,7 @@ fn hostile_core() -> Core {
             "escaper",
             &shell(
                 &format!(
-                    "setsid sh -c 'trap \"\" TERM HUP; while :; do sleep 1; done' & \
+                    "setsid sh -c 'trap \"\" TERM HUP; i=0; while [ $i -lt 310 ]; do sleep 1; i=$((i + 1)); done' & \
                      (setsid sh -c 'trap \"\" TERM HUP; exec sleep 303' &); \
                      exec {}",
                     demo("ignore-eof")

@@ -37,9 +37,10 @@
 //! child its tree forked while being frozen reaches the host after the end looked.
 //!
 //! What remains possible: a process that both leaves its tree and clears its
-//! environment before any sweep saw it below its server. Nothing tells it from the
-//! host's own children then, while the host lives or after it ends. Without cgroups no
-//! unprivileged host can follow it.
+//! environment, or makes it unreadable (`prctl(PR_SET_DUMPABLE, 0)`), before any sweep
+//! saw it below its server. Nothing tells it from the host's own children then (a
+//! setuid program the host started reads as unreadable too), while the host lives or
+//! after it ends. Without cgroups no unprivileged host can follow it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -394,9 +395,9 @@ impl Registry {
             if claimed {
                 continue;
             }
-            match self.carries_marker(p.pid) {
+            match self.carries_marker(p.pid, stat.state) {
                 Some(true) => unclaimed.push(p),
-                Some(false) if !adopted.contains(&p) && stat.state != 'Z' => {
+                Some(false) if !adopted.contains(&p) && stat.runs() => {
                     // The host's own child (or one that shed the marker: past following).
                     inner.cleared.insert(p);
                 }
@@ -428,16 +429,21 @@ impl Registry {
     /// Whether process `pid` carries one of this registry's `HOME`s; `None` when that
     /// is not known: its environment cannot be read, reads empty (a zombie, a process
     /// between the two halves of an `exec`) or is larger than one read. A process whose
-    /// leader thread exited has no environment of its own left to read: one of its
-    /// threads that runs is asked instead.
-    fn carries_marker(&self, pid: u32) -> Option<bool> {
-        if let Some(known) = self.environ_carries(&format!("/proc/{pid}/environ")) {
-            return Some(known);
+    /// leader thread exited (`state` `Z`) has no environment of its own left to read:
+    /// its other threads share one memory image, and the first few that answer are
+    /// asked instead (a few: one that exits while read leaves the next; not every one
+    /// of thousands of threads a sweep).
+    fn carries_marker(&self, pid: u32, state: char) -> Option<bool> {
+        const THREADS_ASKED: usize = 4;
+        let known = self.environ_carries(&format!("/proc/{pid}/environ"));
+        if known.is_some() || state != 'Z' {
+            return known;
         }
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
         tasks
             .flatten()
             .filter(|task| task.file_name().to_str() != Some(&pid.to_string()))
+            .take(THREADS_ASKED)
             .find_map(|task| self.environ_carries(task.path().join("environ").to_str()?))
     }
 
@@ -599,7 +605,7 @@ mod tests {
                 }
                 done
             });
-            let answer = registry.carries_marker(pid);
+            let answer = registry.carries_marker(pid, tree::stat(pid).unwrap().state);
             let _ = child.kill();
             let _ = child.wait();
             assert!(done);

@@ -178,6 +178,11 @@ const FREEZE_ROUNDS: usize = 64;
 /// gone when it was to be frozen is neither walked nor signalled again: its pid and
 /// start time can never name a live process again. One whose stat could not be read
 /// is walked and signalled again, as any other.
+///
+/// Once a round finds nothing new, every stopped member is walked once more, and the
+/// rounds go on if that finds anything: a stopped process creates no thread, but one
+/// of its threads already exiting moves its children to another thread, which may have
+/// been read before them.
 pub fn end_tree(members: &[Proc]) -> Vec<Proc> {
     let mut found: BTreeMap<u32, Proc> = members.iter().map(|p| (p.pid, *p)).collect();
     // Every member looked at, and whether it was there to be stopped.
@@ -189,7 +194,22 @@ pub fn end_tree(members: &[Proc]) -> Vec<Proc> {
             .copied()
             .collect();
         if fresh.is_empty() {
-            break;
+            // Each only while it is still the process stopped (same start time).
+            let stopped: Vec<u32> = found
+                .values()
+                .filter(|p| frozen.get(&p.pid) == Some(&true) && p.exists())
+                .map(|p| p.pid)
+                .collect();
+            let before = found.len();
+            for pid in stopped {
+                for child in descendants(pid) {
+                    found.entry(child.pid).or_insert(child);
+                }
+            }
+            if found.len() == before {
+                break;
+            }
+            continue;
         }
         for p in &fresh {
             frozen.insert(p.pid, p.signal(Signal::SIGSTOP));
@@ -317,6 +337,58 @@ mod tests {
             });
             assert!(gone, "{p:?} survived");
         }
+    }
+
+    /// Threads that fork and exit, still doing so when the tree is ended: an exiting
+    /// thread hands its children to another thread of its process. Every process of the
+    /// group is gone after the end, wherever the walk met them. (The narrower race, a
+    /// thread exiting between two reads of one walk, is too short to meet on purpose.)
+    #[test]
+    fn children_of_threads_that_exit_while_walked_end_with_the_tree() {
+        let script = "import subprocess, threading, time\n\
+            def run():\n    subprocess.Popen(['sleep', '308'])\n\
+            for _ in range(400):\n    threading.Thread(target=run).start()\n    time.sleep(0.002)\n\
+            time.sleep(308)\n";
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "python3 -c \"$0\" & wait", script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        struct Group(i32);
+        impl Drop for Group {
+            fn drop(&mut self) {
+                let _ = nix::sys::signal::killpg(Pid::from_raw(self.0), Signal::SIGKILL);
+            }
+        }
+        let group = child.id();
+        let _group = Group(group as i32);
+        let root = Proc::current(group).unwrap();
+        // The running processes of the group, the shell's own included.
+        let members = || {
+            std::fs::read_dir("/proc")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|pid| stat(*pid).is_some_and(|s| s.pgrp == group && s.runs()))
+                .count()
+        };
+        // Ended while threads still fork and exit.
+        let forking = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            members() >= 20
+        });
+        assert!(forking, "the threads did not fork");
+        end_tree(&[root]);
+        let _ = child.wait();
+        let gone = (0..300).any(|_| {
+            let left = members();
+            if left > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            left == 0
+        });
+        assert!(gone, "{} processes of the tree survived", members());
     }
 
     #[test]

@@ -131,12 +131,13 @@ pub fn shell(script: &str, extra: &str) -> String {
 
 /// A Python program that leaves its group and session, then ends its main thread while
 /// another runs and forks `sleep 310`: it reads as a zombie (`Z`) while it runs, and no
-/// signal to its parent's group reaches it. No single quote, for `sh -c '...'`.
+/// signal to its parent's group reaches it. It ends on its own after 310 s, so a failing
+/// test leaks it no longer than that. No single quote, for `sh -c '...'`.
 pub const HEADLESS_PY: &str = "import ctypes, os, subprocess, threading, time
 os.setsid()
 def run():
     subprocess.Popen([\"sleep\", \"310\"])
-    while True: time.sleep(1)
+    time.sleep(310)
 threading.Thread(target=run).start()
 ctypes.CDLL(None).pthread_exit(None)
 ";

@@ -26,9 +26,20 @@ entries=' '
 clean=0
 # carries DIR: whether the environment of /proc/PID has the servers' HOME: exactly
 # $marker, or one under $confined (a confined server's own home). A process whose
-# leader thread exited reads it from its threads.
+# leader thread exited (its info just read state Z) reads it from the first four of
+# its other threads, which share one memory image.
 carries() {
-    for env in "$1/environ" "$1"/task/*/environ; do
+    envs="$1/environ"
+    if [ "$state" = Z ]; then
+        asked=0
+        for t in "$1"/task/*; do
+            [ "$t" = "$1/task/${1#/proc/}" ] && continue
+            [ "$asked" -lt 4 ] || break
+            envs="$envs $t/environ"
+            asked=$((asked + 1))
+        done
+    fi
+    for env in $envs; do
         tr '\0' '\n' 2>/dev/null < "$env" | {
             while IFS= read -r kv; do
                 [ "$kv" = "$marker" ] && exit 0
@@ -90,6 +101,17 @@ if [ "$clean" = 0 ] && [ "$now" != "$host" ]; then
         fi
     done
 fi
+# below PID: adds the running children of PID to found; grew=1 when one is new.
+below() {
+    for f in /proc/"$1"/task/*/children; do
+        kids=''
+        read -r kids 2>/dev/null < "$f"
+        for k in $kids; do
+            info "$k" || continue
+            case $found in *" $k:$start "*) ;; *) found="$found$k:$start " grew=1 ;; esac
+        done
+    done
+}
 stopped=' '
 round=0
 while [ "$round" -lt 64 ]; do
@@ -103,16 +125,16 @@ while [ "$round" -lt 64 ]; do
         kill -STOP "$pid" 2>/dev/null
         stopped="$stopped$e "
         grew=1
-        for f in /proc/"$pid"/task/*/children; do
-            kids=''
-            read -r kids 2>/dev/null < "$f"
-            for k in $kids; do
-                info "$k" || continue
-                case $found in *" $k:$start "*) ;; *) found="$found$k:$start " ;; esac
-            done
-        done
+        below "$pid"
     done
-    [ "$grew" = 1 ] || break
+    if [ "$grew" = 0 ]; then
+        # Nothing new: every stopped process is read once more (a thread already
+        # exiting moves its children to a thread read before them).
+        for e in $stopped; do
+            info "${e%%:*}" && [ "$start" = "${e#*:}" ] && below "${e%%:*}"
+        done
+        [ "$grew" = 1 ] || break
+    fi
 done
 for e in $stopped; do
     pid=${e%%:*}
