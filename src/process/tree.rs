@@ -287,6 +287,28 @@ mod tests {
         }
     }
 
+    /// A process group whose every member is killed when it drops.
+    struct Group(i32);
+
+    impl Drop for Group {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::killpg(Pid::from_raw(self.0), Signal::SIGKILL);
+        }
+    }
+
+    /// `script` run by `python3` below `sh`, in a process group of their own: whatever
+    /// the test's outcome, nothing of it is left behind (a failed walk would leave what
+    /// it started to that group).
+    fn python_in_group(script: &str) -> (std::process::Child, Group) {
+        let child = std::process::Command::new("sh")
+            .args(["-c", "python3 -c \"$0\" & wait", script])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let group = Group(child.id() as i32);
+        (child, group)
+    }
+
     /// A process that ends its leader thread reads as a zombie while its other threads
     /// run and fork: it is walked with what it started, and ended with them.
     #[test]
@@ -295,20 +317,7 @@ mod tests {
             def run():\n    subprocess.Popen(['sleep', '309'])\n    while True: time.sleep(1)\n\
             threading.Thread(target=run).start()\n\
             ctypes.CDLL(None).pthread_exit(None)\n";
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "python3 -c \"$0\" & wait", script])
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        // Whatever the outcome, nothing of it is left behind (a failed walk would leave
-        // the process and its `sleep` to this group).
-        struct Group(i32);
-        impl Drop for Group {
-            fn drop(&mut self) {
-                let _ = nix::sys::signal::killpg(Pid::from_raw(self.0), Signal::SIGKILL);
-            }
-        }
-        let _group = Group(child.id() as i32);
+        let (mut child, _group) = python_in_group(script);
         let root = Proc::current(child.id()).unwrap();
         let headless = |below: &[Proc]| {
             below
@@ -349,19 +358,8 @@ mod tests {
             def run():\n    subprocess.Popen(['sleep', '308'])\n\
             for _ in range(400):\n    threading.Thread(target=run).start()\n    time.sleep(0.002)\n\
             time.sleep(308)\n";
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", "python3 -c \"$0\" & wait", script])
-            .process_group(0)
-            .spawn()
-            .unwrap();
-        struct Group(i32);
-        impl Drop for Group {
-            fn drop(&mut self) {
-                let _ = nix::sys::signal::killpg(Pid::from_raw(self.0), Signal::SIGKILL);
-            }
-        }
+        let (mut child, _group) = python_in_group(script);
         let group = child.id();
-        let _group = Group(group as i32);
         let root = Proc::current(group).unwrap();
         // The running processes of the group, the shell's own included.
         let members = || {
