@@ -439,10 +439,11 @@ impl Registry {
         if known.is_some() || state != 'Z' {
             return known;
         }
+        let leader = pid.to_string();
         let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
         tasks
             .flatten()
-            .filter(|task| task.file_name().to_str() != Some(&pid.to_string()))
+            .filter(|task| task.file_name().to_str() != Some(leader.as_str()))
             .take(THREADS_ASKED)
             .find_map(|task| self.environ_carries(task.path().join("environ").to_str()?))
     }

@@ -179,8 +179,8 @@ const FREEZE_ROUNDS: usize = 64;
 /// start time can never name a live process again. One whose stat could not be read
 /// is walked and signalled again, as any other.
 ///
-/// Once a round finds nothing new, every stopped member is walked once more, and the
-/// rounds go on if that finds anything: a stopped process creates no thread, but one
+/// Once a round finds nothing new, the children of every stopped member are read once
+/// more, and the rounds go on if that finds anything: a stopped process creates no thread, but one
 /// of its threads already exiting moves its children to another thread, which may have
 /// been read before them.
 pub fn end_tree(members: &[Proc]) -> Vec<Proc> {
@@ -194,16 +194,17 @@ pub fn end_tree(members: &[Proc]) -> Vec<Proc> {
             .copied()
             .collect();
         if fresh.is_empty() {
-            // Each only while it is still the process stopped (same start time).
+            // Each stopped process read once, only while it is still the one stopped
+            // (same start time); a new child is frozen and walked in the next round.
             let stopped: Vec<u32> = found
                 .values()
                 .filter(|p| frozen.get(&p.pid) == Some(&true) && p.exists())
                 .map(|p| p.pid)
                 .collect();
             let before = found.len();
-            for pid in stopped {
-                for child in descendants(pid) {
-                    found.entry(child.pid).or_insert(child);
+            for child in stopped.into_iter().flat_map(children) {
+                if let Some(p) = Proc::current(child) {
+                    found.entry(child).or_insert(p);
                 }
             }
             if found.len() == before {
