@@ -110,7 +110,8 @@ impl ChildProcess {
         };
         let pid = child.id().unwrap_or_default();
         if sandbox.is_none() {
-            registry.started(pid);
+            // On the thread that spawned it: nothing was awaited since.
+            registry.started(pid, super::tree::this_thread());
         }
         drop(spawning);
         let (stdin, stdout, stderr) =
@@ -231,8 +232,8 @@ async fn spawn_confined(
     registry: &Arc<Registry>,
 ) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
     let recorded = std::sync::atomic::AtomicU32::new(0);
-    let record = |pid: u32| {
-        registry.started(pid);
+    let record = |pid: u32, spawner: u32| {
+        registry.started(pid, spawner);
         recorded.store(pid, std::sync::atomic::Ordering::Release);
     };
     let spawned = crate::sandbox::spawn(confinement, program, args, env, cwd, record).await;

@@ -22,10 +22,11 @@
 //!   such by that registry (pid and start time; another registry, of another home,
 //!   reads it for its own): its environment is not read again, only its `stat`, which
 //!   tells a reused pid. An environment that reads empty (a zombie, an `exec` under
-//!   way) proves nothing and is read again. Ending a server looks at the host's
-//!   children, not at every other server's tree: an orphan of this server is a child of
-//!   the host by then, and what is below the other servers is theirs to record at the
-//!   next sweep.
+//!   way) proves nothing and is read again. Ending a server looks at the children of
+//!   the host's thread that adopts orphans (its leader, while that lives), not at
+//!   every other server's tree nor every thread of the host: an orphan of this server
+//!   is a child of that thread by then, and what is below the other servers is theirs
+//!   to record at the next sweep, which reads every thread.
 //! - **The reaper.** A small `sh` process, started with the first server, reads the
 //!   recorded processes from a pipe the host holds. The pipe reaches end of file when
 //!   the host ends, whatever ended it (a SIGKILL included, which no handler sees); the
@@ -98,10 +99,39 @@ fn with_host<T>(f: impl FnOnce(&mut HostChildren) -> T) -> Option<T> {
     Some(f(guard.get_or_insert_with(HostChildren::default)))
 }
 
-/// The host's children now, each with its stat.
-fn host_children() -> Vec<(Proc, tree::Stat)> {
-    tree::children(std::process::id())
-        .into_iter()
+/// Which of the host's children a look reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scan {
+    /// Every thread's.
+    Every,
+    /// Those an ending server can have left: the children of the thread orphans are
+    /// given to (the first thread of the host that is not exiting, Linux's
+    /// `find_new_reaper`: its leader while that lives), and of the thread that started
+    /// the server (`spawner`: a sibling the server made with `CLONE_PARENT` is its
+    /// child). Every thread's when the leader has exited.
+    Adopting { spawner: u32 },
+}
+
+/// The host's children now (those of `scan`'s threads), each with its stat.
+fn host_children(scan: Scan) -> Vec<(Proc, tree::Stat)> {
+    let host = std::process::id();
+    let pids = match scan {
+        Scan::Every => tree::children(host),
+        Scan::Adopting { spawner } => {
+            let mut pids = tree::thread_children(host, host);
+            // A leader that exited holds no children: its orphans went to another
+            // thread, and only a whole look finds them.
+            if pids.is_empty() && tree::thread_stat(host, host).is_none_or(|s| s.state == 'Z') {
+                tree::children(host)
+            } else {
+                if spawner != host {
+                    pids.extend(tree::thread_children(host, spawner));
+                }
+                pids
+            }
+        }
+    };
+    pids.into_iter()
         .filter_map(|pid| {
             let stat = tree::stat(pid)?;
             let p = Proc {
@@ -139,6 +169,8 @@ const LINGER: u8 = 3;
 struct Tree {
     root: Proc,
     members: BTreeMap<u32, Proc>,
+    /// The host thread that started it.
+    spawner: u32,
 }
 
 #[derive(Debug, Default)]
@@ -213,9 +245,9 @@ impl Registry {
         Spawning(())
     }
 
-    /// Records a server the runtime just started; starts the reaper and the sweep on
-    /// first use.
-    pub fn started(self: &Arc<Self>, pid: u32) {
+    /// Records a server the runtime just started from host thread `spawner` (its
+    /// parent thread); starts the reaper and the sweep on first use.
+    pub fn started(self: &Arc<Self>, pid: u32, spawner: u32) {
         let Some(root) = Proc::current(pid) else {
             return;
         };
@@ -232,6 +264,7 @@ impl Registry {
             Tree {
                 root,
                 members: BTreeMap::new(),
+                spawner,
             },
         );
         if !inner.sweeping && tokio::runtime::Handle::try_current().is_ok() {
@@ -260,9 +293,12 @@ impl Registry {
         }
         inner.lingering = LINGER;
         drop(inner);
-        // An orphan no sweep saw below this server has no owner left: look now, among
-        // the host's children (where an orphan is), not below the other servers.
-        self.settle(Vec::new(), true);
+        // An orphan no sweep saw below this server has no owner left: look now where
+        // the kernel puts orphans (the host's first living thread: its leader), not
+        // below the other servers nor every thread of the host. The sweeps owed after
+        // an end look at them all.
+        let spawner = tree.spawner;
+        self.settle(Vec::new(), true, Scan::Adopting { spawner });
     }
 
     /// Records what is below server `pid` now (before it is asked to exit: once it has,
@@ -288,15 +324,15 @@ impl Registry {
     /// reaps adopted zombies.
     pub fn sweep(&self, now: bool) {
         let told = self.record_descendants();
-        self.settle(told, now);
+        self.settle(told, now, Scan::Every);
     }
 
     /// Tells the reaper `told`, then looks at the host's children: ends adopted
     /// processes no server claims (at once when `now` and no spawn is in progress, else
     /// at their second sighting) and reaps adopted zombies.
-    fn settle(&self, told: Vec<(char, Proc)>, now: bool) {
+    fn settle(&self, told: Vec<(char, Proc)>, now: bool, scan: Scan) {
         let last = now && SPAWNING.load(std::sync::atomic::Ordering::Acquire) == 0;
-        let candidates = self.host_scan(told);
+        let (candidates, listed) = self.host_scan(told, scan);
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
@@ -309,6 +345,15 @@ impl Registry {
                 }
             } else {
                 suspects.push(p);
+            }
+        }
+        if scan != Scan::Every {
+            // The suspects of threads not looked at stay suspects; one looked at and
+            // no longer a candidate is not one (as after a whole look).
+            for p in std::mem::take(&mut inner.suspects) {
+                if !listed.contains(&p) {
+                    suspects.push(p);
+                }
             }
         }
         inner.suspects = suspects;
@@ -340,31 +385,40 @@ impl Registry {
 
     /// Tells the reaper `told`, reaps adopted zombies this registry claims, and returns
     /// the host's children carrying the servers' HOME that no registry of this process
-    /// claims.
-    fn host_scan(&self, told: Vec<(char, Proc)>) -> Vec<Proc> {
+    /// claims, with every child the look saw.
+    fn host_scan(
+        &self,
+        told: Vec<(char, Proc)>,
+        scan: Scan,
+    ) -> (Vec<Proc>, std::collections::HashSet<Proc>) {
         let Ok(mut inner) = self.inner.lock() else {
-            return Vec::new();
+            return Default::default();
         };
         for (sign, p) in told {
             tell(&mut inner, sign, &p);
         }
         let now = uptime_ticks();
-        let children = host_children();
+        let children = host_children(scan);
         let listed: std::collections::HashSet<Proc> = children.iter().map(|(p, _)| *p).collect();
         let (servers, adopted) = with_host(|h| {
-            h.servers.retain(|p| listed.contains(p) || p.exists());
-            h.adopted.retain(|p| listed.contains(p));
-            for p in &listed {
-                if !h.seen.contains(p) && p.start < h.seen_at {
-                    h.adopted.insert(*p);
+            if scan == Scan::Every {
+                // What is known of the host's children is kept from whole looks only.
+                h.servers.retain(|p| listed.contains(p) || p.exists());
+                h.adopted.retain(|p| listed.contains(p));
+                for p in &listed {
+                    if !h.seen.contains(p) && p.start < h.seen_at {
+                        h.adopted.insert(*p);
+                    }
                 }
+                h.seen.clone_from(&listed);
+                h.seen_at = now;
             }
-            h.seen.clone_from(&listed);
-            h.seen_at = now;
             (h.servers.clone(), h.adopted.clone())
         })
         .unwrap_or_default();
-        inner.cleared.retain(|p| listed.contains(p));
+        if scan == Scan::Every {
+            inner.cleared.retain(|p| listed.contains(p));
+        }
         let mut unclaimed = Vec::new();
         for (p, stat) in children {
             if inner.cleared.contains(&p) {
@@ -397,8 +451,9 @@ impl Registry {
             }
             match self.carries_marker(p.pid, stat.state) {
                 Some(true) => unclaimed.push(p),
-                Some(false) if !adopted.contains(&p) && stat.runs() => {
+                Some(false) if scan == Scan::Every && !adopted.contains(&p) && stat.runs() => {
                     // The host's own child (or one that shed the marker: past following).
+                    // Known from a whole look only, which also tells what was adopted.
                     inner.cleared.insert(p);
                 }
                 // Unreadable or empty (a zombie, an `exec` under way): read again.
@@ -407,7 +462,7 @@ impl Registry {
         }
         drop(inner);
         unclaimed.retain(|p| !claimed_anywhere(p));
-        unclaimed
+        (unclaimed, listed)
     }
 
     /// Starts the reaper again when it exited or was stopped (a server of the same user
@@ -579,6 +634,61 @@ mod tests {
         }
         assert!(ended, "the orphan was left alive");
         assert!(!second.inner.lock().unwrap().cleared.contains(&own));
+    }
+
+    #[test]
+    fn an_orphan_adopted_before_its_server_ends_is_found_by_the_end() {
+        use std::io::BufRead;
+        // No tokio runtime here, so no sweep runs: only the end's own look can find it.
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), true);
+        // A server that leaves a grandchild in a session of its own and exits, started
+        // from a thread that is not the leader (as a runtime's worker starts servers).
+        let mut server = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"])
+            .env("HOME", home.path().join("mcp-home"))
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        registry.started(server.id(), tree::this_thread());
+        let mut line = String::new();
+        let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let pid: u32 = line.trim().parse().unwrap();
+        // Past its `exec`s (`setsid`, then `sleep`): an environment read between the two
+        // halves of one reads empty and proves nothing.
+        let marker = format!("HOME={}", home.path().join("mcp-home").display());
+        let execed = (0..500).any(|_| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let done = comm.trim() == "sleep"
+                && env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes());
+            if !done {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            done
+        });
+        assert!(execed);
+        let orphan = Proc::current(pid).unwrap();
+        server.wait().unwrap();
+        // Adopted: a child of this process now.
+        assert_eq!(tree::stat(pid).unwrap().ppid, std::process::id());
+        registry.end(server.id());
+        // Ended at once, or a suspect when a spawn of another test was under way.
+        let suspected = registry.inner.lock().unwrap().suspects.contains(&orphan);
+        let ended = (0..500).any(|_| {
+            let gone = tree::stat(pid).is_none_or(|s| s.start != orphan.start || s.state == 'Z');
+            if !gone {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            gone
+        });
+        let pid = nix::unistd::Pid::from_raw(pid as i32);
+        if !ended {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = nix::sys::wait::waitpid(pid, None);
+        assert!(ended || suspected, "the end did not find the adopted orphan");
     }
 
     #[test]

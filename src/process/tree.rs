@@ -81,7 +81,21 @@ pub(crate) fn read_proc(path: &str) -> Option<String> {
 /// parentheses and bytes that are not UTF-8 included, so fields are counted from its
 /// last `)`.
 pub(crate) fn stat(pid: u32) -> Option<Stat> {
-    let text = read_proc(&format!("/proc/{pid}/stat"))?;
+    parse_stat(&read_proc(&format!("/proc/{pid}/stat"))?)
+}
+
+/// [`stat`] of thread `tid` of process `pid` alone (its own state: `Z` once that
+/// thread exited, whatever the others do).
+pub(crate) fn thread_stat(pid: u32, tid: u32) -> Option<Stat> {
+    parse_stat(&read_proc(&format!("/proc/{pid}/task/{tid}/stat"))?)
+}
+
+/// The id of the calling thread (the parent of what it spawns).
+pub(crate) fn this_thread() -> u32 {
+    nix::unistd::gettid().as_raw() as u32
+}
+
+fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // `rest` starts at field 3 (state); field 4 is the parent, field 22 the start time.
@@ -141,13 +155,21 @@ pub(crate) fn children(pid: u32) -> Vec<u32> {
     for task in tasks.flatten() {
         let path = task.path().join("children");
         if let Some(list) = path.to_str().and_then(read_proc) {
-            out.extend(
-                list.split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
+            out.extend(pids_in(&list));
         }
     }
     out
+}
+
+/// The direct children of thread `tid` of process `pid` alone.
+pub(crate) fn thread_children(pid: u32, tid: u32) -> Vec<u32> {
+    read_proc(&format!("/proc/{pid}/task/{tid}/children"))
+        .map(|list| pids_in(&list).collect())
+        .unwrap_or_default()
+}
+
+fn pids_in(list: &str) -> impl Iterator<Item = u32> + '_ {
+    list.split_whitespace().filter_map(|p| p.parse::<u32>().ok())
 }
 
 /// Every live process below `root` (not `root` itself), each with its start time.

@@ -120,7 +120,7 @@ impl Launchers {
         let launchers = Arc::downgrade(self);
         let (path, dir) = (self.path.clone(), self.dir.clone());
         tokio::spawn(async move {
-            let made = summon(&path, &dir, spaces, |_| {}).await;
+            let made = summon(&path, &dir, spaces, |_, _| {}).await;
             let Ok(made) = made else {
                 if let Some(launchers) = launchers.upgrade() {
                     launchers.state().making.remove(&spaces);
@@ -167,6 +167,8 @@ struct Summoned {
     child: tokio::process::Child,
     stream: UnixStream,
     pid: u32,
+    /// The thread of this process that spawned it (its parent thread).
+    spawner: u32,
     /// [`super::base_stamp`] before it was spawned.
     stamp: u64,
 }
@@ -236,10 +238,10 @@ fn trusted(path: &Path) -> bool {
 
 /// Spawns `program` with `args`, in `cwd`, with exactly `env`, through a launcher of
 /// `confinement` (made ahead when there is one, else now), in a process group of its
-/// own, stdin and stdout piped, stderr piped; `spawned` hears the pid at once (the
-/// launcher becomes the server: same pid), before the handshake. Returns the child
-/// once it is confined and the server's program was executed, and the egress proxy's
-/// listener for `network: proxy`.
+/// own, stdin and stdout piped, stderr piped; `spawned` hears the pid and the thread
+/// that spawned it (the launcher becomes the server: same pid), before the handshake.
+/// Returns the child once it is confined and the server's program was executed, and
+/// the egress proxy's listener for `network: proxy`.
 ///
 /// # Errors
 /// [`Unavailable`] (as an `Unsupported` IO error) when the launcher could not apply
@@ -250,7 +252,7 @@ pub(crate) async fn spawn(
     args: &[String],
     env: &std::collections::BTreeMap<String, String>,
     cwd: &Path,
-    spawned: impl FnOnce(u32),
+    spawned: impl FnOnce(u32, u32),
 ) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
     let spaces = Spaces::of(&confinement.rules);
     let launchers = &confinement.launchers;
@@ -266,10 +268,10 @@ pub(crate) async fn spawn(
     // carries nothing a sweep looks for); one that answers nothing (killed, broken)
     // is replaced by a new one, once.
     if let Some(made) = launchers.take(spaces).await {
-        let pid = made.pid;
+        let (pid, spawner) = (made.pid, made.spawner);
         match hand_over(made, &message, AHEAD_TIMEOUT).await {
             Ok(started) => {
-                spawned(pid);
+                spawned(pid, spawner);
                 return Ok(started);
             }
             Err(NotStarted::Failed(e)) => return Err(e),
@@ -296,13 +298,13 @@ fn unavailable(message: String) -> std::io::Error {
 }
 
 /// Spawns the launcher at `path` for `spaces` (no environment, in `dir`, stdio piped,
-/// a process group of its own; `spawned` hears its pid at once) and waits for it to
-/// connect, which only it may do.
+/// a process group of its own; `spawned` hears its pid and its parent thread at once)
+/// and waits for it to connect, which only it may do.
 async fn summon(
     path: &Path,
     dir: &Path,
     spaces: Spaces,
-    spawned: impl FnOnce(u32),
+    spawned: impl FnOnce(u32, u32),
 ) -> std::io::Result<Summoned> {
     let stamp = super::base_stamp();
     let name = format!("demiurge-sandbox-{}-{}", std::process::id(), nonce()?);
@@ -339,7 +341,8 @@ async fn summon(
     let pid = child
         .id()
         .ok_or_else(|| std::io::Error::other("the launcher exited at once"))?;
-    spawned(pid);
+    let spawner = nix::unistd::gettid().as_raw() as u32;
+    spawned(pid, spawner);
     // Only the process just spawned may take the rules (the name is not secret):
     // another that connects first is dropped, and the wait goes on. A launcher that
     // dies before it connects is told by its status.
@@ -365,6 +368,7 @@ async fn summon(
             child,
             stream,
             pid,
+            spawner,
             stamp,
         }),
         Ok(Err(e)) => Err(e),
