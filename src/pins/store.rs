@@ -188,7 +188,8 @@ impl PinStore {
         let path = self.path(key);
         let stamp = match std::fs::symlink_metadata(&path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::Absent,
-            _ => crate::process::file_stamp(&path),
+            Err(_) => None,
+            Ok(meta) => crate::process::stamp_of(&meta),
         };
         let Some(stamp) = stamp else {
             return Loaded::Unusable;

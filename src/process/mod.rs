@@ -227,20 +227,36 @@ pub fn child_environment(
 /// # Errors
 /// IO errors, or `InvalidInput` for a symlink.
 pub fn private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    if let Ok(meta) = std::fs::symlink_metadata(dir)
-        && meta.file_type().is_symlink()
-    {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{} is a symlink; refusing to use it", dir.display()),
-        ));
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Ok(meta) = std::fs::symlink_metadata(dir) {
+        if meta.file_type().is_symlink() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} is a symlink; refusing to use it", dir.display()),
+            ));
+        }
+        // Already what this makes (ours, 0700): nothing to create or change. This is
+        // the common case, met for every session's directories; a chmod on it would
+        // still write its inode.
+        if meta.is_dir()
+            && meta.mode() & 0o7777 == 0o700
+            && meta.uid() == effective_uid()
+        {
+            return Ok(());
+        }
     }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// This process's effective user, read once (a host that changes user afterwards meets
+/// a refused write where it met a refused `chmod`).
+fn effective_uid() -> u32 {
+    static EUID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *EUID.get_or_init(|| rustix::process::geteuid().as_raw())
 }
 
 /// Writes `bytes` to `path` (0600) through a temporary file in the same directory
@@ -260,8 +276,12 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// What identifies one version of a regular file: modification time, length, inode
 /// (a rename always brings a new inode). `None` for a missing file or a symlink.
 pub fn file_stamp(path: &Path) -> Option<(std::time::SystemTime, u64, u64)> {
+    stamp_of(&std::fs::symlink_metadata(path).ok()?)
+}
+
+/// [`file_stamp`] of what a `symlink_metadata` already returned.
+pub fn stamp_of(meta: &std::fs::Metadata) -> Option<(std::time::SystemTime, u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(path).ok()?;
     meta.file_type()
         .is_file()
         .then(|| (meta.modified().ok(), meta.len(), meta.ino()))
@@ -303,7 +323,11 @@ pub fn open_private_append(path: &Path) -> io::Result<File> {
         .mode(0o600)
         .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
         .open(path)?;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    // A file made now is 0600 unless the umask took more; one made before may be
+    // looser. Only then is it changed (a change writes its inode).
+    if file.metadata()?.permissions().mode() & 0o7777 != 0o600 {
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
     Ok(file)
 }
 
@@ -396,5 +420,32 @@ mod tests {
         let link = dir.path().join("logs/link.log");
         std::os::unix::fs::symlink(&path, &link).unwrap();
         assert!(open_private_append(&link).is_err());
+        // A log opened to others since (or given other bits) is 0600 again once opened.
+        for loose in [0o644, 0o604, 0o640, 0o4600, 0o700] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).unwrap();
+            open_private_append(&path).unwrap();
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777;
+            assert_eq!(mode, 0o600, "after {loose:o}");
+        }
+    }
+
+    #[test]
+    fn a_private_dir_loosened_since_is_made_0700_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        private_dir(&path).unwrap();
+        assert_eq!(mode(&path), 0o700);
+        // Opened to others, or given bits a chmod to 0700 clears: each is tightened.
+        for loose in [0o755, 0o701, 0o710, 0o2700, 0o1700, 0o500] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(loose)).unwrap();
+            private_dir(&path).unwrap();
+            assert_eq!(mode(&path), 0o700, "after {loose:o}");
+        }
+        // A file where the directory should be is an error, not a directory.
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(private_dir(&file).is_err());
     }
 }
