@@ -90,17 +90,23 @@ fn shape_tool(mut tool: Tool, redactor: &Redactor, schemas: &SchemaPool) -> Tool
     if let Some(annotations) = &mut tool.annotations {
         annotations.title = annotations.title.as_deref().map(title);
     }
-    let schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
-    if let serde_json::Value::Object(clean) = redactor.json(&schema, View::Model) {
-        tool.input_schema = schemas.intern(clean);
-    }
-    tool.output_schema = tool.output_schema.take().and_then(|schema| {
-        let schema = serde_json::Value::Object(schema.as_ref().clone());
-        match redactor.json(&schema, View::Model) {
+    // The listing's own schemas are taken, not copied: each is held here alone.
+    let taken = |schema: Arc<rmcp::model::JsonObject>| {
+        let schema = Arc::try_unwrap(schema).unwrap_or_else(|shared| (*shared).clone());
+        match redactor.json_owned(serde_json::Value::Object(schema), View::Model) {
             serde_json::Value::Object(clean) => Some(schemas.intern(clean)),
             _ => None,
         }
+    };
+    // A schema that cannot be redacted is not shown: the model sees an object of
+    // anything (a tool's input is an object), never the raw text.
+    let input = std::mem::take(&mut tool.input_schema);
+    tool.input_schema = taken(input).unwrap_or_else(|| {
+        let mut any = rmcp::model::JsonObject::new();
+        any.insert("type".into(), "object".into());
+        schemas.intern(any)
     });
+    tool.output_schema = tool.output_schema.take().and_then(taken);
     // Icons and `_meta` are not used; they are not kept.
     tool.icons = None;
     tool.meta = None;
@@ -132,5 +138,43 @@ impl SchemaPool {
         let shared = Arc::new(schema);
         entries.insert(key, Arc::downgrade(&shared));
         shared
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(schema: serde_json::Value) -> Tool {
+        let serde_json::Value::Object(schema) = schema else {
+            panic!("a schema is an object")
+        };
+        Tool::new("t", "a tool", Arc::new(schema))
+    }
+
+    #[test]
+    fn schemas_are_shown_clean_redacted_or_not_at_all() {
+        let redactor = Redactor::new().with_secrets([("API_TOKEN", "tok-5f3a9c1e77")]);
+        let pool = SchemaPool::default();
+        let shown = |schema| shape_tool(tool(schema), &redactor, &pool).input_schema;
+        // Clean: as served.
+        let clean = serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        assert_eq!(serde_json::Value::Object((*shown(clean.clone())).clone()), clean);
+        // A secret in a default, in a key, a sensitive field: hidden.
+        for leaky in [
+            serde_json::json!({"type": "object", "properties": {"q": {"default": "tok-5f3a9c1e77"}}}),
+            serde_json::json!({"type": "object", "properties": {"tok-5f3a9c1e77": {}}}),
+            serde_json::json!({"type": "object", "examples": [{"password": "hunter22"}]}),
+        ] {
+            let text = serde_json::to_string(&*shown(leaky)).unwrap();
+            assert!(!text.contains("tok-5f3a9c1e77") && !text.contains("hunter22"), "{text}");
+        }
+        // Past what can be redacted: an object of anything, never the raw schema.
+        let big = "x".repeat(crate::redact::MAX_REDACT_BYTES + 1);
+        let failed = shown(serde_json::json!({"type": "object", "description": big}));
+        assert_eq!(
+            serde_json::Value::Object((*failed).clone()),
+            serde_json::json!({"type": "object"})
+        );
     }
 }

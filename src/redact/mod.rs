@@ -745,4 +745,42 @@ mod tests {
         );
         assert!(!t.contains("s-123") && t.contains("\"ok\": \"x\""), "{t}");
     }
+
+    #[test]
+    fn a_taken_value_comes_out_as_a_borrowed_one_in_every_view() {
+        let r = Redactor::new().with_secrets([("API_TOKEN", "tok-5f3a9c1e77")]);
+        let big = "x".repeat(MAX_REDACT_BYTES + 1);
+        let values = [
+            // Clean: given back as it is.
+            json!({"type": "object", "properties": {"q": {"type": "string", "description": "a query"}}, "required": ["q"]}),
+            json!([1, true, null, "plain", {"nested": ["deeper", 2.5]}]),
+            json!({}),
+            // A known value in a string, a key, deep in an array.
+            json!({"description": "uses tok-5f3a9c1e77 to sign"}),
+            json!({"tok-5f3a9c1e77": 1, "tok-5f3a9c1e77 ": 2}),
+            json!({"a": [[{"b": "x tok-5f3a9c1e77"}]]}),
+            // Shapes in strings.
+            json!({"default": "https://bob:pw123@host/x"}),
+            json!(["Authorization: Bearer zzzzzzzz"]),
+            json!({"example": "{\"password\": \"p@ss\"}"}),
+            // Sensitive keys: with a value, null, a count, a list.
+            json!({"password": "p@ss"}),
+            json!({"api_key": null}),
+            json!({"token_count": 3, "tokens": 4}),
+            json!({"secret": ["a", "b"]}),
+            // Past what can be redacted: fails as a whole.
+            json!({"description": big}),
+        ];
+        for value in values {
+            for view in [View::Model, View::Operator, View::Event, View::Durable, View::Debug] {
+                let taken = r.json_owned(value.clone(), view);
+                assert_eq!(taken, r.json(&value, view), "{view:?}");
+            }
+        }
+        // A poisoned redactor gives nothing back, not even a clean value.
+        let clean = json!({"type": "object"});
+        let poisoned = Redactor::poisoned().json_owned(clean.clone(), View::Model);
+        assert_eq!(poisoned, Redactor::poisoned().json(&clean, View::Model));
+        assert_ne!(poisoned, clean);
+    }
 }

@@ -193,6 +193,50 @@ impl Redactor {
         }
     }
 
+    /// `value` in one view, as [`Redactor::json`], but taken: when nothing in it is
+    /// redacted (the common case of a tool's schema), it comes back as it went in,
+    /// not rebuilt string by string.
+    pub fn json_owned(&self, value: Value, view: View) -> Value {
+        let unchanged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.unchanged(&value)
+        }));
+        match unchanged {
+            Ok(Ok(true)) => value,
+            _ => self.json(&value, view),
+        }
+    }
+
+    /// Whether [`Redactor::try_json`] gives `value` back as it is in every view: no
+    /// string or key holds a secret or a shape, no key is sensitive. It scans what
+    /// redacting scans but builds nothing.
+    fn unchanged(&self, value: &Value) -> Result<bool, RedactionFailed> {
+        let clean = |text: &str| -> Result<bool, RedactionFailed> {
+            self.check(text.len())?;
+            Ok(self.hits(text)?.is_empty())
+        };
+        self.check(0)?;
+        Ok(match value {
+            Value::String(s) => clean(s)?,
+            Value::Array(items) => {
+                for item in items {
+                    if !self.unchanged(item)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            Value::Object(map) => {
+                for (key, v) in map {
+                    if sensitive_label(key).is_some() || !clean(key)? || !self.unchanged(v)? {
+                        return Ok(false);
+                    }
+                }
+                true
+            }
+            _ => true,
+        })
+    }
+
     /// Whether every string and key of `value` can be redacted (none over
     /// [`MAX_REDACT_BYTES`], the redactor not poisoned).
     pub fn can_redact(&self, value: &Value) -> bool {
