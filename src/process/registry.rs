@@ -108,7 +108,7 @@ enum Scan {
     /// given to (the first thread of the host that is not exiting, Linux's
     /// `find_new_reaper`: its leader while that lives), and of the thread that started
     /// the server (`spawner`: a sibling the server made with `CLONE_PARENT` is its
-    /// child). Every thread's when the leader has exited.
+    /// child). Every thread's once the leader is exiting or has exited.
     Adopting { spawner: u32 },
 }
 
@@ -118,12 +118,15 @@ fn host_children(scan: Scan) -> Vec<(Proc, tree::Stat)> {
     let pids = match scan {
         Scan::Every => tree::children(host),
         Scan::Adopting { spawner } => {
-            let mut pids = tree::thread_children(host, host);
-            // A leader that exited holds no children: its orphans went to another
-            // thread, and only a whole look finds them.
-            if pids.is_empty() && tree::thread_stat(host, host).is_none_or(|s| s.state == 'Z') {
+            // A leader exiting (`PF_EXITING`, set before it hands its children over)
+            // or gone is passed over: orphans go to another thread, which only a whole
+            // look is sure to read.
+            const PF_EXITING: u64 = 0x4;
+            let leader = tree::thread_stat(host, host);
+            if leader.is_none_or(|s| s.state == 'Z' || s.flags & PF_EXITING != 0) {
                 tree::children(host)
             } else {
+                let mut pids = tree::thread_children(host, host);
                 if spawner != host {
                     pids.extend(tree::thread_children(host, spawner));
                 }
@@ -644,9 +647,12 @@ mod tests {
         let registry = Registry::new(&home.path().join("mcp-home"), true);
         // A server that leaves a grandchild in a session of its own and exits, started
         // from a thread that is not the leader (as a runtime's worker starts servers).
+        // It exits when its input closes: not before it is recorded (a server already
+        // gone is not).
         let mut server = std::process::Command::new("sh")
-            .args(["-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!"])
+            .args(["-c", "setsid sleep 300 >/dev/null 2>&1 & echo $!; read _"])
             .env("HOME", home.path().join("mcp-home"))
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -670,6 +676,7 @@ mod tests {
         });
         assert!(execed);
         let orphan = Proc::current(pid).unwrap();
+        drop(server.stdin.take());
         server.wait().unwrap();
         // Adopted: a child of this process now.
         assert_eq!(tree::stat(pid).unwrap().ppid, std::process::id());
@@ -683,11 +690,18 @@ mod tests {
             }
             gone
         });
-        let pid = nix::unistd::Pid::from_raw(pid as i32);
         if !ended {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = orphan.signal(nix::sys::signal::Signal::SIGKILL);
         }
-        let _ = nix::sys::wait::waitpid(pid, None);
+        // Reaped here unless a sweep of another test's registry did (never a later
+        // process given its pid: `reap` checks the start time and waits for nothing).
+        for _ in 0..500 {
+            tree::reap(&orphan);
+            if !orphan.exists() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert!(ended || suspected, "the end did not find the adopted orphan");
     }
 

@@ -36,6 +36,8 @@ pub(crate) struct Stat {
     /// Field 20: the threads of its thread group, its leader counted until it is
     /// reaped.
     pub threads: u64,
+    /// Field 9: the kernel's flags of the process (or thread).
+    pub flags: u64,
 }
 
 impl Stat {
@@ -104,6 +106,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
         ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
         threads: fields.get(17)?.parse().ok()?,
+        flags: fields.get(6)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
 }
@@ -129,7 +132,7 @@ impl Proc {
     /// from `/proc`, or held by a later process. A stat that could not be read (no
     /// descriptors or memory left) says nothing, and the process is kept for the next
     /// look.
-    fn signal(&self, signal: Signal) -> bool {
+    pub(crate) fn signal(&self, signal: Signal) -> bool {
         // Never pid 0 or 1, never outside the pid range: `kill(0)` is our own group.
         if self.pid <= 1 || self.pid > i32::MAX as u32 {
             return false;
