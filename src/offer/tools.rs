@@ -159,7 +159,10 @@ mod tests {
         let shown = |schema| shape_tool(tool(schema), &redactor, &pool).input_schema;
         // Clean: as served.
         let clean = serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}});
-        assert_eq!(serde_json::Value::Object((*shown(clean.clone())).clone()), clean);
+        assert_eq!(
+            serde_json::Value::Object((*shown(clean.clone())).clone()),
+            clean
+        );
         // A secret in a default, in a key, a sensitive field: hidden.
         for leaky in [
             serde_json::json!({"type": "object", "properties": {"q": {"default": "tok-5f3a9c1e77"}}}),
@@ -167,7 +170,10 @@ mod tests {
             serde_json::json!({"type": "object", "examples": [{"password": "hunter22"}]}),
         ] {
             let text = serde_json::to_string(&*shown(leaky)).unwrap();
-            assert!(!text.contains("tok-5f3a9c1e77") && !text.contains("hunter22"), "{text}");
+            assert!(
+                !text.contains("tok-5f3a9c1e77") && !text.contains("hunter22"),
+                "{text}"
+            );
         }
         // Past what can be redacted: an object of anything, never the raw schema.
         let big = "x".repeat(crate::redact::MAX_REDACT_BYTES + 1);

@@ -238,10 +238,7 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
         // Already what this makes (ours, 0700): nothing to create or change. This is
         // the common case, met for every session's directories; a chmod on it would
         // still write its inode.
-        if meta.is_dir()
-            && meta.mode() & 0o7777 == 0o700
-            && meta.uid() == effective_uid()
-        {
+        if meta.is_dir() && meta.mode() & 0o7777 == 0o700 && meta.uid() == effective_uid() {
             return Ok(());
         }
     }

@@ -667,8 +667,8 @@ mod tests {
         let execed = (0..500).any(|_| {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let done = comm.trim() == "sleep"
-                && env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes());
+            let done =
+                comm.trim() == "sleep" && env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes());
             if !done {
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -702,7 +702,10 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(ended || suspected, "the end did not find the adopted orphan");
+        assert!(
+            ended || suspected,
+            "the end did not find the adopted orphan"
+        );
     }
 
     #[test]

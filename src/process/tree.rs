@@ -172,7 +172,8 @@ pub(crate) fn thread_children(pid: u32, tid: u32) -> Vec<u32> {
 }
 
 fn pids_in(list: &str) -> impl Iterator<Item = u32> + '_ {
-    list.split_whitespace().filter_map(|p| p.parse::<u32>().ok())
+    list.split_whitespace()
+        .filter_map(|p| p.parse::<u32>().ok())
 }
 
 /// Every live process below `root` (not `root` itself), each with its start time.

@@ -197,9 +197,8 @@ impl Redactor {
     /// redacted (the common case of a tool's schema), it comes back as it went in,
     /// not rebuilt string by string.
     pub fn json_owned(&self, value: Value, view: View) -> Value {
-        let unchanged = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.unchanged(&value)
-        }));
+        let unchanged =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.unchanged(&value)));
         match unchanged {
             Ok(Ok(true)) => value,
             _ => self.json(&value, view),
