@@ -41,7 +41,9 @@
 //! environment, or makes it unreadable (`prctl(PR_SET_DUMPABLE, 0)`), before any sweep
 //! saw it below its server. Nothing tells it from the host's own children then (a
 //! setuid program the host started reads as unreadable too), while the host lives or
-//! after it ends. Without cgroups no unprivileged host can follow it.
+//! after it ends. Without cgroups no unprivileged host can follow it. Nor is such a
+//! process, unless a whole look saw it adopted, reaped when it ends: its zombie reads
+//! as one the host may still wait for.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
