@@ -23,10 +23,11 @@
 //!   reads it for its own): its environment is not read again, only its `stat`, which
 //!   tells a reused pid. An environment that reads empty (a zombie, an `exec` under
 //!   way) proves nothing and is read again. Ending a server looks at the children of
-//!   the host's thread that adopts orphans (its leader, while that lives), not at
-//!   every other server's tree nor every thread of the host: an orphan of this server
-//!   is a child of that thread by then, and what is below the other servers is theirs
-//!   to record at the next sweep, which reads every thread.
+//!   the host's thread that adopts orphans (its leader, while that lives) and of the
+//!   thread that started the server, not at every other server's tree nor every thread
+//!   of the host: an orphan of this server is a child of the first by then, a sibling
+//!   it made (`CLONE_PARENT`) one of the second, and what is below the other servers is
+//!   theirs to record at the next sweep, which reads every thread.
 //! - **The reaper.** A small `sh` process, started with the first server, reads the
 //!   recorded processes from a pipe the host holds. The pipe reaches end of file when
 //!   the host ends, whatever ended it (a SIGKILL included, which no handler sees); the
@@ -299,9 +300,10 @@ impl Registry {
         inner.lingering = LINGER;
         drop(inner);
         // An orphan no sweep saw below this server has no owner left: look now where
-        // the kernel puts orphans (the host's first living thread: its leader), not
-        // below the other servers nor every thread of the host. The sweeps owed after
-        // an end look at them all.
+        // the kernel puts orphans (the host's first living thread: its leader) and
+        // where a sibling of the server is (the thread that started it), not below the
+        // other servers nor every thread of the host. The sweeps owed after an end look
+        // at them all.
         let spawner = tree.spawner;
         self.settle(Vec::new(), true, Scan::Adopting { spawner });
     }
