@@ -643,6 +643,17 @@ mod tests {
         assert!(!second.inner.lock().unwrap().cleared.contains(&own));
     }
 
+    /// Whether `done` holds within 5 s, asked every 10 ms.
+    fn within_5s(mut done: impl FnMut() -> bool) -> bool {
+        (0..500).any(|_| {
+            let now = done();
+            if !now {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            now
+        })
+    }
+
     #[test]
     fn an_orphan_adopted_before_its_server_ends_is_found_by_the_end() {
         use std::io::BufRead;
@@ -668,15 +679,10 @@ mod tests {
         // Past its `exec`s (`setsid`, then `sleep`): an environment read between the two
         // halves of one reads empty and proves nothing.
         let marker = format!("HOME={}", home.path().join("mcp-home").display());
-        let execed = (0..500).any(|_| {
+        let execed = within_5s(|| {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-            let done =
-                comm.trim() == "sleep" && env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes());
-            if !done {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            done
+            comm.trim() == "sleep" && env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes())
         });
         assert!(execed);
         let orphan = Proc::current(pid).unwrap();
@@ -687,25 +693,17 @@ mod tests {
         registry.end(server.id());
         // Ended at once, or a suspect when a spawn of another test was under way.
         let suspected = registry.inner.lock().unwrap().suspects.contains(&orphan);
-        let ended = (0..500).any(|_| {
-            let gone = tree::stat(pid).is_none_or(|s| s.start != orphan.start || s.state == 'Z');
-            if !gone {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            gone
-        });
+        let ended =
+            within_5s(|| tree::stat(pid).is_none_or(|s| s.start != orphan.start || s.state == 'Z'));
         if !ended {
             let _ = orphan.signal(nix::sys::signal::Signal::SIGKILL);
         }
         // Reaped here unless a sweep of another test's registry did (never a later
         // process given its pid: `reap` checks the start time and waits for nothing).
-        for _ in 0..500 {
+        within_5s(|| {
             tree::reap(&orphan);
-            if !orphan.exists() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+            !orphan.exists()
+        });
         assert!(
             ended || suspected,
             "the end did not find the adopted orphan"

@@ -772,13 +772,7 @@ mod tests {
             json!({"description": big}),
         ];
         for value in values {
-            for view in [
-                View::Model,
-                View::Operator,
-                View::Event,
-                View::Durable,
-                View::Debug,
-            ] {
+            for view in ALL_VIEWS {
                 let taken = r.json_owned(value.clone(), view);
                 assert_eq!(taken, r.json(&value, view), "{view:?}");
             }
