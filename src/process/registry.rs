@@ -13,8 +13,10 @@
 //!   reparented to the host, not to init. A sweep every [`SWEEP`] records each
 //!   server's descendants; an adopted orphan it recorded is ended with its server, an
 //!   adopted process carrying the servers' `HOME` that no server can claim is ended at
-//!   the next sweep (it left before it was seen; one sweep of patience spares a server
-//!   caught between its spawn and its registration), and adopted zombies are reaped.
+//!   the next sweep (it left before it was seen), or at once when a server ends, and
+//!   adopted zombies are reaped. Neither comes before every spawn that began before it
+//!   was first seen has ended: until then it may be that spawn's server, not yet
+//!   recorded (each spawn holds a ticket; a look notes the next one).
 //!   An adopted process still in a server's process group is that server's: only one
 //!   that left tree, group and session (a daemon) cannot be told apart, and is ended.
 //! - **Each environment read once.** A child of the host whose environment reads
@@ -46,7 +48,7 @@
 //! process, unless a whole look saw it adopted, reaped when it ends: its zombie reads
 //! as one the host may still wait for.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, ChildStdin};
@@ -93,9 +95,52 @@ struct HostChildren {
 
 static HOST: Mutex<Option<HostChildren>> = Mutex::new(None);
 
-/// Servers being spawned by any runtime of this process and not yet recorded: while
-/// any is, an unclaimed child of the host may be one of them, and is only a suspect.
-static SPAWNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Servers being spawned by any runtime of this process and not yet recorded: an
+/// unclaimed child of the host may be one of them until every spawn that began before
+/// it was seen has ended (recorded it, or given up).
+#[derive(Debug)]
+struct Flight {
+    /// The ticket of the next spawn: every spawn that began so far holds a lower one.
+    next: u64,
+    /// The tickets of spawns under way.
+    open: BTreeSet<u64>,
+}
+
+static FLIGHT: Mutex<Flight> = Mutex::new(Flight {
+    next: 0,
+    open: BTreeSet::new(),
+});
+
+fn flight() -> std::sync::MutexGuard<'static, Flight> {
+    // Every change to it is one step: a panic elsewhere leaves it usable.
+    FLIGHT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where spawns stand after a look: the ticket the next spawn gets (every spawn whose
+/// process the look could have seen holds a lower one), and the oldest under way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    next: u64,
+    oldest: Option<u64>,
+}
+
+impl Mark {
+    fn now() -> Mark {
+        let flight = flight();
+        Mark {
+            next: flight.next,
+            oldest: flight.open.first().copied(),
+        }
+    }
+
+    /// Whether every spawn that began before `sighting` has ended: an unclaimed child
+    /// seen then is no server being recorded.
+    fn settled_since(self, sighting: u64) -> bool {
+        self.oldest.is_none_or(|oldest| oldest >= sighting)
+    }
+}
 
 fn with_host<T>(f: impl FnOnce(&mut HostChildren) -> T) -> Option<T> {
     let mut guard = HOST.lock().ok()?;
@@ -183,9 +228,10 @@ struct Tree {
 struct Inner {
     /// By the server's pid.
     trees: HashMap<u32, Tree>,
-    /// Children of the host carrying the servers' HOME that no server claimed at the
-    /// last sweep: ended if still unclaimed at the next.
-    suspects: Vec<Proc>,
+    /// Children of the host carrying the servers' HOME that no server claimed when
+    /// last seen, each with the [`Mark::next`] of its first sighting: ended when seen
+    /// unclaimed again once every spawn that began before that sighting has ended.
+    suspects: Vec<(Proc, u64)>,
     reaper: Option<(Child, ChildStdin)>,
     /// The reaper's arguments, kept to start it again.
     marker: Option<(Vec<u8>, Vec<u8>)>,
@@ -247,8 +293,11 @@ impl Registry {
 
     /// Marks a spawn in progress until the guard drops (after [`Registry::started`]).
     pub fn spawning(&self) -> Spawning {
-        SPAWNING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        Spawning(())
+        let mut flight = flight();
+        let ticket = flight.next;
+        flight.next += 1;
+        flight.open.insert(ticket);
+        Spawning(ticket)
     }
 
     /// Records a server the runtime just started from host thread `spawner` (its
@@ -327,43 +376,48 @@ impl Registry {
     }
 
     /// Records what is below every server now, ends adopted processes no server claims
-    /// (at once when `now` and no spawn is in progress, else at their second sighting),
-    /// reaps adopted zombies.
+    /// (see [`Registry::settle`]), reaps adopted zombies.
     pub fn sweep(&self, now: bool) {
         let told = self.record_descendants();
         self.settle(told, now, Scan::Every);
     }
 
-    /// Tells the reaper `told`, then looks at the host's children: ends adopted
-    /// processes no server claims (at once when `now` and no spawn is in progress, else
-    /// at their second sighting) and reaps adopted zombies.
+    /// Tells the reaper `told`, then looks at the host's children: reaps adopted
+    /// zombies and ends adopted processes no server claims, once no spawn that began
+    /// before they were first seen is under way (one may be that spawn's server, not yet
+    /// recorded): at once when `now`, else when seen again.
     fn settle(&self, told: Vec<(char, Proc)>, now: bool, scan: Scan) {
-        let last = now && SPAWNING.load(std::sync::atomic::Ordering::Acquire) == 0;
         let (candidates, listed) = self.host_scan(told, scan);
+        // After the look: a spawn whose process it saw had begun by then.
+        let mark = Mark::now();
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
+        let known = std::mem::take(&mut inner.suspects);
         let mut suspects = Vec::new();
+        let mut due = Vec::new();
         for p in candidates {
-            if last || inner.suspects.contains(&p) {
-                // It left its server before any sweep saw it: no connection owns it.
-                for q in tree::end_tree(&[p]) {
-                    tree::reap(&q);
-                }
-            } else {
-                suspects.push(p);
+            let first = known.iter().find(|(s, _)| *s == p).map(|&(_, seen)| seen);
+            match first.or(now.then_some(mark.next)) {
+                Some(seen) if mark.settled_since(seen) => due.push(p),
+                _ => suspects.push((p, first.unwrap_or(mark.next))),
             }
         }
         if scan != Scan::Every {
             // The suspects of threads not looked at stay suspects; one looked at and
             // no longer a candidate is not one (as after a whole look).
-            for p in std::mem::take(&mut inner.suspects) {
-                if !listed.contains(&p) {
-                    suspects.push(p);
-                }
-            }
+            suspects.extend(known.into_iter().filter(|(p, _)| !listed.contains(p)));
         }
         inner.suspects = suspects;
+        drop(inner);
+        // A spawn that ended after the look recorded its server first.
+        let servers = with_host(|h| h.servers.clone()).unwrap_or_default();
+        for p in due.into_iter().filter(|p| !servers.contains(p)) {
+            // It left its server before any sweep saw it: no connection owns it.
+            for q in tree::end_tree(&[p]) {
+                tree::reap(&q);
+            }
+        }
     }
 
     /// Records the descendants of every server; returns what to tell the reaper.
@@ -557,12 +611,12 @@ impl Registry {
     }
 }
 
-/// A spawn in progress (see [`Registry::spawning`]).
-pub struct Spawning(());
+/// A spawn in progress, by its ticket (see [`Registry::spawning`]).
+pub struct Spawning(u64);
 
 impl Drop for Spawning {
     fn drop(&mut self) {
-        SPAWNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        flight().open.remove(&self.0);
     }
 }
 
@@ -625,14 +679,11 @@ mod tests {
         assert!(carries());
         first.sweep(true);
         assert!(first.inner.lock().unwrap().cleared.contains(&own));
-        // At once when no spawn is under way anywhere in this process, else at the
-        // second sighting.
-        second.sweep(true);
-        second.sweep(true);
+        // At once unless a spawn of another test was under way; then once it ended.
         // Ended and reaped by the registry (a zombie of it is adopted to reap).
         let gone = |orphan: &mut Child| !own.exists() || matches!(orphan.try_wait(), Ok(Some(_)));
-        let ended = (0..500).any(|_| {
-            std::thread::sleep(Duration::from_millis(10));
+        let ended = within_5s(|| {
+            second.sweep(true);
             gone(&mut orphan)
         });
         if !ended {
@@ -692,7 +743,13 @@ mod tests {
         assert_eq!(tree::stat(pid).unwrap().ppid, std::process::id());
         registry.end(server.id());
         // Ended at once, or a suspect when a spawn of another test was under way.
-        let suspected = registry.inner.lock().unwrap().suspects.contains(&orphan);
+        let suspected = registry
+            .inner
+            .lock()
+            .unwrap()
+            .suspects
+            .iter()
+            .any(|(p, _)| *p == orphan);
         let ended =
             within_5s(|| tree::stat(pid).is_none_or(|s| s.start != orphan.start || s.state == 'Z'));
         if !ended {
@@ -708,6 +765,63 @@ mod tests {
             ended || suspected,
             "the end did not find the adopted orphan"
         );
+    }
+
+    #[test]
+    fn a_child_seen_while_a_spawn_was_under_way_waits_for_that_spawn_to_end() {
+        // Spawns begun before a sighting: tickets below its mark.
+        let mark = |next, oldest| Mark { next, oldest };
+        assert!(mark(7, None).settled_since(5));
+        assert!(mark(7, Some(5)).settled_since(5));
+        assert!(mark(7, Some(6)).settled_since(5));
+        assert!(!mark(7, Some(4)).settled_since(5));
+        assert!(!mark(7, Some(0)).settled_since(7));
+
+        // A marked child of this process no server claims, seen while a spawn is under
+        // way: however often it is seen again, it stays while that spawn does (it may
+        // be the spawn's server, not yet recorded), and is ended once it ended.
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let spawn = registry.spawning();
+        let mut orphan = orphan_of(home.path());
+        let own = Proc::current(orphan.id()).unwrap();
+        let suspected = |registry: &Registry| {
+            registry
+                .inner
+                .lock()
+                .unwrap()
+                .suspects
+                .iter()
+                .any(|(p, _)| *p == own)
+        };
+        // Until its `exec`, its environment reads as this process's, without the marker
+        // (and a whole look would take it for the host's own).
+        let marker = format!("HOME={}", home.path().join("mcp-home").display());
+        assert!(within_5s(|| {
+            std::fs::read(format!("/proc/{}/environ", own.pid))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
+        }));
+        registry.sweep(false);
+        assert!(suspected(&registry));
+        for now in [false, true, false, true] {
+            registry.sweep(now);
+            assert!(
+                own.exists(),
+                "a possible server was ended while its spawn ran"
+            );
+            assert!(suspected(&registry));
+        }
+        drop(spawn);
+        // Spawns of other tests that began before it was first seen are waited for too.
+        let ended = within_5s(|| {
+            registry.sweep(false);
+            !own.exists() || matches!(orphan.try_wait(), Ok(Some(_)))
+        });
+        if !ended {
+            let _ = orphan.kill();
+        }
+        let _ = orphan.wait();
+        assert!(ended, "the orphan was left alive after the spawn ended");
     }
 
     #[test]
