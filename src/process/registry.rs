@@ -150,7 +150,8 @@ fn with_host<T>(f: impl FnOnce(&mut HostChildren) -> T) -> Option<T> {
 /// Which of the host's children a look reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scan {
-    /// Every thread's.
+    /// Every thread's ([`tree::all_children`]: a child whose thread exits during the
+    /// look is not missed, and so never taken for adopted by the next).
     Every,
     /// Those an ending server can have left: the children of the thread orphans are
     /// given to (the first thread of the host that is not exiting, Linux's
@@ -164,7 +165,7 @@ enum Scan {
 fn host_children(scan: Scan) -> Vec<(Proc, tree::Stat)> {
     let host = std::process::id();
     let pids = match scan {
-        Scan::Every => tree::children(host),
+        Scan::Every => tree::all_children(host),
         Scan::Adopting { spawner } => {
             // A leader exiting (`PF_EXITING`, set before it hands its children over)
             // or gone is passed over: orphans go to another thread, which only a whole
@@ -172,12 +173,17 @@ fn host_children(scan: Scan) -> Vec<(Proc, tree::Stat)> {
             const PF_EXITING: u64 = 0x4;
             let leader = tree::thread_stat(host, host);
             if leader.is_none_or(|s| s.state == 'Z' || s.flags & PF_EXITING != 0) {
-                tree::children(host)
+                tree::all_children(host)
             } else {
-                let mut pids = tree::thread_children(host, host);
+                // The leader last: a spawner that exits meanwhile hands its children
+                // to it.
+                let mut pids = Vec::new();
                 if spawner != host {
                     pids.extend(tree::thread_children(host, spawner));
                 }
+                pids.extend(tree::thread_children(host, host));
+                pids.sort_unstable();
+                pids.dedup();
                 pids
             }
         }
@@ -822,6 +828,51 @@ mod tests {
         }
         let _ = orphan.wait();
         assert!(ended, "the orphan was left alive after the spawn ended");
+    }
+
+    #[test]
+    fn children_of_host_threads_that_exit_during_looks_are_never_taken_for_adopted() {
+        // Each child's thread exits at once: the kernel moves the child to the host's
+        // leader thread, perhaps while a whole look reads the threads one by one. One
+        // missed that way and seen by the next look would read as adopted (a child that
+        // was not there before, older than that look), and its zombie reaped under the
+        // host that waits for it.
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let starter = std::thread::spawn(|| {
+            (0..150)
+                .map(|_| {
+                    std::thread::spawn(|| {
+                        std::process::Command::new("sleep")
+                            .arg("60")
+                            .spawn()
+                            .unwrap()
+                    })
+                    .join()
+                    .unwrap()
+                })
+                .collect::<Vec<Child>>()
+        });
+        while !starter.is_finished() {
+            registry.sweep(false);
+        }
+        let children = starter.join().unwrap();
+        registry.sweep(false);
+        let own: Vec<Proc> = children
+            .iter()
+            .filter_map(|c| Proc::current(c.id()))
+            .collect();
+        let adopted = with_host(|h| own.iter().filter(|p| h.adopted.contains(p)).count());
+        for mut child in children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert_eq!(own.len(), 150);
+        assert_eq!(
+            adopted,
+            Some(0),
+            "the host's own children were taken for adopted"
+        );
     }
 
     #[test]

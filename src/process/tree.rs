@@ -149,19 +149,56 @@ impl Proc {
     }
 }
 
-/// The direct children of `pid`, from `/proc/<pid>/task/*/children` (every thread's).
+/// The direct children of `pid`, from `/proc/<pid>/task/*/children` (every thread's),
+/// its leader's read last: a thread that exits hands its children to the first of its
+/// process's threads not exiting (the leader while that lives), so a child moved
+/// while the threads are read is seen before the move or after it. Each pid once.
 pub(crate) fn children(pid: u32) -> Vec<u32> {
+    let mut out = children_of(pid, &threads(pid));
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// [`children`], read again while a thread read went away meanwhile (at most four
+/// reads): a leader that exits hands the children of the threads that exit after it to
+/// another thread, perhaps one read before them. What every read found, each pid once.
+pub(crate) fn all_children(pid: u32) -> Vec<u32> {
+    const READS: usize = 4;
+    let mut tids = threads(pid);
+    let mut out = Vec::new();
+    for _ in 0..READS {
+        out.extend(children_of(pid, &tids));
+        let now = threads(pid);
+        let settled = tids.iter().all(|t| now.contains(t));
+        tids = now;
+        if settled {
+            break;
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The threads of `pid`, its leader last.
+fn threads(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for task in tasks.flatten() {
-        let path = task.path().join("children");
-        if let Some(list) = path.to_str().and_then(read_proc) {
-            out.extend(pids_in(&list));
-        }
-    }
-    out
+    let mut tids: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|task| task.file_name().to_str()?.parse().ok())
+        .filter(|&tid| tid != pid)
+        .collect();
+    tids.push(pid);
+    tids
+}
+
+fn children_of(pid: u32, tids: &[u32]) -> Vec<u32> {
+    tids.iter()
+        .flat_map(|&tid| thread_children(pid, tid))
+        .collect()
 }
 
 /// The direct children of thread `tid` of process `pid` alone.
