@@ -82,6 +82,7 @@ impl ChildProcess {
         egress: Option<crate::sandbox::egress::Egress>,
     ) -> std::io::Result<(ChildProcess, ChildStdin, ChildStdout)> {
         let spawning = registry.spawning();
+        let recorded = Recorded::new(registry);
         let (mut child, listener) = match sandbox {
             None => {
                 let mut command = Command::new(program);
@@ -98,7 +99,10 @@ impl ChildProcess {
                 (command.spawn()?, None)
             }
             Some(confinement) => {
-                spawn_confined(confinement, program, args, env, cwd, registry).await?
+                // Recorded at once: a sweep must not take the launcher for an orphan
+                // while it confines itself.
+                let record = |pid, spawner| recorded.record(pid, spawner);
+                crate::sandbox::spawn(confinement, program, args, env, cwd, record).await?
             }
         };
         // The proxy lives as long as the process (its guard drops with it).
@@ -111,7 +115,7 @@ impl ChildProcess {
         let pid = child.id().unwrap_or_default();
         if sandbox.is_none() {
             // On the thread that spawned it: nothing was awaited since.
-            registry.started(pid, super::tree::this_thread());
+            recorded.record(pid, super::tree::this_thread());
         }
         drop(spawning);
         let (stdin, stdout, stderr) =
@@ -133,6 +137,8 @@ impl ChildProcess {
             closed: false,
             _proxy: proxy,
         };
+        // From here the process's own drop ends its tree.
+        recorded.keep();
         match (stdin, stdout) {
             (Some(stdin), Some(stdout)) => Ok((process, stdin, stdout)),
             _ => Err(std::io::Error::other(
@@ -220,30 +226,40 @@ impl ChildProcess {
     }
 }
 
-/// Spawns `program` through the launcher of `confinement`, recorded in `registry` at
-/// once (a sweep must not take the launcher for an orphan while it confines itself)
-/// and ended there if the start fails.
-async fn spawn_confined(
-    confinement: &crate::sandbox::Confinement,
-    program: &str,
-    args: &[String],
-    env: &BTreeMap<String, String>,
-    cwd: &Path,
-    registry: &Arc<Registry>,
-) -> std::io::Result<(tokio::process::Child, Option<std::net::TcpListener>)> {
-    let recorded = std::sync::atomic::AtomicU32::new(0);
-    let record = |pid: u32, spawner: u32| {
-        registry.started(pid, spawner);
-        recorded.store(pid, std::sync::atomic::Ordering::Release);
-    };
-    let spawned = crate::sandbox::spawn(confinement, program, args, env, cwd, record).await;
-    if spawned.is_err() {
-        let pid = recorded.load(std::sync::atomic::Ordering::Acquire);
-        if pid != 0 {
-            registry.end(pid);
+/// A server recorded while its start is under way: its tree is ended when the start
+/// fails, stops at an error or is cancelled before a [`ChildProcess`] holds it.
+struct Recorded<'a> {
+    registry: &'a Arc<Registry>,
+    pid: std::sync::atomic::AtomicU32,
+}
+
+impl<'a> Recorded<'a> {
+    fn new(registry: &'a Arc<Registry>) -> Self {
+        Recorded {
+            registry,
+            pid: std::sync::atomic::AtomicU32::new(0),
         }
     }
-    spawned
+
+    /// Records server `pid`, started from host thread `spawner`.
+    fn record(&self, pid: u32, spawner: u32) {
+        self.registry.started(pid, spawner);
+        self.pid.store(pid, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Leaves the tree to the connection.
+    fn keep(self) {
+        self.pid.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Drop for Recorded<'_> {
+    fn drop(&mut self) {
+        let pid = self.pid.load(std::sync::atomic::Ordering::Acquire);
+        if pid != 0 {
+            self.registry.end(pid);
+        }
+    }
 }
 
 impl Drop for ChildProcess {

@@ -64,16 +64,20 @@ use reaper::{restart_reaper, spawn_reaper, tell};
 /// and one runtime's sweep must not take another's server for an orphan.
 static ALL: Mutex<Vec<Weak<Registry>>> = Mutex::new(Vec::new());
 
-/// Whether any registry of this process records `p` as a descendant of a server.
-fn claimed_anywhere(p: &Proc) -> bool {
+/// Whether any registry of this process records `p` as a descendant of a server, or
+/// has a server leading `p`'s process group (`pgrp`: an orphan still in its server's
+/// group is that server's, see [`Registry::host_scan`]).
+fn claimed_anywhere(p: &Proc, pgrp: u32) -> bool {
     let registries: Vec<Arc<Registry>> = ALL
         .lock()
         .map(|all| all.iter().filter_map(Weak::upgrade).collect())
         .unwrap_or_default();
     registries.iter().any(|r| {
-        r.inner
-            .lock()
-            .is_ok_and(|i| i.trees.values().any(|t| t.members.get(&p.pid) == Some(p)))
+        r.inner.lock().is_ok_and(|i| {
+            i.trees
+                .values()
+                .any(|t| t.members.get(&p.pid) == Some(p) || (t.root.pid == pgrp && p.pid != pgrp))
+        })
     })
 }
 
@@ -142,9 +146,13 @@ impl Mark {
     }
 }
 
-fn with_host<T>(f: impl FnOnce(&mut HostChildren) -> T) -> Option<T> {
-    let mut guard = HOST.lock().ok()?;
-    Some(f(guard.get_or_insert_with(HostChildren::default)))
+/// Runs `f` on what this process knows of its children. A panic elsewhere while it was
+/// held leaves it usable: forgetting the servers would make them orphans to end.
+fn with_host<T>(f: impl FnOnce(&mut HostChildren) -> T) -> T {
+    let mut guard = HOST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(guard.get_or_insert_with(HostChildren::default))
 }
 
 /// Which of the host's children a look reads.
@@ -161,10 +169,11 @@ enum Scan {
     Adopting { spawner: u32 },
 }
 
-/// The host's children now (those of `scan`'s threads), each with its stat.
-fn host_children(scan: Scan) -> Vec<(Proc, tree::Stat)> {
+/// The host's children now (those of `scan`'s threads), each with its stat, and
+/// whether the threads held still while read ([`tree::all_children`]).
+fn host_children(scan: Scan) -> (Vec<(Proc, tree::Stat)>, bool) {
     let host = std::process::id();
-    let pids = match scan {
+    let (pids, settled) = match scan {
         Scan::Every => tree::all_children(host),
         Scan::Adopting { spawner } => {
             // A leader exiting (`PF_EXITING`, set before it hands its children over)
@@ -184,11 +193,12 @@ fn host_children(scan: Scan) -> Vec<(Proc, tree::Stat)> {
                 pids.extend(tree::thread_children(host, host));
                 pids.sort_unstable();
                 pids.dedup();
-                pids
+                (pids, true)
             }
         }
     };
-    pids.into_iter()
+    let children = pids
+        .into_iter()
         .filter_map(|pid| {
             let stat = tree::stat(pid)?;
             let p = Proc {
@@ -197,7 +207,8 @@ fn host_children(scan: Scan) -> Vec<(Proc, tree::Stat)> {
             };
             Some((p, stat))
         })
-        .collect()
+        .collect();
+    (children, settled)
 }
 
 /// Clock ticks since boot, the unit of [`Proc::start`] (the kernel counts a start
@@ -217,6 +228,10 @@ fn uptime_ticks() -> u64 {
 
 /// How often descendants are recorded and adopted orphans looked at.
 pub const SWEEP: Duration = Duration::from_millis(250);
+
+/// How long a closing registry waits for spawns under way before it ends its suspects
+/// anyway (see [`Registry::shutdown`]).
+const SHUTDOWN_PATIENCE: Duration = Duration::from_secs(3);
 
 /// Sweeps that follow a server's end even when nothing else is left to record.
 const LINGER: u8 = 3;
@@ -393,23 +408,23 @@ impl Registry {
     /// before they were first seen is under way (one may be that spawn's server, not yet
     /// recorded): at once when `now`, else when seen again.
     fn settle(&self, told: Vec<(char, Proc)>, now: bool, scan: Scan) {
-        let (candidates, listed) = self.host_scan(told, scan);
+        let (candidates, listed, whole) = self.host_scan(told, scan);
         // After the look: a spawn whose process it saw had begun by then.
         let mark = Mark::now();
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let known = std::mem::take(&mut inner.suspects);
+        let known: HashMap<Proc, u64> = std::mem::take(&mut inner.suspects).into_iter().collect();
         let mut suspects = Vec::new();
         let mut due = Vec::new();
         for p in candidates {
-            let first = known.iter().find(|(s, _)| *s == p).map(|&(_, seen)| seen);
+            let first = known.get(&p).copied();
             match first.or(now.then_some(mark.next)) {
                 Some(seen) if mark.settled_since(seen) => due.push(p),
                 _ => suspects.push((p, first.unwrap_or(mark.next))),
             }
         }
-        if scan != Scan::Every {
+        if !whole {
             // The suspects of threads not looked at stay suspects; one looked at and
             // no longer a candidate is not one (as after a whole look).
             suspects.extend(known.into_iter().filter(|(p, _)| !listed.contains(p)));
@@ -417,7 +432,7 @@ impl Registry {
         inner.suspects = suspects;
         drop(inner);
         // A spawn that ended after the look recorded its server first.
-        let servers = with_host(|h| h.servers.clone()).unwrap_or_default();
+        let servers = with_host(|h| h.servers.clone());
         for p in due.into_iter().filter(|p| !servers.contains(p)) {
             // It left its server before any sweep saw it: no connection owns it.
             for q in tree::end_tree(&[p]) {
@@ -452,12 +467,14 @@ impl Registry {
 
     /// Tells the reaper `told`, reaps adopted zombies this registry claims, and returns
     /// the host's children carrying the servers' HOME that no registry of this process
-    /// claims, with every child the look saw.
+    /// claims, with every child the look saw, and whether the look was whole: every
+    /// thread read while none went away (only a whole look tells what the host's
+    /// children are, and so which were adopted).
     fn host_scan(
         &self,
         told: Vec<(char, Proc)>,
         scan: Scan,
-    ) -> (Vec<Proc>, std::collections::HashSet<Proc>) {
+    ) -> (Vec<Proc>, std::collections::HashSet<Proc>, bool) {
         let Ok(mut inner) = self.inner.lock() else {
             return Default::default();
         };
@@ -465,10 +482,11 @@ impl Registry {
             tell(&mut inner, sign, &p);
         }
         let now = uptime_ticks();
-        let children = host_children(scan);
+        let (children, settled) = host_children(scan);
+        let whole = scan == Scan::Every && settled;
         let listed: std::collections::HashSet<Proc> = children.iter().map(|(p, _)| *p).collect();
         let (servers, adopted) = with_host(|h| {
-            if scan == Scan::Every {
+            if whole {
                 // What is known of the host's children is kept from whole looks only.
                 h.servers.retain(|p| listed.contains(p) || p.exists());
                 h.adopted.retain(|p| listed.contains(p));
@@ -481,9 +499,8 @@ impl Registry {
                 h.seen_at = now;
             }
             (h.servers.clone(), h.adopted.clone())
-        })
-        .unwrap_or_default();
-        if scan == Scan::Every {
+        });
+        if whole {
             inner.cleared.retain(|p| listed.contains(p));
         }
         let mut unclaimed = Vec::new();
@@ -517,8 +534,8 @@ impl Registry {
                 continue;
             }
             match self.carries_marker(p.pid, stat.state) {
-                Some(true) => unclaimed.push(p),
-                Some(false) if scan == Scan::Every && !adopted.contains(&p) && stat.runs() => {
+                Some(true) => unclaimed.push((p, stat.pgrp)),
+                Some(false) if whole && !adopted.contains(&p) && stat.runs() => {
                     // The host's own child (or one that shed the marker: past following).
                     // Known from a whole look only, which also tells what was adopted.
                     inner.cleared.insert(p);
@@ -528,8 +545,12 @@ impl Registry {
             }
         }
         drop(inner);
-        unclaimed.retain(|p| !claimed_anywhere(p));
-        (unclaimed, listed)
+        let unclaimed = unclaimed
+            .into_iter()
+            .filter(|(p, pgrp)| !claimed_anywhere(p, *pgrp))
+            .map(|(p, _)| p)
+            .collect();
+        (unclaimed, listed, whole)
     }
 
     /// Starts the reaper again when it exited or was stopped (a server of the same user
@@ -600,6 +621,26 @@ impl Registry {
             self.end(pid);
         }
         self.sweep(true);
+        // A suspect waits for spawns under way (another runtime's of this host): no
+        // sweep of this registry follows, so it is looked at again here, and ended
+        // after a while whatever is under way.
+        let waiting = || self.inner.lock().is_ok_and(|i| !i.suspects.is_empty());
+        let deadline = std::time::Instant::now() + SHUTDOWN_PATIENCE;
+        while waiting() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            self.sweep(true);
+        }
+        let left = self
+            .inner
+            .lock()
+            .map(|mut i| std::mem::take(&mut i.suspects))
+            .unwrap_or_default();
+        let servers = with_host(|h| h.servers.clone());
+        for (p, _) in left.into_iter().filter(|(p, _)| !servers.contains(p)) {
+            for q in tree::end_tree(&[p]) {
+                tree::reap(&q);
+            }
+        }
         if let Some((mut child, mut stdin)) =
             self.inner.lock().ok().and_then(|mut i| i.reaper.take())
         {
@@ -748,7 +789,9 @@ mod tests {
         // Adopted: a child of this process now.
         assert_eq!(tree::stat(pid).unwrap().ppid, std::process::id());
         registry.end(server.id());
-        // Ended at once, or a suspect when a spawn of another test was under way.
+        // Ended at once, or a suspect when a spawn of another test was under way, then
+        // at a later look (no sweep runs here: only this test looks again, and only at
+        // a suspect, which the end's look found).
         let suspected = registry
             .inner
             .lock()
@@ -756,8 +799,12 @@ mod tests {
             .suspects
             .iter()
             .any(|(p, _)| *p == orphan);
-        let ended =
-            within_5s(|| tree::stat(pid).is_none_or(|s| s.start != orphan.start || s.state == 'Z'));
+        let ended = within_5s(|| {
+            if suspected {
+                registry.sweep(false);
+            }
+            tree::stat(pid).is_none_or(|s| s.start != orphan.start || s.state == 'Z')
+        });
         if !ended {
             let _ = orphan.signal(nix::sys::signal::Signal::SIGKILL);
         }
@@ -767,10 +814,7 @@ mod tests {
             tree::reap(&orphan);
             !orphan.exists()
         });
-        assert!(
-            ended || suspected,
-            "the end did not find the adopted orphan"
-        );
+        assert!(ended, "the end did not find the adopted orphan");
     }
 
     #[test]
@@ -868,11 +912,40 @@ mod tests {
             let _ = child.wait();
         }
         assert_eq!(own.len(), 150);
-        assert_eq!(
-            adopted,
-            Some(0),
-            "the host's own children were taken for adopted"
+        assert_eq!(adopted, 0, "the host's own children were taken for adopted");
+    }
+
+    #[test]
+    fn a_closing_registry_ends_its_suspects_even_while_a_spawn_is_under_way() {
+        // Seen while a spawn is under way, and that spawn never ends: the close waits
+        // a while, then ends it all the same (no sweep of this registry follows).
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let _spawn = registry.spawning();
+        let mut orphan = orphan_of(home.path());
+        let own = Proc::current(orphan.id()).unwrap();
+        let marker = format!("HOME={}", home.path().join("mcp-home").display());
+        assert!(within_5s(|| {
+            std::fs::read(format!("/proc/{}/environ", own.pid))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
+        }));
+        registry.sweep(false);
+        assert!(
+            registry
+                .inner
+                .lock()
+                .unwrap()
+                .suspects
+                .iter()
+                .any(|(p, _)| *p == own)
         );
+        registry.shutdown();
+        let ended = within_5s(|| !own.exists() || matches!(orphan.try_wait(), Ok(Some(_))));
+        if !ended {
+            let _ = orphan.kill();
+        }
+        let _ = orphan.wait();
+        assert!(ended, "the suspect outlived the registry's close");
     }
 
     #[test]

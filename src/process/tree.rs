@@ -152,7 +152,8 @@ impl Proc {
 /// The direct children of `pid`, from `/proc/<pid>/task/*/children` (every thread's),
 /// its leader's read last: a thread that exits hands its children to the first of its
 /// process's threads not exiting (the leader while that lives), so a child moved
-/// while the threads are read is seen before the move or after it. Each pid once.
+/// while the threads are read is seen before the move or after it. Not so once the
+/// leader itself has exited ([`all_children`] reads again then). Each pid once.
 pub(crate) fn children(pid: u32) -> Vec<u32> {
     let mut out = children_of(pid, &threads(pid));
     out.sort_unstable();
@@ -162,15 +163,17 @@ pub(crate) fn children(pid: u32) -> Vec<u32> {
 
 /// [`children`], read again while a thread read went away meanwhile (at most four
 /// reads): a leader that exits hands the children of the threads that exit after it to
-/// another thread, perhaps one read before them. What every read found, each pid once.
-pub(crate) fn all_children(pid: u32) -> Vec<u32> {
+/// another thread, perhaps one read before them. What every read found, each pid once,
+/// and whether the last read saw the threads hold still (else a child may be missing).
+pub(crate) fn all_children(pid: u32) -> (Vec<u32>, bool) {
     const READS: usize = 4;
     let mut tids = threads(pid);
     let mut out = Vec::new();
+    let mut settled = false;
     for _ in 0..READS {
         out.extend(children_of(pid, &tids));
         let now = threads(pid);
-        let settled = tids.iter().all(|t| now.contains(t));
+        settled = tids.iter().all(|t| now.contains(t));
         tids = now;
         if settled {
             break;
@@ -178,7 +181,7 @@ pub(crate) fn all_children(pid: u32) -> Vec<u32> {
     }
     out.sort_unstable();
     out.dedup();
-    out
+    (out, settled)
 }
 
 /// The threads of `pid`, its leader last.
