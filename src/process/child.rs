@@ -81,8 +81,10 @@ impl ChildProcess {
         sandbox: Option<&crate::sandbox::Confinement>,
         egress: Option<crate::sandbox::egress::Egress>,
     ) -> std::io::Result<(ChildProcess, ChildStdin, ChildStdout)> {
-        let spawning = registry.spawning();
+        // Declared first, dropped last: a start that fails ends what it recorded once
+        // its spawn is no longer under way (its orphans are then ended at once).
         let recorded = Recorded::new(registry);
+        let spawning = registry.spawning();
         let (mut child, listener) = match sandbox {
             None => {
                 let mut command = Command::new(program);
@@ -183,13 +185,19 @@ impl ChildProcess {
             .is_ok()
     }
 
-    /// Stops the server: wait for a voluntary exit (stdin is already closed), SIGTERM to
-    /// its group, then ends its whole tree (every descendant, whatever group or session
-    /// it moved to, and orphans it left behind), waits for the exit, and appends the
-    /// redacted stderr window to the log.
-    pub(crate) async fn close(mut self, grace: Duration) -> CloseReport {
-        // Recorded before the server may exit: its children become orphans then.
+    /// Records what is below the server now: to be called before its stdin closes (a
+    /// server exits at end of input, and its children become orphans then, no longer
+    /// below it).
+    pub(crate) fn record_tree(&self) {
         self.registry.snapshot(self.pid);
+    }
+
+    /// Stops the server, its tree recorded ([`ChildProcess::record_tree`]) before its
+    /// stdin was closed: wait for a voluntary exit, SIGTERM to its group, then ends its
+    /// whole tree (every descendant, whatever group or session it moved to, and
+    /// orphans it left behind), waits for the exit, and appends the redacted stderr
+    /// window to the log.
+    pub(crate) async fn close(mut self, grace: Duration) -> CloseReport {
         if !self.wait_exit(grace).await {
             self.signal_group(Signal::SIGTERM);
             self.wait_exit(grace).await;

@@ -64,19 +64,22 @@ use reaper::{restart_reaper, spawn_reaper, tell};
 /// and one runtime's sweep must not take another's server for an orphan.
 static ALL: Mutex<Vec<Weak<Registry>>> = Mutex::new(Vec::new());
 
-/// Whether any registry of this process records `p` as a descendant of a server, or
-/// has a server leading `p`'s process group (`pgrp`: an orphan still in its server's
-/// group is that server's, see [`Registry::host_scan`]).
-fn claimed_anywhere(p: &Proc, pgrp: u32) -> bool {
+/// Whether any registry of this process records `p` as a descendant of a server, or,
+/// being of the same home (`marker`, which `p` carries), has a server whose group `p`
+/// is in (`pgrp`, see [`Tree::holds_group`]): a process that carries one home's
+/// marker is no descendant of another home's server.
+fn claimed_anywhere(p: &Proc, pgrp: u32, marker: &[u8]) -> bool {
     let registries: Vec<Arc<Registry>> = ALL
         .lock()
-        .map(|all| all.iter().filter_map(Weak::upgrade).collect())
-        .unwrap_or_default();
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
     registries.iter().any(|r| {
         r.inner.lock().is_ok_and(|i| {
-            i.trees
-                .values()
-                .any(|t| t.members.get(&p.pid) == Some(p) || (t.root.pid == pgrp && p.pid != pgrp))
+            i.trees.values().any(|t| {
+                t.members.get(&p.pid) == Some(p) || (r.marker == marker && t.holds_group(p, pgrp))
+            })
         })
     })
 }
@@ -179,9 +182,8 @@ fn host_children(scan: Scan) -> (Vec<(Proc, tree::Stat)>, bool) {
             // A leader exiting (`PF_EXITING`, set before it hands its children over)
             // or gone is passed over: orphans go to another thread, which only a whole
             // look is sure to read.
-            const PF_EXITING: u64 = 0x4;
             let leader = tree::thread_stat(host, host);
-            if leader.is_none_or(|s| s.state == 'Z' || s.flags & PF_EXITING != 0) {
+            if leader.is_none_or(|s| s.state == 'Z' || s.flags & tree::PF_EXITING != 0) {
                 tree::all_children(host)
             } else {
                 // The leader last: a spawner that exits meanwhile hands its children
@@ -243,6 +245,19 @@ struct Tree {
     members: BTreeMap<u32, Proc>,
     /// The host thread that started it.
     spawner: u32,
+}
+
+impl Tree {
+    /// Whether `p`, in process group `pgrp`, is in the group this server leads and
+    /// started after it: left by the server but still in its group, so its. Not a
+    /// process that leads its own group (a dead server's pid can come back as a new
+    /// group's leader, a sandbox launcher made ahead, say), nor one older than the
+    /// server (its pid is then another's). A process can join any group of its
+    /// session, so this keeps one with a server of its own home, which ends the group
+    /// when it ends.
+    fn holds_group(&self, p: &Proc, pgrp: u32) -> bool {
+        self.root.pid == pgrp && p.pid != pgrp && p.start >= self.root.start
+    }
 }
 
 #[derive(Debug, Default)]
@@ -427,7 +442,11 @@ impl Registry {
         if !whole {
             // The suspects of threads not looked at stay suspects; one looked at and
             // no longer a candidate is not one (as after a whole look).
-            suspects.extend(known.into_iter().filter(|(p, _)| !listed.contains(p)));
+            suspects.extend(
+                known
+                    .into_iter()
+                    .filter(|(p, _)| !listed.contains(p) && p.exists()),
+            );
         }
         inner.suspects = suspects;
         drop(inner);
@@ -513,12 +532,12 @@ impl Registry {
                 // A server: tokio waits for it.
                 continue;
             }
-            // Left by a server but still in its group: that server's. Not a process
-            // that leads its own group: a dead server's pid can come back as a new
-            // group's leader (a sandbox launcher made ahead, say), which is not its.
-            if let Some(tree) = inner.trees.values_mut().find(|t| {
-                t.root.pid == stat.pgrp && p.pid != stat.pgrp && !t.members.contains_key(&p.pid)
-            }) {
+            // Left by a server but still in its group: that server's.
+            if let Some(tree) = inner
+                .trees
+                .values_mut()
+                .find(|t| t.holds_group(&p, stat.pgrp) && t.members.get(&p.pid) != Some(&p))
+            {
                 tree.members.insert(p.pid, p);
                 tell(&mut inner, '+', &p);
             }
@@ -547,7 +566,7 @@ impl Registry {
         drop(inner);
         let unclaimed = unclaimed
             .into_iter()
-            .filter(|(p, pgrp)| !claimed_anywhere(p, *pgrp))
+            .filter(|(p, pgrp)| !claimed_anywhere(p, *pgrp, &self.marker))
             .map(|(p, _)| p)
             .collect();
         (unclaimed, listed, whole)
@@ -627,7 +646,7 @@ impl Registry {
         let waiting = || self.inner.lock().is_ok_and(|i| !i.suspects.is_empty());
         let deadline = std::time::Instant::now() + SHUTDOWN_PATIENCE;
         while waiting() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+            std::thread::sleep(Duration::from_millis(50));
             self.sweep(true);
         }
         let left = self

@@ -167,13 +167,17 @@ pub(crate) fn children(pid: u32) -> Vec<u32> {
 /// and whether the last read saw the threads hold still (else a child may be missing).
 pub(crate) fn all_children(pid: u32) -> (Vec<u32>, bool) {
     const READS: usize = 4;
+    // A leader that begins to exit stays listed (a zombie) while its children go to a
+    // thread perhaps read before: its state is compared too.
+    let leader = || thread_stat(pid, pid).map(|s| (s.state == 'Z', s.flags & PF_EXITING));
     let mut tids = threads(pid);
     let mut out = Vec::new();
     let mut settled = false;
     for _ in 0..READS {
+        let before = leader();
         out.extend(children_of(pid, &tids));
         let now = threads(pid);
-        settled = tids.iter().all(|t| now.contains(t));
+        settled = tids.iter().all(|t| now.contains(t)) && leader() == before;
         tids = now;
         if settled {
             break;
@@ -183,6 +187,10 @@ pub(crate) fn all_children(pid: u32) -> (Vec<u32>, bool) {
     out.dedup();
     (out, settled)
 }
+
+/// `PF_EXITING` in a thread's flags (field 9 of its `stat`): set as it begins to exit,
+/// before it hands its children over.
+pub(crate) const PF_EXITING: u64 = 0x4;
 
 /// The threads of `pid`, its leader last.
 fn threads(pid: u32) -> Vec<u32> {

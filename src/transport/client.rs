@@ -244,6 +244,11 @@ impl McpClient {
     /// server's process tree (grace period, SIGTERM, everything ended), its stderr
     /// logged.
     pub async fn close(mut self, grace: Duration) -> CloseReport {
+        // Before its input closes: the server may exit at once then, and what it
+        // started would no longer be below it.
+        if let Some(process) = &self.process {
+            process.record_tree();
+        }
         if let Some(listener) = self.listener.take() {
             listener.close(grace).await;
         }
