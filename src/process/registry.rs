@@ -771,6 +771,38 @@ mod tests {
         })
     }
 
+    /// [`orphan_of`] once its `exec` is done: until then its environment reads as this
+    /// process's, without the marker (and a whole look takes it for the host's own).
+    fn marked_orphan_of(home: &Path) -> (Child, Proc) {
+        let orphan = orphan_of(home);
+        let own = Proc::current(orphan.id()).unwrap();
+        let marker = format!("HOME={}", home.join("mcp-home").display());
+        assert!(within_5s(|| {
+            std::fs::read(format!("/proc/{}/environ", own.pid))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
+        }));
+        (orphan, own)
+    }
+
+    fn suspects(registry: &Registry, own: &Proc) -> bool {
+        let inner = registry.inner.lock().unwrap();
+        inner.suspects.iter().any(|(p, _)| p == own)
+    }
+
+    /// Whether `orphan` ends within 5 s while `look` runs between checks; killed and
+    /// waited for either way.
+    fn ends_within_5s(orphan: &mut Child, own: &Proc, mut look: impl FnMut()) -> bool {
+        let ended = within_5s(|| {
+            look();
+            !own.exists() || matches!(orphan.try_wait(), Ok(Some(_)))
+        });
+        if !ended {
+            let _ = orphan.kill();
+        }
+        let _ = orphan.wait();
+        ended
+    }
+
     #[test]
     fn an_orphan_adopted_before_its_server_ends_is_found_by_the_end() {
         use std::io::BufRead;
@@ -852,44 +884,20 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let registry = Registry::new(&home.path().join("mcp-home"), false);
         let spawn = registry.spawning();
-        let mut orphan = orphan_of(home.path());
-        let own = Proc::current(orphan.id()).unwrap();
-        let suspected = |registry: &Registry| {
-            registry
-                .inner
-                .lock()
-                .unwrap()
-                .suspects
-                .iter()
-                .any(|(p, _)| *p == own)
-        };
-        // Until its `exec`, its environment reads as this process's, without the marker
-        // (and a whole look would take it for the host's own).
-        let marker = format!("HOME={}", home.path().join("mcp-home").display());
-        assert!(within_5s(|| {
-            std::fs::read(format!("/proc/{}/environ", own.pid))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
-        }));
+        let (mut orphan, own) = marked_orphan_of(home.path());
         registry.sweep(false);
-        assert!(suspected(&registry));
+        assert!(suspects(&registry, &own));
         for now in [false, true, false, true] {
             registry.sweep(now);
             assert!(
                 own.exists(),
                 "a possible server was ended while its spawn ran"
             );
-            assert!(suspected(&registry));
+            assert!(suspects(&registry, &own));
         }
         drop(spawn);
         // Spawns of other tests that began before it was first seen are waited for too.
-        let ended = within_5s(|| {
-            registry.sweep(false);
-            !own.exists() || matches!(orphan.try_wait(), Ok(Some(_)))
-        });
-        if !ended {
-            let _ = orphan.kill();
-        }
-        let _ = orphan.wait();
+        let ended = ends_within_5s(&mut orphan, &own, || registry.sweep(false));
         assert!(ended, "the orphan was left alive after the spawn ended");
     }
 
@@ -941,29 +949,11 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let registry = Registry::new(&home.path().join("mcp-home"), false);
         let _spawn = registry.spawning();
-        let mut orphan = orphan_of(home.path());
-        let own = Proc::current(orphan.id()).unwrap();
-        let marker = format!("HOME={}", home.path().join("mcp-home").display());
-        assert!(within_5s(|| {
-            std::fs::read(format!("/proc/{}/environ", own.pid))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|kv| kv == marker.as_bytes()))
-        }));
+        let (mut orphan, own) = marked_orphan_of(home.path());
         registry.sweep(false);
-        assert!(
-            registry
-                .inner
-                .lock()
-                .unwrap()
-                .suspects
-                .iter()
-                .any(|(p, _)| *p == own)
-        );
+        assert!(suspects(&registry, &own));
         registry.shutdown();
-        let ended = within_5s(|| !own.exists() || matches!(orphan.try_wait(), Ok(Some(_))));
-        if !ended {
-            let _ = orphan.kill();
-        }
-        let _ = orphan.wait();
+        let ended = ends_within_5s(&mut orphan, &own, || {});
         assert!(ended, "the suspect outlived the registry's close");
     }
 
