@@ -177,7 +177,8 @@ pub(crate) fn all_children(pid: u32) -> (Vec<u32>, bool) {
         let before = leader();
         out.extend(children_of(pid, &tids));
         let now = threads(pid);
-        settled = tids.iter().all(|t| now.contains(t)) && leader() == before;
+        let still: std::collections::HashSet<&u32> = now.iter().collect();
+        settled = tids.iter().all(|t| still.contains(t)) && leader() == before;
         tids = now;
         if settled {
             break;
