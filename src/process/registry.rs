@@ -46,7 +46,9 @@
 //! setuid program the host started reads as unreadable too), while the host lives or
 //! after it ends. Without cgroups no unprivileged host can follow it. Nor is such a
 //! process, unless a whole look saw it adopted, reaped when it ends: its zombie reads
-//! as one the host may still wait for.
+//! as one the host may still wait for. An orphan that joins the process group of
+//! another live server of the same home (any process may join a group of its session)
+//! is kept with that server, and ends with its group rather than its own connection.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
