@@ -213,8 +213,10 @@ impl ChildProcess {
     }
 
     async fn end(mut self, grace: Duration) -> CloseReport {
-        self.signal_group(Signal::SIGKILL);
+        // The tree first, while the server may still hold it: killed first, its children
+        // would be orphans before the walk, found only by a marker they may have shed.
         self.registry.end(self.pid);
+        self.signal_group(Signal::SIGKILL);
         self.wait_exit(grace).await;
         self.closed = true;
         let (mut logged, mut tail) = (None, Vec::new());
@@ -273,8 +275,8 @@ impl Drop for Recorded<'_> {
 impl Drop for ChildProcess {
     fn drop(&mut self) {
         if !self.closed {
-            self.signal_group(Signal::SIGKILL);
             self.registry.end(self.pid);
+            self.signal_group(Signal::SIGKILL);
         }
     }
 }

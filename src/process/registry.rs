@@ -258,7 +258,12 @@ impl Tree {
     /// session, so this keeps one with a server of its own home, which ends the group
     /// when it ends.
     fn holds_group(&self, p: &Proc, pgrp: u32) -> bool {
-        self.root.pid == pgrp && p.pid != pgrp && p.start >= self.root.start
+        self.root.pid == pgrp
+            && p.pid != pgrp
+            && p.start >= self.root.start
+            // The group's leader, when there is one, is this server: not a later
+            // process given its pid, whose group is not its.
+            && tree::stat(pgrp).is_none_or(|s| s.start == self.root.start)
     }
 }
 
@@ -402,11 +407,13 @@ impl Registry {
             return;
         };
         let fresh: Vec<Proc> = match inner.trees.get_mut(&pid) {
-            Some(tree) => tree::descendants(pid)
+            // Only while its pid is still the server's (a zombie's included): once it
+            // was reaped, the pid may name another process, whose children are not its.
+            Some(tree) if tree.root.exists() => tree::descendants(pid)
                 .into_iter()
                 .filter(|p| tree.members.insert(p.pid, *p).is_none())
                 .collect(),
-            None => return,
+            _ => return,
         };
         for p in fresh {
             tell(&mut inner, '+', &p);
@@ -476,6 +483,10 @@ impl Registry {
                 }
                 alive
             });
+            // Walked only while its pid is still the server's (see `snapshot`).
+            if !tree.root.exists() {
+                continue;
+            }
             for p in tree::descendants(tree.root.pid) {
                 if tree.members.insert(p.pid, p).is_none() {
                     told.push(('+', p));
