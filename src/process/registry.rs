@@ -274,7 +274,7 @@ struct Inner {
     /// Children of the host carrying the servers' HOME that no server claimed when
     /// last seen, each with the [`Mark::next`] of its first sighting: ended when seen
     /// unclaimed again once every spawn that began before that sighting has ended.
-    suspects: Vec<(Proc, u64)>,
+    suspects: HashMap<Proc, u64>,
     reaper: Option<(Child, ChildStdin)>,
     /// The reaper's arguments, kept to start it again.
     marker: Option<(Vec<u8>, Vec<u8>)>,
@@ -438,14 +438,16 @@ impl Registry {
         let Ok(mut inner) = self.inner.lock() else {
             return;
         };
-        let known: HashMap<Proc, u64> = std::mem::take(&mut inner.suspects).into_iter().collect();
-        let mut suspects = Vec::new();
+        let known = std::mem::take(&mut inner.suspects);
+        let mut suspects = HashMap::new();
         let mut due = Vec::new();
         for p in candidates {
             let first = known.get(&p).copied();
             match first.or(now.then_some(mark.next)) {
                 Some(seen) if mark.settled_since(seen) => due.push(p),
-                _ => suspects.push((p, first.unwrap_or(mark.next))),
+                _ => {
+                    suspects.insert(p, first.unwrap_or(mark.next));
+                }
             }
         }
         if !whole {
@@ -459,14 +461,7 @@ impl Registry {
         }
         inner.suspects = suspects;
         drop(inner);
-        // A spawn that ended after the look recorded its server first.
-        let servers = with_host(|h| h.servers.clone());
-        for p in due.into_iter().filter(|p| !servers.contains(p)) {
-            // It left its server before any sweep saw it: no connection owns it.
-            for q in tree::end_tree(&[p]) {
-                tree::reap(&q);
-            }
-        }
+        end_unclaimed(due);
     }
 
     /// Records the descendants of every server; returns what to tell the reaper.
@@ -667,12 +662,7 @@ impl Registry {
             .lock()
             .map(|mut i| std::mem::take(&mut i.suspects))
             .unwrap_or_default();
-        let servers = with_host(|h| h.servers.clone());
-        for (p, _) in left.into_iter().filter(|(p, _)| !servers.contains(p)) {
-            for q in tree::end_tree(&[p]) {
-                tree::reap(&q);
-            }
-        }
+        end_unclaimed(left.into_keys());
         if let Some((mut child, mut stdin)) =
             self.inner.lock().ok().and_then(|mut i| i.reaper.take())
         {
@@ -686,6 +676,18 @@ impl Registry {
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
+        }
+    }
+}
+
+/// Ends `procs`, children of the host that left their servers before any sweep saw
+/// them (no connection owns them), with everything below them; not one a spawn recorded
+/// as its server since they were seen.
+fn end_unclaimed(procs: impl IntoIterator<Item = Proc>) {
+    let servers = with_host(|h| h.servers.clone());
+    for p in procs.into_iter().filter(|p| !servers.contains(p)) {
+        for q in tree::end_tree(&[p]) {
+            tree::reap(&q);
         }
     }
 }
@@ -799,7 +801,7 @@ mod tests {
 
     fn suspects(registry: &Registry, own: &Proc) -> bool {
         let inner = registry.inner.lock().unwrap();
-        inner.suspects.iter().any(|(p, _)| p == own)
+        inner.suspects.contains_key(own)
     }
 
     /// Whether `orphan` ends within 5 s while `look` runs between checks; killed and
@@ -856,13 +858,7 @@ mod tests {
         // Ended at once, or a suspect when a spawn of another test was under way, then
         // at a later look (no sweep runs here: only this test looks again, and only at
         // a suspect, which the end's look found).
-        let suspected = registry
-            .inner
-            .lock()
-            .unwrap()
-            .suspects
-            .iter()
-            .any(|(p, _)| *p == orphan);
+        let suspected = suspects(&registry, &orphan);
         let ended = within_5s(|| {
             if suspected {
                 registry.sweep(false);
