@@ -6,17 +6,69 @@ use sha2::{Digest, Sha256};
 /// Lowercase hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
+    let mut out = Vec::with_capacity(bytes.len() * 2);
     for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 0xf) as usize] as char);
+        out.extend([DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]);
     }
-    out
+    // Hex digits are ASCII.
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// Lowercase hex of the sha256 of `bytes`.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex of the sha256 of `value` as `serde_json` writes it (the same bytes as
+/// `serde_json::to_vec`, never held whole), and how many bytes that is. A value that
+/// does not serialize digests as nothing, as `to_vec(..).unwrap_or_default()` would.
+pub(crate) fn sha256_json_hex<T: serde::Serialize + ?Sized>(value: &T) -> (String, usize) {
+    let mut writer = HashingWriter {
+        hasher: Sha256::new(),
+        buffer: [0; 1024],
+        filled: 0,
+        total: 0,
+    };
+    if serde_json::to_writer(&mut writer, value).is_err() {
+        return (sha256_hex(b""), 0);
+    }
+    writer.flush_buffer();
+    (hex(&writer.hasher.finalize()), writer.total)
+}
+
+/// Feeds sha256 in blocks: `serde_json` writes a token at a time.
+struct HashingWriter {
+    hasher: Sha256,
+    buffer: [u8; 1024],
+    filled: usize,
+    total: usize,
+}
+
+impl HashingWriter {
+    fn flush_buffer(&mut self) {
+        self.hasher.update(&self.buffer[..self.filled]);
+        self.filled = 0;
+    }
+}
+
+impl std::io::Write for HashingWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.total += bytes.len();
+        if self.filled + bytes.len() > self.buffer.len() {
+            self.flush_buffer();
+        }
+        if bytes.len() >= self.buffer.len() {
+            self.hasher.update(bytes);
+        } else {
+            self.buffer[self.filled..self.filled + bytes.len()].copy_from_slice(bytes);
+            self.filled += bytes.len();
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -29,5 +81,21 @@ mod tests {
             "ba7816bf8f01",
             "sha256(\"abc\")"
         );
+    }
+
+    #[test]
+    fn a_streamed_json_digest_is_the_digest_of_the_written_bytes() {
+        let long = "é\"x".repeat(900);
+        for value in [
+            serde_json::json!(null),
+            serde_json::json!({"b": [1, 2.5, "x"], "a": {"z": true}}),
+            serde_json::json!({"long": long, "more": [long, {"k": long}]}),
+        ] {
+            let bytes = serde_json::to_vec(&value).unwrap();
+            assert_eq!(
+                super::sha256_json_hex(&value),
+                (super::sha256_hex(&bytes), bytes.len())
+            );
+        }
     }
 }

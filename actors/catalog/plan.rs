@@ -178,6 +178,18 @@ pub(super) fn entries<'a, B: Clone>(
 /// choice: the exposed name and both provenances (server and the server's own tool
 /// name), so a person can tell `docs__search-2` from `docs__search`.
 pub(super) fn collision_notes(entries: &[ToolEntry]) -> Vec<(String, String)> {
+    // Every entry not exposed as its first choice, with that choice: usually none.
+    let numbered: Vec<(&ToolEntry, String)> = entries
+        .iter()
+        .filter_map(|e| {
+            let (prefix, _) = e.name.split_once("__")?;
+            let wanted = naming::first_choice(prefix, &e.tool);
+            (!wanted.eq_ignore_ascii_case(&e.name)).then_some((e, wanted))
+        })
+        .collect();
+    if numbered.is_empty() {
+        return Vec::new();
+    }
     let by_name: std::collections::HashMap<String, &ToolEntry> =
         entries.iter().map(|e| (e.name.to_lowercase(), e)).collect();
     // A raw name is the server's text: quoted as JSON (a backtick in it cannot close
@@ -186,14 +198,7 @@ pub(super) fn collision_notes(entries: &[ToolEntry]) -> Vec<(String, String)> {
     let quoted =
         |raw: &str| serde_json::to_string(&crate::result::cap_chars(raw, 64)).unwrap_or_default();
     let mut per_server: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
-    for e in entries {
-        let Some((prefix, _)) = e.name.split_once("__") else {
-            continue;
-        };
-        let wanted = naming::first_choice(prefix, &e.tool);
-        if wanted.eq_ignore_ascii_case(&e.name) {
-            continue;
-        }
+    for (e, wanted) in numbered {
         let Some(other) = by_name.get(&wanted.to_lowercase()) else {
             continue;
         };

@@ -123,11 +123,17 @@ impl Warm {
 }
 
 /// The planner's entries made tool entries, with their name index, beside `offers`.
-pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -> Entries {
+pub(crate) fn bind(
+    planned: Vec<Entry<'_, Binding>>,
+    offers: Vec<ServerEntry>,
+    memo: &crate::offer::ToolDigests,
+) -> Entries {
     // Every name a description could use to steer the model to another server's tool:
-    // exposed names, and raw names distinctive enough to be identifiers.
+    // exposed names, and raw names distinctive enough to be identifiers. With one
+    // server, there is no other server's tool to name.
+    let several_servers = planned.iter().any(|e| e.server != planned[0].server);
     let mut owners: HashMap<&str, &str> = HashMap::new();
-    for e in &planned {
+    for e in planned.iter().filter(|_| several_servers) {
         owners.insert(e.name.as_str(), e.server);
         if crate::pins::distinctive(&e.tool.name) {
             owners.entry(e.tool.name.as_ref()).or_insert(e.server);
@@ -136,17 +142,13 @@ pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -
     let flags: Vec<Vec<crate::pins::TextFlag>> = planned
         .iter()
         .map(|e| {
-            let text = |t: &Option<std::borrow::Cow<'static, str>>| {
-                t.as_deref().unwrap_or_default().to_string()
-            };
-            let (description, title) = (
-                text(&e.tool.description),
-                e.tool.title.clone().unwrap_or_default(),
-            );
-            let mut flags = crate::pins::flags_of(&description);
-            flags.extend(crate::pins::flags_of(&title));
+            let description = e.tool.description.as_deref().unwrap_or_default();
+            let mut flags = crate::pins::flags_of(description);
+            flags.extend(crate::pins::flags_of(
+                e.tool.title.as_deref().unwrap_or_default(),
+            ));
             let other = |w: &str| owners.get(w).is_some_and(|s| *s != e.server);
-            if crate::pins::names_other_tools(&description, &other) {
+            if !owners.is_empty() && crate::pins::names_other_tools(description, &other) {
                 flags.push(crate::pins::TextFlag::NamesOtherTools);
             }
             flags.sort();
@@ -158,7 +160,7 @@ pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -
         .into_iter()
         .zip(flags)
         .map(|(e, flags)| {
-            let (definition, tokens) = definition_digest(e.tool);
+            let (definition, tokens) = definition_digest(e.tool, memo);
             ToolEntry {
                 flags,
                 deferred_start: matches!(e.binding.link, Link::Dormant),
@@ -192,10 +194,10 @@ pub(crate) fn bind(planned: Vec<Entry<'_, Binding>>, offers: Vec<ServerEntry>) -
 /// The digest of a tool's definition as the listing shaped it (serde_json writes maps
 /// sorted, so equal definitions digest equally), and the tokens that definition takes
 /// ([`crate::search::TOKEN_ESTIMATOR`]).
-fn definition_digest(tool: &rmcp::model::Tool) -> (String, usize) {
-    let bytes = serde_json::to_vec(tool).unwrap_or_default();
-    (
-        crate::digest::sha256_hex(&bytes),
-        crate::search::tokens(bytes.len()),
-    )
+fn definition_digest(
+    tool: &rmcp::model::Tool,
+    memo: &crate::offer::ToolDigests,
+) -> (String, usize) {
+    let (digest, bytes) = memo.listed(tool, || crate::digest::sha256_json_hex(tool));
+    (digest, crate::search::tokens(bytes))
 }

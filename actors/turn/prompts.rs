@@ -132,6 +132,6 @@ fn subject_of(prompt: &crate::offer::PromptInfo) -> CallSubject {
         destructive: None,
         idempotent: None,
         open_world: None,
-        definition: crate::digest::sha256_hex(&serde_json::to_vec(prompt).unwrap_or_default()),
+        definition: crate::digest::sha256_json_hex(prompt).0,
     }
 }

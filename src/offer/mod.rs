@@ -14,6 +14,7 @@ use serde_json::Value;
 
 mod cached;
 mod lists;
+mod memo;
 mod pinned;
 mod prompts;
 mod tools;
@@ -21,7 +22,8 @@ mod tools;
 pub use cached::MAX_LISTING_FILE;
 pub(crate) use cached::{CachedListing, expired, forget, recall, remember};
 pub(crate) use lists::shape_offer;
-pub(crate) use pinned::{pins_of, withhold};
+pub(crate) use memo::ToolDigests;
+pub(crate) use pinned::{all_approved, pins_of, withhold};
 pub(crate) use prompts::{offers_uri, prompt_result};
 pub(crate) use tools::{SchemaPool, shape_listing};
 

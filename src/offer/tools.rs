@@ -115,28 +115,56 @@ fn shape_tool(mut tool: Tool, redactor: &Redactor, schemas: &SchemaPool) -> Tool
 
 /// Identical input schemas shared across connections and sessions: sixty sessions on the
 /// same servers hold one copy of each schema, not sixty. Entries are weak, so a schema
-/// no connection uses any more is freed.
+/// no connection (and no digest kept in [`super::ToolDigests`]) uses any more is freed;
+/// the keys of freed ones are dropped once there are many of them or they hold many
+/// bytes.
 #[derive(Default)]
 pub(crate) struct SchemaPool {
-    entries: std::sync::Mutex<HashMap<String, std::sync::Weak<rmcp::model::JsonObject>>>,
+    entries: std::sync::Mutex<Entries>,
 }
+
+#[derive(Default)]
+struct Entries {
+    by_json: HashMap<String, std::sync::Weak<rmcp::model::JsonObject>>,
+    /// Bytes of the keys.
+    bytes: usize,
+    /// Bytes of keys past which the keys of freed schemas are dropped: twice what
+    /// was left last time, so the keys of live schemas are not read at every new one.
+    next_sweep: usize,
+}
+
+/// Bytes of keys past which the keys of freed schemas are dropped.
+const POOL_KEY_BYTES: usize = 16 * 1024 * 1024;
 
 impl SchemaPool {
     /// The shared copy of `schema`.
     pub(crate) fn intern(&self, schema: rmcp::model::JsonObject) -> Arc<rmcp::model::JsonObject> {
-        // serde_json maps are sorted, so equal schemas serialize equally.
-        let key = serde_json::to_string(&schema).unwrap_or_default();
+        // serde_json maps are sorted, so equal schemas serialize equally. One that does
+        // not serialize is not shared: an empty key would make all such schemas one.
+        let Ok(key) = serde_json::to_string(&schema) else {
+            return Arc::new(schema);
+        };
         let Ok(mut entries) = self.entries.lock() else {
             return Arc::new(schema);
         };
-        if let Some(shared) = entries.get(&key).and_then(std::sync::Weak::upgrade) {
+        if let Some(shared) = entries.by_json.get(&key).and_then(std::sync::Weak::upgrade) {
             return shared;
         }
-        if entries.len() >= 1024 && entries.len().is_power_of_two() {
-            entries.retain(|_, w| w.strong_count() > 0);
+        let many = entries.by_json.len() >= 1024 && entries.by_json.len().is_power_of_two();
+        if many || entries.bytes + key.len() > entries.next_sweep.max(POOL_KEY_BYTES) {
+            entries.by_json.retain(|_, w| w.strong_count() > 0);
+            entries.bytes = entries.by_json.keys().map(String::len).sum();
+            entries.next_sweep = entries.bytes.saturating_mul(2);
         }
         let shared = Arc::new(schema);
-        entries.insert(key, Arc::downgrade(&shared));
+        let len = key.len();
+        if entries
+            .by_json
+            .insert(key, Arc::downgrade(&shared))
+            .is_none()
+        {
+            entries.bytes += len;
+        }
         shared
     }
 }
@@ -150,6 +178,50 @@ mod tests {
             panic!("a schema is an object")
         };
         Tool::new("t", "a tool", Arc::new(schema))
+    }
+
+    #[test]
+    fn the_pool_shares_equal_schemas_and_forgets_freed_ones_past_its_bound() {
+        let pool = SchemaPool::default();
+        let object = |v: serde_json::Value| match v {
+            serde_json::Value::Object(map) => map,
+            _ => unreachable!("an object"),
+        };
+        let a = pool.intern(object(serde_json::json!({"type": "object"})));
+        let b = pool.intern(object(serde_json::json!({"type": "object"})));
+        assert!(Arc::ptr_eq(&a, &b));
+        // 0.0 and -0.0 are equal values but not the same bytes: two schemas.
+        let zero = pool.intern(object(serde_json::json!({"default": 0.0})));
+        let negative = pool.intern(object(serde_json::json!({"default": -0.0})));
+        assert!(!Arc::ptr_eq(&zero, &negative));
+        // Freed schemas with big keys: their keys go once the keys pass the bound.
+        let big = "x".repeat(1024 * 1024);
+        for n in 0..40 {
+            drop(pool.intern(object(serde_json::json!({"n": n, "d": big}))));
+            assert!(pool.entries.lock().unwrap().bytes <= POOL_KEY_BYTES + big.len() + 64);
+        }
+        {
+            let entries = pool.entries.lock().unwrap();
+            assert!(entries.by_json.len() < 40);
+            assert_eq!(
+                entries.bytes,
+                entries.by_json.keys().map(String::len).sum::<usize>()
+            );
+        }
+        // Live schemas past the bound: their keys are read again only once they
+        // doubled, not at every new schema.
+        let live: Vec<_> = (0..40)
+            .map(|n| pool.intern(object(serde_json::json!({"live": n, "d": big}))))
+            .collect();
+        let entries = pool.entries.lock().unwrap();
+        assert!(
+            entries.next_sweep > POOL_KEY_BYTES,
+            "{}",
+            entries.next_sweep
+        );
+        assert!(entries.bytes <= entries.next_sweep.max(POOL_KEY_BYTES));
+        drop(entries);
+        drop(live);
     }
 
     #[test]

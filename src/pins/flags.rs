@@ -107,7 +107,7 @@ pub fn flags_of(text: &str) -> Vec<TextFlag> {
     if text.contains("<!--") {
         flags.push(TextFlag::HtmlComment);
     }
-    if addresses_model(text) {
+    if addresses_model(text, plain) {
         flags.push(TextFlag::AddressesModel);
     }
     flags
@@ -129,21 +129,35 @@ fn long_whitespace(text: &str) -> bool {
     false
 }
 
-fn addresses_model(text: &str) -> bool {
+/// Whether `text`, lowercased with whitespace collapsed and invisible characters left
+/// out, holds one of [`MODEL_PHRASES`]. `plain` (printable ASCII, tabs and line breaks
+/// only) is folded byte by byte: it has no invisible character and no `\u{2019}`.
+fn addresses_model(text: &str, plain: bool) -> bool {
     let mut folded = String::with_capacity(text.len());
     let mut space = false;
-    // Invisible characters between the letters of a phrase do not hide it.
-    for c in text.chars().filter(|c| !invisible(*c) && !bidi(*c)) {
+    let mut push = |c: char, folded: &mut String| {
         if c.is_whitespace() {
             space = true;
-            continue;
+            return;
         }
         if space && !folded.is_empty() {
             folded.push(' ');
         }
         space = false;
-        folded.extend(c.to_lowercase());
+        if plain {
+            folded.push(c.to_ascii_lowercase());
+        } else {
+            folded.extend(c.to_lowercase());
+        }
+    };
+    if plain {
+        text.bytes().for_each(|b| push(char::from(b), &mut folded));
+        return model_phrases().is_match(&folded);
     }
+    // Invisible characters between the letters of a phrase do not hide it.
+    text.chars()
+        .filter(|c| !invisible(*c) && !bidi(*c))
+        .for_each(|c| push(c, &mut folded));
     let folded = folded.replace('\u{2019}', "'");
     model_phrases().is_match(&folded)
 }

@@ -195,8 +195,7 @@ impl Pin {
     /// [`Pin::flagged`] adds them where a person will read it).
     pub fn of(kind: DefinitionKind, name: &str, definition: Value) -> Pin {
         let name = bounded_name(name);
-        let digest =
-            crate::digest::sha256_hex(&serde_json::to_vec(&definition).unwrap_or_default());
+        let digest = Pin::digest_of(&definition);
         Pin {
             kind,
             name,
@@ -204,6 +203,11 @@ impl Pin {
             definition,
             flags: Vec::new(),
         }
+    }
+
+    /// The digest of a definition: sha256 (hex) of its canonical JSON.
+    pub(crate) fn digest_of(definition: &Value) -> String {
+        crate::digest::sha256_json_hex(definition).0
     }
 
     /// This pin with the flags of what its text may hide from a person.
@@ -313,7 +317,7 @@ pub fn change_set_digest(changes: &[Change]) -> String {
             ])
         })
         .collect();
-    crate::digest::sha256_hex(&serde_json::to_vec(&parts).unwrap_or_default())
+    crate::digest::sha256_json_hex(&parts).0
 }
 
 #[cfg(test)]

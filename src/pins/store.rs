@@ -113,7 +113,7 @@ impl PinFile {
             .iter()
             .map(|p| (&p.kind, p.name.as_str(), p.digest.as_str()))
             .collect();
-        crate::digest::sha256_hex(&serde_json::to_vec(&parts).unwrap_or_default())
+        crate::digest::sha256_json_hex(&parts).0
     }
 }
 

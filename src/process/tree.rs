@@ -99,15 +99,22 @@ pub(crate) fn this_thread() -> u32 {
 
 fn parse_stat(text: &str) -> Option<Stat> {
     let rest = &text[text.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
     // `rest` starts at field 3 (state); field 4 is the parent, field 22 the start time.
+    // Read in order, each field skipped to by how far it lies after the one before.
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    let flags = fields.nth(3)?.parse().ok()?;
+    let threads = fields.nth(10)?.parse().ok()?;
+    let start = fields.nth(1)?.parse().ok()?;
     Some(Stat {
-        state: fields.first()?.chars().next()?,
-        ppid: fields.get(1)?.parse().ok()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        threads: fields.get(17)?.parse().ok()?,
-        flags: fields.get(6)?.parse().ok()?,
-        start: fields.get(19)?.parse().ok()?,
+        state,
+        ppid,
+        pgrp,
+        threads,
+        flags,
+        start,
     })
 }
 
@@ -321,6 +328,21 @@ pub(crate) fn reap(p: &Proc) {
 mod tests {
     use super::*;
     use std::os::unix::process::CommandExt;
+
+    #[test]
+    fn each_field_of_a_stat_line_is_read_from_its_place() {
+        // Fields 3 to 22 of proc(5), numbered by their field number where one is read.
+        let line = "41 (a) b (c)) S 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(
+            (s.state, s.ppid, s.pgrp, s.flags, s.threads, s.start),
+            ('S', 4, 5, 9, 20, 22)
+        );
+        assert!(parse_stat("41 (a) S 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21").is_none());
+        assert!(
+            parse_stat("41 (a) S 4 x 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22").is_none()
+        );
+    }
 
     #[test]
     fn stat_reads_a_name_with_spaces_and_parentheses() {

@@ -149,11 +149,29 @@ pub fn cap(text: &str) -> String {
 
 /// Caps text at `max` characters, marking a cut with `…`.
 pub fn cap_chars(text: &str, max: usize) -> String {
-    let mut chars = text.chars();
-    let head: String = chars.by_ref().take(max).collect();
-    if chars.next().is_some() {
-        format!("{head}…")
-    } else {
-        head
+    // No more bytes than `max` is no more characters than `max`.
+    if text.len() <= max {
+        return text.to_string();
+    }
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cap_chars;
+
+    #[test]
+    fn a_text_is_cut_at_a_count_of_characters_never_inside_one() {
+        assert_eq!(cap_chars("abc", 3), "abc");
+        assert_eq!(cap_chars("abcd", 3), "abc…");
+        assert_eq!(cap_chars("", 0), "");
+        assert_eq!(cap_chars("a", 0), "…");
+        // Three characters in six bytes: not cut, though past three bytes.
+        assert_eq!(cap_chars("ééé", 3), "ééé");
+        assert_eq!(cap_chars("éééé", 3), "ééé…");
+        assert_eq!(cap_chars("日本語のテキスト", 4), "日本語の…");
     }
 }

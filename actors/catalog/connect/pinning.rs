@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::authority::{Action, ApprovalRequest, ApprovalSource, ChangeReview, ConnectPreview};
 use crate::core::{ApprovalPolicy, Declaration, Pinning};
 use crate::events::EventKind;
-use crate::offer::{Shaped, pins_of, withhold};
+use crate::offer::{Shaped, all_approved, pins_of, withhold};
 use crate::pins::{self, Change, Held, Loaded, Pin, PinFile, Watch};
 use crate::redact::{Redactor, View};
 
@@ -75,6 +75,20 @@ impl Pipeline {
             return shaped;
         }
         let key = self.pin_key(declaration);
+        // The usual listing: everything served as approved, nothing waiting. Decided
+        // from digests alone; what follows would find no change and write nothing.
+        if let Loaded::Found(file) = self.shared.pins.load(&key)
+            && file.pending.is_empty()
+            && all_approved(
+                &self.shared.digests,
+                &file.approved,
+                &shaped.tools,
+                &shaped.offer,
+                declaration,
+            )
+        {
+            return shaped;
+        }
         let served = pins_of(&shaped.tools, &shaped.offer, declaration);
         let Some((mut file, mut dirty)) =
             self.baseline(declaration, &key, &served, listing, &mut shaped)
