@@ -73,8 +73,11 @@ impl Shaper<'_> {
         out
     }
 
+    /// Templates; of two with one URI template, the first (a pin is kept per URI
+    /// template, so a second one would reach the model under the first's approval).
     fn templates(&mut self, listed: Vec<ResourceTemplate>) -> Vec<TemplateInfo> {
         let mut out = Vec::new();
+        let mut seen = HashSet::new();
         for t in listed {
             if !naming::filter_allows(&self.declaration.resources, &t.uri_template) {
                 continue;
@@ -82,7 +85,7 @@ impl Shaper<'_> {
             let shown = t.uri_template.len() <= MAX_URI
                 && self.clean(&t.uri_template)
                 && self.clean(&t.name);
-            if !self.shown(shown) {
+            if !self.shown(shown) || !seen.insert(t.uri_template.clone()) {
                 continue;
             }
             out.push(TemplateInfo {
@@ -208,4 +211,46 @@ pub(crate) fn shape_offer(
         ));
     }
     (offered, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pin is kept per URI template: a second template with the same one (another
+    /// name, another description) is dropped, never shown under the first's approval.
+    #[test]
+    fn of_two_templates_with_one_uri_template_the_first_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let declaration = crate::core::parse_declaration_text(
+            "command: x\n",
+            "x".into(),
+            "agent/mcp/x.yaml".into(),
+            &dir.path().join("agent/mcp/x.yaml"),
+        )
+        .unwrap();
+        let template = |name: &str, uri: &str| {
+            let mut t = ResourceTemplate::new(uri, name);
+            t.description = Some(format!("{name} things"));
+            t
+        };
+        let offer = Offer {
+            templates: vec![
+                template("notes", "file:///{path}"),
+                template("keys", "file:///{path}"),
+                template("logs", "log:///{day}"),
+            ],
+            ..Offer::default()
+        };
+        let (offered, _) = shape_offer(offer, &declaration, &Redactor::new());
+        let kept: Vec<(&str, &str)> = offered
+            .templates
+            .iter()
+            .map(|t| (t.name.as_str(), t.uri_template.as_str()))
+            .collect();
+        assert_eq!(
+            kept,
+            [("notes", "file:///{path}"), ("logs", "log:///{day}")]
+        );
+    }
 }

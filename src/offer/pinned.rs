@@ -221,6 +221,43 @@ mod tests {
         rmcp::model::Tool::new(name.to_string(), description.to_string(), schema)
     }
 
+    /// A server may list the kept form of one of its long names as a second name: the
+    /// two stay two pins, so a person's approval of one never covers the other.
+    #[test]
+    fn a_name_written_like_a_kept_long_name_is_a_pin_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let declaration = crate::core::parse_declaration_text(
+            "command: x\n",
+            "x".into(),
+            "agent/mcp/x.yaml".into(),
+            &dir.path().join("agent/mcp/x.yaml"),
+        )
+        .unwrap();
+        let offered = Offered::default();
+        for long in ["l".repeat(600), "é".repeat(300), "k".repeat(513)] {
+            let kept = crate::pins::bounded_name(&long);
+            assert_ne!(crate::pins::bounded_name(&kept), kept, "{kept}");
+            let approved = pins_of(&[tool(&kept, "short")], &offered, &declaration);
+            // Either order: the long one is new, so the listing is not all approved.
+            for listed in [
+                vec![tool(&kept, "short"), tool(&long, "long")],
+                vec![tool(&long, "long"), tool(&kept, "short")],
+            ] {
+                let served = pins_of(&listed, &offered, &declaration);
+                assert_eq!(served.len(), 2);
+                assert!(!crate::pins::compare(&approved, &served).is_empty());
+                let memo = ToolDigests::default();
+                assert!(!all_approved(
+                    &memo,
+                    &approved,
+                    &listed,
+                    &offered,
+                    &declaration
+                ));
+            }
+        }
+    }
+
     /// Digests alone find a listing all approved exactly when its pins compared with
     /// the approved ones find no change.
     #[test]

@@ -236,13 +236,20 @@ impl Pin {
 /// stays one name, and a pin file stays bounded).
 const MAX_PIN_NAME: usize = 512;
 
+/// What a digested name holds; a name that holds it already is digested too.
+const DIGESTED: &str = "#sha256:";
+
+/// `name` as a pin keeps it: whole, or past [`MAX_PIN_NAME`] its head and its digest.
+/// One name to one kept name: a short name written like a digested one (a server can
+/// list the kept form of its own long name as a second name) is digested as well, so
+/// the two never meet as one pin.
 pub(crate) fn bounded_name(name: &str) -> String {
-    if name.len() <= MAX_PIN_NAME {
+    if name.len() <= MAX_PIN_NAME && !name.contains(DIGESTED) {
         return name.to_string();
     }
     let head: String = name.chars().take(200).collect();
     format!(
-        "{head}...#sha256:{}",
+        "{head}...{DIGESTED}{}",
         crate::digest::sha256_hex(name.as_bytes())
     )
 }
