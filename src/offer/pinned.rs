@@ -16,13 +16,18 @@ fn json<T: Serialize>(definition: &T) -> Value {
     serde_json::to_value(definition).unwrap_or_default()
 }
 
-/// A tool as canonical JSON, equal to [`json`]'s: its schemas are maps already, so
-/// they are cloned in, not serialized into new maps key by key (most of a tool).
-fn tool_json(tool: &rmcp::model::Tool) -> Value {
+/// A tool's canonical JSON but its schemas (left empty or out).
+fn without_schemas(tool: &rmcp::model::Tool) -> Value {
     let mut rest = tool.clone();
     rest.input_schema = std::sync::Arc::default();
     rest.output_schema = None;
-    let mut value = json(&rest);
+    json(&rest)
+}
+
+/// A tool as canonical JSON, equal to [`json`]'s: its schemas are maps already, so
+/// they are cloned in, not serialized into new maps key by key (most of a tool).
+fn tool_json(tool: &rmcp::model::Tool) -> Value {
+    let mut value = without_schemas(tool);
     if let Value::Object(map) = &mut value {
         map.insert(
             "inputSchema".into(),
@@ -67,10 +72,7 @@ fn tool_digest(tool: &rmcp::model::Tool) -> (String, usize) {
         Value(&'a Value),
         Schema(&'a rmcp::model::JsonObject),
     }
-    let mut rest = tool.clone();
-    rest.input_schema = std::sync::Arc::default();
-    rest.output_schema = None;
-    let Value::Object(top) = json(&rest) else {
+    let Value::Object(top) = without_schemas(tool) else {
         return crate::digest::sha256_json_hex(&tool_json(tool));
     };
     // Keys sorted as a JSON map sorts them: the same bytes as the whole value's.

@@ -242,7 +242,8 @@ const DIGESTED: &str = "#sha256:";
 /// `name` as a pin keeps it: whole, or past [`MAX_PIN_NAME`] its head and its digest.
 /// One name to one kept name: a short name written like a digested one (a server can
 /// list the kept form of its own long name as a second name) is digested as well, so
-/// the two never meet as one pin.
+/// the two never meet as one pin. For a server's own names only: a kept name bounded
+/// again is digested again.
 pub(crate) fn bounded_name(name: &str) -> String {
     if name.len() <= MAX_PIN_NAME && !name.contains(DIGESTED) {
         return name.to_string();
