@@ -221,14 +221,7 @@ mod tests {
     /// name, another description) is dropped, never shown under the first's approval.
     #[test]
     fn of_two_templates_with_one_uri_template_the_first_is_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let declaration = crate::core::parse_declaration_text(
-            "command: x\n",
-            "x".into(),
-            "agent/mcp/x.yaml".into(),
-            &dir.path().join("agent/mcp/x.yaml"),
-        )
-        .unwrap();
+        let declaration = crate::offer::test_declaration("command: x\n");
         let template = |name: &str, uri: &str| {
             let mut t = ResourceTemplate::new(uri, name);
             t.description = Some(format!("{name} things"));

@@ -192,3 +192,11 @@ pub(crate) struct Shaped {
     /// Set while definitions are held back: the pin file whose change may release them.
     pub held: Option<crate::pins::Watch>,
 }
+
+/// A declaration of `yaml` for this module's tests (`x`, at `agent/mcp/x.yaml`).
+#[cfg(test)]
+pub(crate) fn test_declaration(yaml: &str) -> crate::core::Declaration {
+    let path = std::path::Path::new("agent/mcp/x.yaml");
+    crate::core::parse_declaration_text(yaml, "x".into(), "agent/mcp/x.yaml".into(), path)
+        .expect("a test declaration loads")
+}

@@ -227,14 +227,7 @@ mod tests {
     /// two stay two pins, so a person's approval of one never covers the other.
     #[test]
     fn a_name_written_like_a_kept_long_name_is_a_pin_of_its_own() {
-        let dir = tempfile::tempdir().unwrap();
-        let declaration = crate::core::parse_declaration_text(
-            "command: x\n",
-            "x".into(),
-            "agent/mcp/x.yaml".into(),
-            &dir.path().join("agent/mcp/x.yaml"),
-        )
-        .unwrap();
+        let declaration = crate::offer::test_declaration("command: x\n");
         let offered = Offered::default();
         for long in ["l".repeat(600), "é".repeat(300), "k".repeat(513)] {
             let kept = crate::pins::bounded_name(&long);
@@ -264,16 +257,7 @@ mod tests {
     /// the approved ones find no change.
     #[test]
     fn a_listing_is_all_approved_exactly_when_its_pins_show_no_change() {
-        let dir = tempfile::tempdir().unwrap();
-        let declaration = |yaml: &str| {
-            crate::core::parse_declaration_text(
-                yaml,
-                "x".into(),
-                "agent/mcp/x.yaml".into(),
-                &dir.path().join("agent/mcp/x.yaml"),
-            )
-            .unwrap()
-        };
+        let declaration = crate::offer::test_declaration;
         let all = declaration("command: x\n");
         let some = declaration("command: x\ntools:\n  include: [a, b]\n");
         // A name past what a pin keeps whole, in characters of several bytes.
