@@ -133,10 +133,12 @@ pub(crate) fn bind(
     // server, there is no other server's tool to name.
     let several_servers = planned.iter().any(|e| e.server != planned[0].server);
     let mut owners: HashMap<&str, &str> = HashMap::new();
-    for e in planned.iter().filter(|_| several_servers) {
-        owners.insert(e.name.as_str(), e.server);
-        if crate::pins::distinctive(&e.tool.name) {
-            owners.entry(e.tool.name.as_ref()).or_insert(e.server);
+    if several_servers {
+        for e in &planned {
+            owners.insert(e.name.as_str(), e.server);
+            if crate::pins::distinctive(&e.tool.name) {
+                owners.entry(e.tool.name.as_ref()).or_insert(e.server);
+            }
         }
     }
     let flags: Vec<Vec<crate::pins::TextFlag>> = planned

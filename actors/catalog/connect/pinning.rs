@@ -77,7 +77,8 @@ impl Pipeline {
         let key = self.pin_key(declaration);
         // The usual listing: everything served as approved, nothing waiting. Decided
         // from digests alone; what follows would find no change and write nothing.
-        if let Loaded::Found(file) = self.shared.pins.load(&key)
+        let loaded = self.shared.pins.load(&key);
+        if let Loaded::Found(file) = &loaded
             && file.pending.is_empty()
             && all_approved(
                 &self.shared.digests,
@@ -91,7 +92,7 @@ impl Pipeline {
         }
         let served = pins_of(&shaped.tools, &shaped.offer, declaration);
         let Some((mut file, mut dirty)) =
-            self.baseline(declaration, &key, &served, listing, &mut shaped)
+            self.baseline(declaration, &key, loaded, &served, listing, &mut shaped)
         else {
             return shaped;
         };
@@ -191,20 +192,22 @@ impl Pipeline {
     }
 
     /// What `served` is compared with, and whether the file must be written: the pin
-    /// file of `key`; for a declaration pinned under an earlier fingerprint, its
+    /// file of `key` (`loaded`: read once for this listing); for a declaration pinned
+    /// under an earlier fingerprint, its
     /// approvals; nothing for a file that cannot be read or a relisting after the pins
     /// were reset. `None` when the listing is the first and is pinned as it is.
     fn baseline(
         &self,
         declaration: &Declaration,
         key: &str,
+        loaded: Loaded,
         served: &[Pin],
         listing: Listing,
         shaped: &mut Shaped,
     ) -> Option<(Arc<PinFile>, bool)> {
         let store = &self.shared.pins;
         let fresh = self.pin_file(declaration);
-        match store.load(key) {
+        match loaded {
             Loaded::Found(file) => Some((file, false)),
             Loaded::Unusable => {
                 self.unreadable(declaration, shaped);
