@@ -25,8 +25,9 @@ pub(crate) struct Shared {
     pub live_cores: Arc<crate::evolution::LiveCores>,
     /// Tool input schemas shared by every connection that lists the same one.
     pub schemas: SchemaPool,
-    /// Digests of the tools connections list, worked out once for equal tools.
-    pub digests: crate::offer::ToolDigests,
+    /// What is known of the tools connections list (how they shape, their digests and
+    /// flags), worked out once for equal tools.
+    pub tools: crate::offer::ToolMemo,
     pub limiter: LimiterHandle,
     pub broker: BrokerHandle,
     /// Every process the stdio servers started, and the reaper that outlives the host.
@@ -75,7 +76,7 @@ impl Shared {
             live_revisions: Arc::default(),
             live_cores: Arc::default(),
             schemas: Default::default(),
-            digests: Default::default(),
+            tools: Default::default(),
             eras: Default::default(),
             pins,
             refused_changes: Default::default(),

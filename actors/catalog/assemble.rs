@@ -216,6 +216,6 @@ impl CatalogState {
             .collect();
         let (entries, names) = plan::entries(&servers, &self.names, &self.shared.config.host_tools)
             .map_err(PrepareError::Collision)?;
-        Ok((bind(entries, offers, &self.shared.digests), names))
+        Ok((bind(entries, offers, &self.shared.tools), names))
     }
 }

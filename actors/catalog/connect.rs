@@ -179,7 +179,13 @@ impl Pipeline {
                     let timeout = declaration.connect_timeout;
                     transport::set_level(&client.peer(), &signals, level, timeout).await;
                 }
-                let shaped = shape_listing(listed, declaration, &redactor, &self.shared.schemas);
+                let shaped = shape_listing(
+                    listed,
+                    declaration,
+                    &redactor,
+                    &self.shared.schemas,
+                    &self.shared.tools,
+                );
                 Ok(Connected {
                     declaration: Arc::clone(declaration),
                     client,
@@ -531,7 +537,13 @@ impl Pipeline {
         .await
         .unwrap_or_else(|_| Err("no answer within the connect timeout".into()));
         let shaped = match listed {
-            Ok(listed) => shape_listing(listed, &r.declaration, &r.redactor, &self.shared.schemas),
+            Ok(listed) => shape_listing(
+                listed,
+                &r.declaration,
+                &r.redactor,
+                &self.shared.schemas,
+                &self.shared.tools,
+            ),
             Err(e) => {
                 span.fail("relist");
                 return (r.id, Err(e));

@@ -126,7 +126,7 @@ impl Warm {
 pub(crate) fn bind(
     planned: Vec<Entry<'_, Binding>>,
     offers: Vec<ServerEntry>,
-    memo: &crate::offer::ToolDigests,
+    memo: &crate::offer::ToolMemo,
 ) -> Entries {
     // Every name a description could use to steer the model to another server's tool:
     // exposed names, and raw names distinctive enough to be identifiers. With one
@@ -145,10 +145,13 @@ pub(crate) fn bind(
         .iter()
         .map(|e| {
             let description = e.tool.description.as_deref().unwrap_or_default();
-            let mut flags = crate::pins::flags_of(description);
-            flags.extend(crate::pins::flags_of(
-                e.tool.title.as_deref().unwrap_or_default(),
-            ));
+            let mut flags = memo.text_flags(e.tool, || {
+                let mut flags = crate::pins::flags_of(description);
+                flags.extend(crate::pins::flags_of(
+                    e.tool.title.as_deref().unwrap_or_default(),
+                ));
+                flags
+            });
             let other = |w: &str| owners.get(w).is_some_and(|s| *s != e.server);
             if !owners.is_empty() && crate::pins::names_other_tools(description, &other) {
                 flags.push(crate::pins::TextFlag::NamesOtherTools);
@@ -196,10 +199,7 @@ pub(crate) fn bind(
 /// The digest of a tool's definition as the listing shaped it (serde_json writes maps
 /// sorted, so equal definitions digest equally), and the tokens that definition takes
 /// ([`crate::search::TOKEN_ESTIMATOR`]).
-fn definition_digest(
-    tool: &rmcp::model::Tool,
-    memo: &crate::offer::ToolDigests,
-) -> (String, usize) {
+fn definition_digest(tool: &rmcp::model::Tool, memo: &crate::offer::ToolMemo) -> (String, usize) {
     let (digest, bytes) = memo.listed(tool, || crate::digest::sha256_json_hex(tool));
     (digest, crate::search::tokens(bytes))
 }

@@ -1,46 +1,67 @@
-//! Digests of shaped tool definitions, shared across connections and sessions: sixty
-//! sessions on the same servers serialize and hash each tool once, not sixty times.
+//! What is known of shaped tool definitions, shared across connections and sessions:
+//! sixty sessions on the same servers shape, flag, serialize and hash each tool once,
+//! not sixty times.
 //!
-//! A digest is reused only for a tool equal in every field to the one it was worked out
-//! for, whose schemas are the very same shared copies ([`super::SchemaPool`] gives equal
-//! schemas one copy, byte for byte as serialized) and that carries no icons and no
-//! `_meta` (shaping drops both). Equal strings, flags and shared schemas serialize to
-//! the same bytes, so a reused digest is the digest of this tool's bytes.
+//! For each kept tool (as shaping left it):
+//! - its two digests ([`ToolMemo::canonical`], [`ToolMemo::listed`]) and the flags of
+//!   its texts ([`ToolMemo::text_flags`]), reused only for a tool equal in every field
+//!   whose schemas are the very same shared copies ([`super::SchemaPool`] gives equal
+//!   schemas one copy, byte for byte as serialized) and that carries no icons and no
+//!   `_meta` (shaping drops both). Equal strings, flags and shared schemas serialize to
+//!   the same bytes, so a reused digest is the digest of this tool's bytes;
+//! - the redactors (by [`Fingerprint`]) under which a server served this very tool and
+//!   shaping left it as it was ([`ToolMemo::shaped`]): no secret of theirs and no
+//!   secret shape in it, nothing capped. A server that serves it again, every field
+//!   equal and its schemas the same JSON to the byte, to a redactor of the same
+//!   secrets, gets it again without the redaction walk. A tool shaping changed is never
+//!   kept this way: the memory holds no text a redactor hid.
 //!
 //! Bounded: at most [`MAX_TOOLS`] tools, holding at most [`MAX_HELD`] bytes as
 //! [`held`] estimates them (a kept tool keeps its schemas alive after their
-//! connections closed); past either, the memory starts over. A tool over
-//! [`MAX_TOOL_BYTES`] of JSON is never kept. At most [`MAX_ALIKE`] tools of one name,
-//! title and description are kept (the oldest goes), so a lookup compares few.
+//! connections closed); past either, the memory starts over. A tool estimated over
+//! [`MAX_TOOL_HELD`] is never kept. At most [`MAX_ALIKE`] tools of one name, title and
+//! description are kept (the oldest goes), so a lookup compares few, and each keeps at
+//! most [`MAX_REDACTORS`] redactors (the oldest goes).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rmcp::model::Tool;
+use rmcp::model::{JsonObject, Tool};
+use serde_json::Value;
+
+use crate::pins::TextFlag;
+use crate::redact::Fingerprint;
 
 /// Most tools kept (more than one server may list: `transport::MAX_TOOLS`).
 pub(crate) const MAX_TOOLS: usize = 8_192;
 /// Most bytes the kept tools may hold, as [`held`] estimates them.
 pub(crate) const MAX_HELD: usize = 16 * 1024 * 1024;
-/// Largest tool (as JSON) kept.
-pub(crate) const MAX_TOOL_BYTES: usize = 64 * 1024;
+/// Largest tool kept, as [`held`] estimates it.
+pub(crate) const MAX_TOOL_HELD: usize = 256 * 1024;
 /// Most tools kept under one key (name, title, description).
 pub(crate) const MAX_ALIKE: usize = 8;
+/// Most redactors a kept tool is known to be served to unchanged.
+pub(crate) const MAX_REDACTORS: usize = 4;
 
-/// The two digests of a tool the runtime uses.
+/// What is worked out of a kept tool when first asked.
 #[derive(Default)]
-struct Digests {
+struct Known {
     /// sha256 (hex) of its canonical JSON: what a pin holds ([`crate::pins::Pin`]).
     canonical: OnceLock<String>,
     /// sha256 (hex) of its JSON as `serde_json` writes the tool, and that JSON's
     /// length: what an approval of a call is bound to.
     listed: OnceLock<(String, usize)>,
+    /// The flags of its description, then of its title ([`crate::pins::flags_of`]).
+    flags: OnceLock<Vec<TextFlag>>,
 }
 
 struct Entry {
     tool: Tool,
-    digests: Digests,
+    known: Known,
+    /// Redactors a server served this tool to and shaping left it as it was, the
+    /// newest last.
+    shaped_under: Mutex<Vec<Fingerprint>>,
     /// What it is taken to hold.
     held: usize,
 }
@@ -54,12 +75,12 @@ struct Memory {
 
 /// See the module documentation.
 #[derive(Default)]
-pub(crate) struct ToolDigests {
+pub(crate) struct ToolMemo {
     memory: Mutex<Memory>,
     hasher: std::collections::hash_map::RandomState,
 }
 
-/// Whether a digest worked out for `kept` is `tool`'s (see the module documentation).
+/// Whether what is known of `kept` is `tool`'s (see the module documentation).
 fn same(kept: &Tool, tool: &Tool) -> bool {
     let schemas = Arc::ptr_eq(&kept.input_schema, &tool.input_schema)
         && match (&kept.output_schema, &tool.output_schema) {
@@ -70,9 +91,46 @@ fn same(kept: &Tool, tool: &Tool) -> bool {
     schemas && reusable(tool) && kept == tool
 }
 
-/// Whether a tool's digests may be kept and reused at all.
+/// Whether a tool may be kept, or a served one looked up, at all.
 fn reusable(tool: &Tool) -> bool {
     tool.icons.is_none() && tool.meta.is_none()
+}
+
+/// Whether `served` is `kept` as a server serves it: equal in every field, no icons,
+/// no `_meta`, and its schemas the same JSON to the byte (`==` takes `0.0` for `-0.0`;
+/// the schema pool does not, nor does a digest).
+fn served_as(kept: &Tool, served: &Tool) -> bool {
+    let output = match (&kept.output_schema, &served.output_schema) {
+        (Some(a), Some(b)) => identical_objects(a, b),
+        (None, None) => true,
+        _ => false,
+    };
+    reusable(served)
+        && identical_objects(&kept.input_schema, &served.input_schema)
+        && output
+        && kept == served
+}
+
+fn identical_objects(a: &JsonObject, b: &JsonObject) -> bool {
+    std::ptr::eq(a, b)
+        || (a.len() == b.len()
+            && a.iter()
+                .zip(b)
+                .all(|((ka, va), (kb, vb))| ka == kb && identical(va, vb)))
+}
+
+/// `a == b`, but numbers alike only when they are written alike.
+fn identical(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => {
+            x == y && x.as_f64().map(f64::to_bits) == y.as_f64().map(f64::to_bits)
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(x, y)| identical(x, y))
+        }
+        (Value::Object(x), Value::Object(y)) => identical_objects(x, y),
+        _ => a == b,
+    }
 }
 
 /// About the bytes a kept tool holds: its texts, and its schemas as parsed (each value
@@ -80,15 +138,15 @@ fn reusable(tool: &Tool) -> bool {
 /// tiny maps cost far more than their JSON: `{"":0}` is 7 bytes of JSON and over 600
 /// in memory).
 pub(crate) fn held(tool: &Tool) -> usize {
-    fn value(v: &serde_json::Value) -> usize {
+    fn value(v: &Value) -> usize {
         32 + match v {
-            serde_json::Value::String(s) => s.len(),
-            serde_json::Value::Array(items) => items.iter().map(value).sum(),
-            serde_json::Value::Object(map) => object(map),
+            Value::String(s) => s.len(),
+            Value::Array(items) => items.iter().map(value).sum(),
+            Value::Object(map) => object(map),
             _ => 0,
         }
     }
-    fn object(map: &rmcp::model::JsonObject) -> usize {
+    fn object(map: &JsonObject) -> usize {
         let nodes = map.len().div_ceil(11).max(1);
         nodes * 640
             + map
@@ -102,16 +160,16 @@ pub(crate) fn held(tool: &Tool) -> usize {
     512 + texts.iter().sum::<usize>() + description + schemas
 }
 
-impl ToolDigests {
-    /// The canonical digest of `tool`, worked out by `work` (the digest and the JSON's
-    /// length) unless known.
+impl ToolMemo {
+    /// The canonical digest of `tool` and its JSON's length, worked out by `work`
+    /// unless known (then the length is not).
     pub(crate) fn canonical(&self, tool: &Tool, work: impl FnOnce() -> (String, usize)) -> String {
         self.get(
             tool,
-            |d| d.canonical.get().cloned(),
-            work,
-            |d, digest| {
-                let _ = d.canonical.set(digest.clone());
+            |k| k.canonical.get().cloned(),
+            || work().0,
+            |k, digest| {
+                let _ = k.canonical.set(digest.clone());
             },
         )
     }
@@ -125,79 +183,139 @@ impl ToolDigests {
     ) -> (String, usize) {
         self.get(
             tool,
-            |d| d.listed.get().cloned(),
-            || {
-                let listed = work();
-                let bytes = listed.1;
-                (listed, bytes)
-            },
-            |d, listed| {
-                let _ = d.listed.set(listed.clone());
+            |k| k.listed.get().cloned(),
+            work,
+            |k, listed| {
+                let _ = k.listed.set(listed.clone());
             },
         )
     }
 
-    /// What `read` finds in the digests kept for `tool`; otherwise what `work` gives
-    /// (with the length of the tool's JSON), kept through `keep` when it may be.
+    /// The flags of `tool`'s description, then of its title, worked out by `work`
+    /// unless known.
+    pub(crate) fn text_flags(
+        &self,
+        tool: &Tool,
+        work: impl FnOnce() -> Vec<TextFlag>,
+    ) -> Vec<TextFlag> {
+        self.get(
+            tool,
+            |k| k.flags.get().cloned(),
+            work,
+            |k, flags| {
+                let _ = k.flags.set(flags.clone());
+            },
+        )
+    }
+
+    /// What shaping `served` for a redactor of fingerprint `under` gives, when it was
+    /// shaped for one before and left as it was (see the module documentation).
+    pub(crate) fn shaped(&self, served: &Tool, under: Fingerprint) -> Option<Tool> {
+        if !reusable(served) {
+            return None;
+        }
+        let key = self.key(served);
+        // Compared outside the lock: a deep comparison holds no other session up.
+        let alike: Vec<Arc<Entry>> = self.memory.lock().ok()?.by_hash.get(&key)?.clone();
+        alike
+            .iter()
+            .find(|e| {
+                e.shaped_under
+                    .lock()
+                    .is_ok_and(|under_all| under_all.contains(&under))
+                    && served_as(&e.tool, served)
+            })
+            .map(|e| e.tool.clone())
+    }
+
+    /// Keeps that shaping `served` for a redactor of fingerprint `under` gave `shaped`,
+    /// when that left it as it was (see the module documentation).
+    pub(crate) fn keep_shaped(&self, served: &Tool, shaped: &Tool, under: Fingerprint) {
+        if !served_as(shaped, served) {
+            return;
+        }
+        let entry = self.entry(shaped);
+        if let Some(entry) = entry
+            && let Ok(mut under_all) = entry.shaped_under.lock()
+            && !under_all.contains(&under)
+        {
+            if under_all.len() >= MAX_REDACTORS {
+                under_all.remove(0);
+            }
+            under_all.push(under);
+        }
+    }
+
+    /// What `read` finds known of `tool`; otherwise what `work` gives, kept through
+    /// `keep` when it may be.
     fn get<T>(
         &self,
         tool: &Tool,
-        read: impl Fn(&Digests) -> Option<T>,
-        work: impl FnOnce() -> (T, usize),
-        keep: impl Fn(&Digests, &T),
+        read: impl Fn(&Known) -> Option<T>,
+        work: impl FnOnce() -> T,
+        keep: impl Fn(&Known, &T),
     ) -> T {
         let key = self.key(tool);
-        let found = self.memory.lock().ok().and_then(|memory| {
-            memory
-                .by_hash
-                .get(&key)?
-                .iter()
-                .find(|e| same(&e.tool, tool))
-                .cloned()
-        });
+        let found = self.find(key, tool);
         if let Some(entry) = &found
-            && let Some(known) = read(&entry.digests)
+            && let Some(known) = read(&entry.known)
         {
             return known;
         }
-        let (worked, bytes) = work();
-        if let Some(entry) = found {
-            keep(&entry.digests, &worked);
-            return worked;
-        }
-        if reusable(tool) && bytes <= MAX_TOOL_BYTES {
-            let entry = Entry {
-                tool: tool.clone(),
-                digests: Digests::default(),
-                held: held(tool),
-            };
-            keep(&entry.digests, &worked);
-            self.remember(key, entry);
+        let worked = work();
+        if let Some(entry) = found.or_else(|| self.remember(key, tool)) {
+            keep(&entry.known, &worked);
         }
         worked
     }
 
-    fn remember(&self, key: u64, entry: Entry) {
-        let Ok(mut memory) = self.memory.lock() else {
-            return;
-        };
-        let held = entry.held;
+    fn find(&self, key: u64, tool: &Tool) -> Option<Arc<Entry>> {
+        let memory = self.memory.lock().ok()?;
+        memory
+            .by_hash
+            .get(&key)?
+            .iter()
+            .find(|e| same(&e.tool, tool))
+            .cloned()
+    }
+
+    /// The entry of `tool`, kept now if it was not and may be.
+    fn entry(&self, tool: &Tool) -> Option<Arc<Entry>> {
+        let key = self.key(tool);
+        self.find(key, tool).or_else(|| self.remember(key, tool))
+    }
+
+    /// Keeps `tool` when it may be, and returns its entry (another session's when two
+    /// kept it at once).
+    fn remember(&self, key: u64, tool: &Tool) -> Option<Arc<Entry>> {
+        let held = held(tool);
+        if !reusable(tool) || held > MAX_TOOL_HELD {
+            return None;
+        }
+        let mut memory = self.memory.lock().ok()?;
         if memory.tools >= MAX_TOOLS || memory.held + held > MAX_HELD {
             *memory = Memory::default();
         }
         let alike = memory.by_hash.entry(key).or_default();
         // Two sessions that missed it at once: kept once.
-        if alike.iter().any(|e| same(&e.tool, &entry.tool)) {
-            return;
+        if let Some(kept) = alike.iter().find(|e| same(&e.tool, tool)) {
+            return Some(Arc::clone(kept));
         }
         let oldest = (alike.len() >= MAX_ALIKE).then(|| alike.remove(0));
-        alike.push(Arc::new(entry));
+        let entry = Arc::new(Entry {
+            tool: tool.clone(),
+            known: Known::default(),
+            shaped_under: Mutex::new(Vec::new()),
+            held,
+        });
+        alike.push(Arc::clone(&entry));
         if let Some(oldest) = oldest {
             memory.tools -= 1;
             memory.held -= oldest.held;
         }
         memory.tools += 1;
         memory.held += held;
+        Some(entry)
     }
 
     /// How many tools are kept, and what they are taken to hold.
@@ -234,7 +352,7 @@ mod tests {
     }
 
     /// How many times `memo` worked a digest out for each of `tools`, asked in order.
-    fn worked(memo: &ToolDigests, tools: &[&Tool]) -> usize {
+    fn worked(memo: &ToolMemo, tools: &[&Tool]) -> usize {
         let count = Cell::new(0);
         for t in tools {
             memo.canonical(t, || {
@@ -247,7 +365,7 @@ mod tests {
 
     #[test]
     fn a_digest_is_reused_only_for_the_same_tool_with_the_same_shared_schema() {
-        let memo = ToolDigests::default();
+        let memo = ToolMemo::default();
         let shared = schema(serde_json::json!({"type": "object"}));
         let first = tool("reads", &shared);
         assert_eq!(worked(&memo, &[&first, &first.clone(), &first.clone()]), 1);
@@ -274,7 +392,7 @@ mod tests {
 
     #[test]
     fn a_tool_two_sessions_worked_out_at_once_is_kept_once() {
-        let memo = ToolDigests::default();
+        let memo = ToolMemo::default();
         let shared = schema(serde_json::json!({"type": "object"}));
         let t = tool("reads", &shared);
         // The second one finds the first kept while it works its digest out.
@@ -287,7 +405,7 @@ mod tests {
 
     #[test]
     fn tools_alike_in_their_texts_are_few_and_the_newest_are_kept() {
-        let memo = ToolDigests::default();
+        let memo = ToolMemo::default();
         let shared = schema(serde_json::json!({"type": "object"}));
         // One name, title and description; hints that differ each time.
         let hinted = |n: usize| {
@@ -326,20 +444,75 @@ mod tests {
 
     #[test]
     fn tools_with_icons_or_meta_and_oversized_tools_are_never_kept() {
-        let memo = ToolDigests::default();
+        let memo = ToolMemo::default();
         let shared = schema(serde_json::json!({"type": "object"}));
         let mut meta = tool("reads", &shared);
         meta.meta = Some(rmcp::model::MetaObject(serde_json::Map::new()));
         let mut icons = tool("reads", &shared);
         icons.icons = Some(Vec::new());
         assert_eq!(worked(&memo, &[&meta, &meta, &icons, &icons]), 4);
-        let big = tool(&"x".repeat(MAX_TOOL_BYTES + 1), &shared);
+        let big = tool(&"x".repeat(MAX_TOOL_HELD + 1), &shared);
         assert_eq!(worked(&memo, &[&big, &big]), 2);
+    }
+
+    fn fingerprint(secret: &str) -> Fingerprint {
+        crate::redact::Redactor::new()
+            .with_secrets([("S", secret)])
+            .fingerprint()
+            .expect("a redactor of declared secrets has a fingerprint")
+    }
+
+    #[test]
+    fn a_served_tool_is_taken_as_shaped_only_when_equal_to_the_byte_for_the_same_secrets() {
+        let memo = ToolMemo::default();
+        let (a, b) = (fingerprint("secret-aaaa"), fingerprint("secret-bbbb"));
+        let input = serde_json::json!({"type": "object", "properties": {"n": {"default": 0.0}}});
+        let served = tool("reads", &schema(input.clone()));
+        // Shaped (into a shared copy) and left as it was: kept for `a`.
+        let shaped = tool("reads", &schema(input));
+        memo.keep_shaped(&served, &shaped, a);
+        let again = memo.shaped(&served.clone(), a).expect("kept");
+        assert!(Arc::ptr_eq(&again.input_schema, &shaped.input_schema));
+        // Another redactor's secrets, another text, `-0.0` for `0.0`, an output schema,
+        // icons, `_meta`: shaped again.
+        assert!(memo.shaped(&served, b).is_none());
+        assert!(
+            memo.shaped(&tool("reads files", &served.input_schema), a)
+                .is_none()
+        );
+        let negative =
+            serde_json::json!({"type": "object", "properties": {"n": {"default": -0.0}}});
+        assert!(memo.shaped(&tool("reads", &schema(negative)), a).is_none());
+        let mut output = served.clone();
+        output.output_schema = Some(Arc::clone(&served.input_schema));
+        assert!(memo.shaped(&output, a).is_none());
+        let mut icons = served.clone();
+        icons.icons = Some(Vec::new());
+        assert!(memo.shaped(&icons, a).is_none());
+        let mut meta = served.clone();
+        meta.meta = Some(rmcp::model::MetaObject(serde_json::Map::new()));
+        assert!(memo.shaped(&meta, a).is_none());
+        // A tool shaping changed (a description redacted or capped) is not kept.
+        let changed = tool("reads <redacted>", &shaped.input_schema);
+        let served_secret = tool("reads secret-aaaa", &served.input_schema);
+        memo.keep_shaped(&served_secret, &changed, a);
+        assert!(memo.shaped(&served_secret, a).is_none());
+        assert!(memo.shaped(&changed, a).is_none());
+        // At most MAX_REDACTORS redactors a tool, the newest kept.
+        let many: Vec<Fingerprint> = (0..MAX_REDACTORS + 2)
+            .map(|n| fingerprint(&format!("secret-{n:04}")))
+            .collect();
+        for f in &many {
+            memo.keep_shaped(&served, &shaped, *f);
+        }
+        assert!(memo.shaped(&served, a).is_none());
+        assert!(memo.shaped(&served, many[0]).is_none());
+        assert!(many[2..].iter().all(|f| memo.shaped(&served, *f).is_some()));
     }
 
     #[test]
     fn both_digests_are_kept_apart_and_the_memory_stays_bounded() {
-        let memo = ToolDigests::default();
+        let memo = ToolMemo::default();
         let shared = schema(serde_json::json!({"type": "object"}));
         let t = tool("reads", &shared);
         let canonical = memo.canonical(&t, || ("c".into(), 10));
@@ -352,7 +525,7 @@ mod tests {
             let memory = memo.memory.lock().unwrap();
             assert!(memory.tools <= MAX_TOOLS && memory.held <= MAX_HELD);
         }
-        let memo = ToolDigests::default();
+        let memo = ToolMemo::default();
         let (mut most, mut each) = (0, 0);
         let long = "x".repeat(60_000);
         for n in 0..400 {

@@ -22,7 +22,7 @@ mod tools;
 pub use cached::MAX_LISTING_FILE;
 pub(crate) use cached::{CachedListing, expired, forget, recall, remember};
 pub(crate) use lists::shape_offer;
-pub(crate) use memo::ToolDigests;
+pub(crate) use memo::ToolMemo;
 pub(crate) use pinned::{all_approved, pins_of, withhold};
 pub(crate) use prompts::{offers_uri, prompt_result};
 pub(crate) use tools::{SchemaPool, shape_listing};

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Offered, ToolDigests};
+use super::{Offered, ToolMemo};
 use crate::core::Declaration;
 use crate::pins::{DefinitionKind, Held, Pin};
 
@@ -55,7 +55,7 @@ impl Definition<'_> {
     }
 
     /// The digest [`Pin::of`] gives its JSON; a tool's as `memo` knows it.
-    fn digest(self, memo: &ToolDigests) -> String {
+    fn digest(self, memo: &ToolMemo) -> String {
         match self {
             Definition::Tool(tool) => memo.canonical(tool, || tool_digest(tool)),
             Definition::Other(value) => Pin::digest_of(&value),
@@ -136,7 +136,7 @@ pub(crate) fn pins_of(
 /// compared with [`crate::pins::compare`] finds no change), worked out from digests
 /// alone: no definition is made a JSON value.
 pub(crate) fn all_approved(
-    memo: &ToolDigests,
+    memo: &ToolMemo,
     approved: &[Pin],
     tools: &[rmcp::model::Tool],
     offered: &Offered,
@@ -208,10 +208,7 @@ mod tests {
             assert_eq!(tool_json(&tool), json(&tool));
             let pinned = Pin::of(DefinitionKind::Tool, &tool.name, json(&tool)).digest;
             assert_eq!(tool_digest(&tool).0, pinned);
-            assert_eq!(
-                Definition::Tool(&tool).digest(&ToolDigests::default()),
-                pinned
-            );
+            assert_eq!(Definition::Tool(&tool).digest(&ToolMemo::default()), pinned);
         }
     }
 
@@ -241,7 +238,7 @@ mod tests {
                 let served = pins_of(&listed, &offered, &declaration);
                 assert_eq!(served.len(), 2);
                 assert!(!crate::pins::compare(&approved, &served).is_empty());
-                let memo = ToolDigests::default();
+                let memo = ToolMemo::default();
                 assert!(!all_approved(
                     &memo,
                     &approved,
@@ -323,7 +320,7 @@ mod tests {
             ),
         ];
         // Each case is asked twice of one memory: a digest it kept is the same.
-        let memo = ToolDigests::default();
+        let memo = ToolMemo::default();
         for (what, tools, offered, declaration, expected) in cases.iter().chain(&cases) {
             let (tools, offered, declaration, expected) =
                 (*tools, *offered, *declaration, *expected);

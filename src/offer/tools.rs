@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use rmcp::model::Tool;
 
-use super::{MAX_DESCRIPTION, MAX_TITLE, Shaped, shape_offer};
+use super::{MAX_DESCRIPTION, MAX_TITLE, Shaped, ToolMemo, shape_offer};
 use crate::core::Declaration;
 use crate::naming;
 use crate::redact::{Redactor, View};
@@ -20,12 +20,15 @@ use crate::transport::{ListedTools, MAX_TOOLS};
 /// `token=...`) is hidden: a name is shown everywhere (catalog, CLI, events, other
 /// diagnostics), so it cannot be redacted into something callable. The note says how
 /// many, never which. Of tools listed twice the first is kept. Descriptions are capped
-/// and redacted, schemas redacted, once per listing (not per turn).
+/// and redacted, schemas redacted, once per listing (not per turn), and a tool served
+/// before to a redactor of the same secrets and left as it was is taken from `memo`
+/// without that work ([`ToolMemo::shaped`]).
 pub(crate) fn shape_listing(
     listed: ListedTools,
     declaration: &Declaration,
     redactor: &Redactor,
     schemas: &SchemaPool,
+    memo: &ToolMemo,
 ) -> Shaped {
     let (offered, mut notes) = shape_offer(listed.offer, declaration, redactor);
     if listed.truncated {
@@ -40,10 +43,15 @@ pub(crate) fn shape_listing(
             || redactor.text(&exposed, View::Model) != exposed
             || redactor.holds_secret_normalized(name)
     };
-    let clean: Vec<Tool> = listed
+    let fingerprint = redactor.fingerprint();
+    // A tool known to shape to itself was checked, name included, for these secrets.
+    let clean: Vec<Result<Tool, Tool>> = listed
         .tools
         .into_iter()
-        .filter(|t| !carries_secret(&t.name))
+        .filter_map(|t| match fingerprint.and_then(|f| memo.shaped(&t, f)) {
+            Some(shaped) => Some(Ok(shaped)),
+            None => (!carries_secret(&t.name)).then_some(Err(t)),
+        })
         .collect();
     if clean.len() < total {
         notes.push(format!(
@@ -56,13 +64,29 @@ pub(crate) fn shape_listing(
     let tools = clean
         .into_iter()
         .filter(|t| {
-            let first = seen.insert(t.name.to_string());
-            if !first && !twice.iter().any(|n| n == t.name.as_ref()) {
-                twice.push(t.name.to_string());
+            let name = match t {
+                Ok(t) | Err(t) => t.name.as_ref(),
+            };
+            let first = seen.insert(name.to_string());
+            if !first && !twice.iter().any(|n| n == name) {
+                twice.push(name.to_string());
             }
             first
         })
-        .map(|tool| shape_tool(tool, redactor, schemas))
+        .map(|t| match t {
+            Ok(shaped) => shaped,
+            Err(served) => {
+                let Some(fingerprint) = fingerprint else {
+                    return shape_tool(served, redactor, schemas);
+                };
+                // A copy to compare with: the schemas are copied once either way
+                // (shaping takes them when they are held here alone).
+                let copy = served.clone();
+                let shaped = shape_tool(served, redactor, schemas);
+                memo.keep_shaped(&copy, &shaped, fingerprint);
+                shaped
+            }
+        })
         .collect();
     if !twice.is_empty() {
         notes.push(format!(
@@ -115,7 +139,7 @@ fn shape_tool(mut tool: Tool, redactor: &Redactor, schemas: &SchemaPool) -> Tool
 
 /// Identical input schemas shared across connections and sessions: sixty sessions on the
 /// same servers hold one copy of each schema, not sixty. Entries are weak, so a schema
-/// no connection (and no digest kept in [`super::ToolDigests`]) uses any more is freed;
+/// no connection (and no tool kept in [`super::ToolMemo`]) uses any more is freed;
 /// the keys of freed ones are dropped once there are many of them or they hold many
 /// bytes.
 #[derive(Default)]
@@ -222,6 +246,134 @@ mod tests {
         assert!(entries.bytes <= entries.next_sweep.max(POOL_KEY_BYTES));
         drop(entries);
         drop(live);
+    }
+
+    /// A listing of tools that shaping leaves, changes and hides in turn.
+    fn assorted(zero: f64) -> Vec<Tool> {
+        let object = |v: serde_json::Value| match v {
+            serde_json::Value::Object(map) => Arc::new(map),
+            _ => unreachable!("an object"),
+        };
+        let mut titled = tool(serde_json::json!({"type": "object"}));
+        titled.name = "titled".into();
+        titled.title = Some("Reads tok-5f3a9c1e77".into());
+        let mut long = tool(serde_json::json!({"type": "object"}));
+        long.name = "long".into();
+        long.description = Some("é".repeat(MAX_DESCRIPTION + 1).into());
+        let mut with_output = tool(serde_json::json!({"type": "object"}));
+        with_output.name = "output".into();
+        with_output.output_schema = Some(object(serde_json::json!({"default": -0.0})));
+        let mut icons = tool(serde_json::json!({"type": "object"}));
+        icons.name = "icons".into();
+        icons.icons = Some(Vec::new());
+        vec![
+            tool(serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}})),
+            Tool::new(
+                "secret",
+                "uses tok-5f3a9c1e77",
+                object(serde_json::json!({})),
+            ),
+            Tool::new(
+                "tok-5f3a9c1e77",
+                "named by a secret",
+                object(serde_json::json!({})),
+            ),
+            Tool::new("t", "listed twice", object(serde_json::json!({}))),
+            Tool::new(
+                "deep",
+                "a secret in a default",
+                object(serde_json::json!(
+                    {"type": "object", "properties": {"k": {"default": "tok-5f3a9c1e77"}}}
+                )),
+            ),
+            Tool::new(
+                "zero",
+                "a zero",
+                object(serde_json::json!({"default": zero})),
+            ),
+            Tool::new(
+                "negative",
+                "-0.0",
+                object(serde_json::json!({"default": -0.0})),
+            ),
+            titled,
+            long,
+            with_output,
+            icons,
+        ]
+    }
+
+    fn listing(tools: Vec<Tool>) -> ListedTools {
+        ListedTools {
+            tools,
+            truncated: false,
+            offer: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_listing_shaped_with_what_the_memo_knows_is_the_listing_shaped_afresh() {
+        let declaration = crate::offer::test_declaration("command: x\n");
+        let knowing = Redactor::new().with_secrets([("API_TOKEN", "tok-5f3a9c1e77")]);
+        // Redactors that know the secret, that do not, and one of a secret only some
+        // tools hold, in an order that has each shape what another shaped before.
+        let redactors = [
+            Redactor::new(),
+            knowing.clone(),
+            Redactor::new().with_secrets([("OTHER", "other-secret-1")]),
+            knowing,
+            Redactor::new(),
+            Redactor::new().with_secrets([("ALSO", "uses tok")]),
+        ];
+        let (pool, memo) = (SchemaPool::default(), ToolMemo::default());
+        for redactor in &redactors {
+            for round in 0..4 {
+                let zero = if round % 2 == 0 { 0.0 } else { -0.0 };
+                let served = listing(assorted(zero));
+                let shaped = shape_listing(served, &declaration, redactor, &pool, &memo);
+                let afresh = shape_listing(
+                    listing(assorted(zero)),
+                    &declaration,
+                    redactor,
+                    &SchemaPool::default(),
+                    &ToolMemo::default(),
+                );
+                assert_eq!(shaped.tools, afresh.tools, "round {round}");
+                assert_eq!(shaped.notes, afresh.notes, "round {round}");
+                let text = serde_json::to_string(&shaped.tools).unwrap();
+                if redactor.text("tok-5f3a9c1e77", View::Model) != "tok-5f3a9c1e77" {
+                    assert!(!text.contains("tok-5f3a9c1e77"), "{text}");
+                }
+                // `==` takes -0.0 for 0.0: each default is checked as written.
+                let negative = shaped.tools.iter().find(|t| t.name == "negative").unwrap();
+                assert_eq!(
+                    serde_json::to_string(&negative.input_schema).unwrap(),
+                    r#"{"default":-0.0}"#
+                );
+                let zero_tool = shaped.tools.iter().find(|t| t.name == "zero").unwrap();
+                let written = serde_json::to_string(&zero_tool.input_schema).unwrap();
+                assert_eq!(written, format!(r#"{{"default":{zero:?}}}"#));
+            }
+        }
+        // What the memo gave is the shared copy of each schema.
+        let redactor = Redactor::new();
+        let first = shape_listing(
+            listing(assorted(0.0)),
+            &declaration,
+            &redactor,
+            &pool,
+            &memo,
+        );
+        let second = shape_listing(
+            listing(assorted(0.0)),
+            &declaration,
+            &redactor,
+            &pool,
+            &memo,
+        );
+        for (a, b) in first.tools.iter().zip(&second.tools) {
+            assert!(Arc::ptr_eq(&a.input_schema, &b.input_schema), "{}", a.name);
+        }
     }
 
     #[test]

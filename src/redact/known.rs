@@ -27,6 +27,34 @@ pub(super) struct Known {
     /// The secrets are more than [`MAX_SECRET_BYTES`], or the automaton could not be
     /// built: nothing can be redacted (fail closed), never "no secret found".
     pub(super) broken: bool,
+    /// Worked out when first asked ([`Known::fingerprint`]).
+    fingerprint: std::sync::OnceLock<Option<Fingerprint>>,
+}
+
+/// What tells the secrets of one redactor from another's without holding or showing
+/// them: a sha256, keyed by bytes drawn once per process, of every secret's name and
+/// value. Redactors of equal fingerprints know the same secrets under the same names,
+/// so they redact every text alike.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fingerprint([u8; 32]);
+
+impl std::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fingerprint(..)")
+    }
+}
+
+/// The key of every fingerprint, from the system's random source; `None` when that
+/// cannot be read (then no redactor has a fingerprint).
+fn fingerprint_key() -> Option<[u8; 32]> {
+    static KEY: std::sync::OnceLock<Option<[u8; 32]>> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        use std::io::Read;
+        let mut key = [0; 32];
+        let mut random = std::fs::File::open("/dev/urandom").ok()?;
+        random.read_exact(&mut key).ok()?;
+        Some(key)
+    })
 }
 
 /// Most bytes of secret values one redactor searches for (a contiguous NFA holds some
@@ -59,6 +87,7 @@ impl Known {
                 finder: None,
                 longest_chars,
                 broken: true,
+                fingerprint: std::sync::OnceLock::new(),
             };
         }
         // Every match is reported, overlapping ones too, so each occurrence of every
@@ -92,7 +121,29 @@ impl Known {
             finder,
             longest_chars,
             broken,
+            fingerprint: std::sync::OnceLock::new(),
         }
+    }
+
+    /// See [`Fingerprint`]; `None` when these secrets cannot be redacted (`broken`) or
+    /// no key could be drawn.
+    pub(super) fn fingerprint(&self) -> Option<Fingerprint> {
+        use sha2::Digest;
+        *self.fingerprint.get_or_init(|| {
+            if self.broken {
+                return None;
+            }
+            let mut hasher = sha2::Sha256::new();
+            hasher.update(b"demiurge redactor secrets 1\0");
+            hasher.update(fingerprint_key()?);
+            for secret in &self.secrets {
+                for part in [secret.name.as_bytes(), secret.value.as_bytes()] {
+                    hasher.update((part.len() as u64).to_le_bytes());
+                    hasher.update(part);
+                }
+            }
+            Some(Fingerprint(hasher.finalize().into()))
+        })
     }
 
     /// Every occurrence of every secret in `text`, overlapping ones included (in no

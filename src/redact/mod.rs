@@ -19,7 +19,7 @@ mod known;
 mod render;
 mod shapes;
 
-pub(crate) use known::Span;
+pub(crate) use known::{Fingerprint, Span};
 use known::{Known, Secret};
 pub use known::{Learned, MAX_LEARNED, MAX_SECRET_BYTES};
 use shapes::{collect_sensitive, collect_strings, is_count};
@@ -246,6 +246,17 @@ impl Redactor {
         Ok((!learned.secrets.is_empty()).then(|| Arc::clone(&learned)))
     }
 
+    /// What tells this redactor's secrets from another's ([`Fingerprint`]): equal for
+    /// two redactors that redact every text alike. `None` when that cannot be told:
+    /// the connection learned secrets since it started (they change under it), or
+    /// redaction fails.
+    pub(crate) fn fingerprint(&self) -> Option<Fingerprint> {
+        if self.poisoned || !matches!(self.learned(), Ok(None)) {
+            return None;
+        }
+        self.secrets.fingerprint()
+    }
+
     /// Characters of the longest known secret (0 when there is none).
     pub fn longest_secret_chars(&self) -> usize {
         let learned = self.learned().ok().flatten();
@@ -413,6 +424,59 @@ mod tests {
     use super::render::ALL_VIEWS;
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn fingerprints_tell_secret_sets_apart_and_none_is_given_when_they_may_change() {
+        let of = |secrets: &[(&str, &str)]| {
+            Redactor::new()
+                .with_secrets(secrets.iter().copied())
+                .fingerprint()
+        };
+        let base = of(&[("A", "value-1111"), ("B", "value-2222")]);
+        assert!(base.is_some());
+        // The same secrets in another order: alike.
+        assert_eq!(base, of(&[("B", "value-2222"), ("A", "value-1111")]));
+        // Another value, another name, one more, one less, none, a value split
+        // differently between name and value: apart.
+        for other in [
+            of(&[("A", "value-1111"), ("B", "value-2223")]),
+            of(&[("A", "value-1111"), ("C", "value-2222")]),
+            of(&[
+                ("A", "value-1111"),
+                ("B", "value-2222"),
+                ("C", "value-3333"),
+            ]),
+            of(&[("A", "value-1111")]),
+            of(&[]),
+            of(&[("A", "value-1111"), ("Bv", "alue-2222")]),
+        ] {
+            assert!(other.is_some());
+            assert_ne!(base, other);
+        }
+        // Not shown: neither a value nor a name is in its debug text.
+        let shown = format!("{:?}", base);
+        assert!(
+            !shown.contains("value") && !shown.contains("1111"),
+            "{shown}"
+        );
+        // Learned secrets change under a connection; a poisoned or broken redactor
+        // redacts nothing: no fingerprint.
+        let learned = Arc::new(Learned::default());
+        let r = Redactor::new()
+            .with_secrets([("A", "value-1111")])
+            .with_learned(Arc::clone(&learned));
+        assert!(r.fingerprint().is_some());
+        learned.learn("T", "learned-token-1");
+        assert!(r.fingerprint().is_none());
+        assert!(Redactor::poisoned().fingerprint().is_none());
+        let huge = "x".repeat(MAX_SECRET_BYTES + 1);
+        assert!(
+            Redactor::new()
+                .with_secrets([("H", huge)])
+                .fingerprint()
+                .is_none()
+        );
+    }
 
     #[test]
     fn declared_secrets_are_replaced_in_every_view_but_fingerprinted_in_debug() {

@@ -81,7 +81,7 @@ impl Pipeline {
         if let Loaded::Found(file) = &loaded
             && file.pending.is_empty()
             && all_approved(
-                &self.shared.digests,
+                &self.shared.tools,
                 &file.approved,
                 &shaped.tools,
                 &shaped.offer,
