@@ -492,12 +492,33 @@ mod tests {
         let mut meta = served.clone();
         meta.meta = Some(rmcp::model::MetaObject(serde_json::Map::new()));
         assert!(memo.shaped(&meta, a).is_none());
-        // A tool shaping changed (a description redacted or capped) is not kept.
+        // Another title, other hints: shaped again.
+        let mut titled = served.clone();
+        titled.title = Some("Reads".into());
+        assert!(memo.shaped(&titled, a).is_none());
+        let mut hinted = served.clone();
+        hinted.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(true));
+        assert!(memo.shaped(&hinted, a).is_none());
+        // A tool shaping changed (a description redacted, a schema redacted) is not
+        // kept: the memory holds nothing a redactor hid.
+        let kept = memo.counts();
         let changed = tool("reads <redacted>", &shaped.input_schema);
-        let served_secret = tool("reads secret-aaaa", &served.input_schema);
-        memo.keep_shaped(&served_secret, &changed, a);
-        assert!(memo.shaped(&served_secret, a).is_none());
-        assert!(memo.shaped(&changed, a).is_none());
+        memo.keep_shaped(
+            &tool("reads secret-aaaa", &served.input_schema),
+            &changed,
+            a,
+        );
+        let redacted = tool(
+            "reads",
+            &schema(serde_json::json!({"default": "<redacted>"})),
+        );
+        let leaky = tool(
+            "reads",
+            &schema(serde_json::json!({"default": "secret-aaaa"})),
+        );
+        memo.keep_shaped(&leaky, &redacted, a);
+        assert_eq!(memo.counts(), kept);
+        assert!(memo.shaped(&leaky, a).is_none());
         // At most MAX_REDACTORS redactors a tool, the newest kept.
         let many: Vec<Fingerprint> = (0..MAX_REDACTORS + 2)
             .map(|n| fingerprint(&format!("secret-{n:04}")))

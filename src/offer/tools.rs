@@ -44,13 +44,28 @@ pub(crate) fn shape_listing(
             || redactor.holds_secret_normalized(name)
     };
     let fingerprint = redactor.fingerprint();
-    // A tool known to shape to itself was checked, name included, for these secrets.
-    let clean: Vec<Result<Tool, Tool>> = listed
+    let mut found: Vec<Found> = listed
         .tools
         .into_iter()
-        .filter_map(|t| match fingerprint.and_then(|f| memo.shaped(&t, f)) {
-            Some(shaped) => Some(Ok(shaped)),
-            None => (!carries_secret(&t.name)).then_some(Err(t)),
+        .map(|t| match fingerprint.and_then(|f| memo.shaped(&t, f)) {
+            Some(shaped) => Found::Shaped(shaped),
+            None => Found::Served(t),
+        })
+        .collect();
+    // Secrets learned meanwhile (a token refreshed): what the memo gave is shaped
+    // again. It is what was served: equal in every field, no icons, no `_meta`.
+    if fingerprint.is_some() && redactor.fingerprint() != fingerprint {
+        found = found
+            .into_iter()
+            .map(|t| Found::Served(t.into_tool()))
+            .collect();
+    }
+    // A tool the memo gave was checked, name included, for these secrets.
+    let clean: Vec<Found> = found
+        .into_iter()
+        .filter(|t| match t {
+            Found::Shaped(_) => true,
+            Found::Served(served) => !carries_secret(&served.name),
         })
         .collect();
     if clean.len() < total {
@@ -64,9 +79,7 @@ pub(crate) fn shape_listing(
     let tools = clean
         .into_iter()
         .filter(|t| {
-            let name = match t {
-                Ok(t) | Err(t) => t.name.as_ref(),
-            };
+            let name = t.name();
             let first = seen.insert(name.to_string());
             if !first && !twice.iter().any(|n| n == name) {
                 twice.push(name.to_string());
@@ -74,13 +87,14 @@ pub(crate) fn shape_listing(
             first
         })
         .map(|t| match t {
-            Ok(shaped) => shaped,
-            Err(served) => {
+            Found::Shaped(shaped) => shaped,
+            Found::Served(served) => {
                 let Some(fingerprint) = fingerprint else {
                     return shape_tool(served, redactor, schemas);
                 };
-                // A copy to compare with: the schemas are copied once either way
-                // (shaping takes them when they are held here alone).
+                // What shaping gives is compared with what was served: the schemas
+                // are copied (shaping takes them when they are held here alone), once,
+                // for a tool the memo did not know.
                 let copy = served.clone();
                 let shaped = shape_tool(served, redactor, schemas);
                 memo.keep_shaped(&copy, &shaped, fingerprint);
@@ -100,6 +114,26 @@ pub(crate) fn shape_listing(
         notes,
         listed: total,
         held: None,
+    }
+}
+
+/// A listed tool, as the memo gave it shaped or as the server served it.
+enum Found {
+    Shaped(Tool),
+    Served(Tool),
+}
+
+impl Found {
+    fn name(&self) -> &str {
+        match self {
+            Found::Shaped(t) | Found::Served(t) => &t.name,
+        }
+    }
+
+    fn into_tool(self) -> Tool {
+        match self {
+            Found::Shaped(t) | Found::Served(t) => t,
+        }
     }
 }
 
@@ -344,6 +378,22 @@ mod tests {
                 if redactor.text("tok-5f3a9c1e77", View::Model) != "tok-5f3a9c1e77" {
                     assert!(!text.contains("tok-5f3a9c1e77"), "{text}");
                 }
+                // The memo knows exactly the tools shaping left as they were served
+                // (no icons, no `_meta`), for this redactor's secrets.
+                let fingerprint = redactor.fingerprint().expect("a fingerprint");
+                let written: Vec<String> = afresh
+                    .tools
+                    .iter()
+                    .map(|t| serde_json::to_string(t).unwrap())
+                    .collect();
+                let mut hits = 0;
+                for served in assorted(zero) {
+                    let unchanged = written.contains(&serde_json::to_string(&served).unwrap());
+                    let hit = memo.shaped(&served, fingerprint).is_some();
+                    assert_eq!(hit, unchanged, "{} in round {round}", served.name);
+                    hits += usize::from(hit);
+                }
+                assert!(hits >= 4, "{hits}");
                 // `==` takes -0.0 for 0.0: each default is checked as written.
                 let negative = shaped.tools.iter().find(|t| t.name == "negative").unwrap();
                 assert_eq!(
@@ -355,6 +405,28 @@ mod tests {
                 assert_eq!(written, format!(r#"{{"default":{zero:?}}}"#));
             }
         }
+        // A connection that learned a secret since gets its tools shaped again.
+        let learned = Arc::new(crate::redact::Learned::default());
+        let learning = Redactor::new().with_learned(Arc::clone(&learned));
+        let before = shape_listing(
+            listing(assorted(0.0)),
+            &declaration,
+            &learning,
+            &pool,
+            &memo,
+        );
+        let text = serde_json::to_string(&before.tools).unwrap();
+        assert!(text.contains("uses tok-5f3a9c1e77"), "{text}");
+        learned.learn("TOKEN", "tok-5f3a9c1e77");
+        let after = shape_listing(
+            listing(assorted(0.0)),
+            &declaration,
+            &learning,
+            &pool,
+            &memo,
+        );
+        let text = serde_json::to_string(&after.tools).unwrap();
+        assert!(!text.contains("tok-5f3a9c1e77"), "{text}");
         // What the memo gave is the shared copy of each schema.
         let redactor = Redactor::new();
         let first = shape_listing(

@@ -28,7 +28,7 @@ pub(super) struct Known {
     /// built: nothing can be redacted (fail closed), never "no secret found".
     pub(super) broken: bool,
     /// Worked out when first asked ([`Known::fingerprint`]).
-    fingerprint: std::sync::OnceLock<Option<Fingerprint>>,
+    fingerprint: std::sync::OnceLock<Fingerprint>,
 }
 
 /// What tells the secrets of one redactor from another's without holding or showing
@@ -44,17 +44,19 @@ impl std::fmt::Debug for Fingerprint {
     }
 }
 
-/// The key of every fingerprint, from the system's random source; `None` when that
-/// cannot be read (then no redactor has a fingerprint).
+/// The key of every fingerprint, from the system's random source; `None` while that
+/// cannot be read (no descriptor left, say: read again next time).
 fn fingerprint_key() -> Option<[u8; 32]> {
-    static KEY: std::sync::OnceLock<Option<[u8; 32]>> = std::sync::OnceLock::new();
-    *KEY.get_or_init(|| {
-        use std::io::Read;
-        let mut key = [0; 32];
-        let mut random = std::fs::File::open("/dev/urandom").ok()?;
-        random.read_exact(&mut key).ok()?;
-        Some(key)
-    })
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    if let Some(key) = KEY.get() {
+        return Some(*key);
+    }
+    use std::io::Read;
+    let mut key = [0; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut key))
+        .ok()?;
+    Some(*KEY.get_or_init(|| key))
 }
 
 /// Most bytes of secret values one redactor searches for (a contiguous NFA holds some
@@ -126,24 +128,26 @@ impl Known {
     }
 
     /// See [`Fingerprint`]; `None` when these secrets cannot be redacted (`broken`) or
-    /// no key could be drawn.
+    /// no key could be drawn yet.
     pub(super) fn fingerprint(&self) -> Option<Fingerprint> {
         use sha2::Digest;
-        *self.fingerprint.get_or_init(|| {
-            if self.broken {
-                return None;
+        if self.broken {
+            return None;
+        }
+        if let Some(known) = self.fingerprint.get() {
+            return Some(*known);
+        }
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(b"demiurge redactor secrets 1\0");
+        hasher.update(fingerprint_key()?);
+        for secret in &self.secrets {
+            for part in [secret.name.as_bytes(), secret.value.as_bytes()] {
+                hasher.update((part.len() as u64).to_le_bytes());
+                hasher.update(part);
             }
-            let mut hasher = sha2::Sha256::new();
-            hasher.update(b"demiurge redactor secrets 1\0");
-            hasher.update(fingerprint_key()?);
-            for secret in &self.secrets {
-                for part in [secret.name.as_bytes(), secret.value.as_bytes()] {
-                    hasher.update((part.len() as u64).to_le_bytes());
-                    hasher.update(part);
-                }
-            }
-            Some(Fingerprint(hasher.finalize().into()))
-        })
+        }
+        let worked = Fingerprint(hasher.finalize().into());
+        Some(*self.fingerprint.get_or_init(|| worked))
     }
 
     /// Every occurrence of every secret in `text`, overlapping ones included (in no
