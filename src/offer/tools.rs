@@ -10,7 +10,7 @@ use rmcp::model::Tool;
 use super::{MAX_DESCRIPTION, MAX_TITLE, Shaped, ToolMemo, shape_offer};
 use crate::core::Declaration;
 use crate::naming;
-use crate::redact::{Redactor, View};
+use crate::redact::{Fingerprint, Redactor, View};
 use crate::result::cap_chars;
 use crate::transport::{ListedTools, MAX_TOOLS};
 
@@ -30,6 +30,22 @@ pub(crate) fn shape_listing(
     schemas: &SchemaPool,
     memo: &ToolMemo,
 ) -> Shaped {
+    let fingerprint = redactor.fingerprint();
+    shape_listing_as_of(listed, declaration, redactor, schemas, memo, fingerprint)
+}
+
+/// [`shape_listing`], the memo asked for tools kept under `fingerprint`: the
+/// redactor's when the listing came in. A secret its connection learns meanwhile (a
+/// token refreshed) makes the redactor's another by the end; then every tool, however
+/// it was shaped, is checked and shaped again with what is known now.
+fn shape_listing_as_of(
+    listed: ListedTools,
+    declaration: &Declaration,
+    redactor: &Redactor,
+    schemas: &SchemaPool,
+    memo: &ToolMemo,
+    fingerprint: Option<Fingerprint>,
+) -> Shaped {
     let (offered, mut notes) = shape_offer(listed.offer, declaration, redactor);
     if listed.truncated {
         notes.push(format!("the tool list was cut at {} tools", MAX_TOOLS));
@@ -43,40 +59,19 @@ pub(crate) fn shape_listing(
             || redactor.text(&exposed, View::Model) != exposed
             || redactor.holds_secret_normalized(name)
     };
-    let fingerprint = redactor.fingerprint();
-    let mut found: Vec<Found> = listed
+    // A tool the memo gives was checked, name included, for these secrets.
+    let clean: Vec<Found> = listed
         .tools
         .into_iter()
-        .map(|t| match fingerprint.and_then(|f| memo.shaped(&t, f)) {
-            Some(shaped) => Found::Shaped(shaped),
-            None => Found::Served(t),
+        .filter_map(|t| match fingerprint.and_then(|f| memo.shaped(&t, f)) {
+            Some(shaped) => Some(Found::Shaped(shaped)),
+            None => (!carries_secret(&t.name)).then_some(Found::Served(t)),
         })
         .collect();
-    // Secrets learned meanwhile (a token refreshed): what the memo gave is shaped
-    // again. It is what was served: equal in every field, no icons, no `_meta`.
-    if fingerprint.is_some() && redactor.fingerprint() != fingerprint {
-        found = found
-            .into_iter()
-            .map(|t| Found::Served(t.into_tool()))
-            .collect();
-    }
-    // A tool the memo gave was checked, name included, for these secrets.
-    let clean: Vec<Found> = found
-        .into_iter()
-        .filter(|t| match t {
-            Found::Shaped(_) => true,
-            Found::Served(served) => !carries_secret(&served.name),
-        })
-        .collect();
-    if clean.len() < total {
-        notes.push(format!(
-            "{} tool(s) hidden: the name contains a secret value; rename the tool on the server",
-            total - clean.len()
-        ));
-    }
+    let mut hidden = total - clean.len();
     let mut seen = std::collections::HashSet::new();
     let mut twice: Vec<String> = Vec::new();
-    let tools = clean
+    let mut tools: Vec<Tool> = clean
         .into_iter()
         .filter(|t| {
             let name = t.name();
@@ -92,16 +87,33 @@ pub(crate) fn shape_listing(
                 let Some(fingerprint) = fingerprint else {
                     return shape_tool(served, redactor, schemas);
                 };
-                // What shaping gives is compared with what was served: the schemas
-                // are copied (shaping takes them when they are held here alone), once,
-                // for a tool the memo did not know.
-                let copy = served.clone();
+                // Cloning the tool shares its schemas, so shaping copies them instead
+                // of taking them: once, for a tool the memo did not know. Kept under
+                // the fingerprint the listing came in with even when a secret was
+                // learned since: a tool left as it was with more secrets known is left
+                // as it was with fewer.
+                let as_served = served.clone();
                 let shaped = shape_tool(served, redactor, schemas);
-                memo.keep_shaped(&copy, &shaped, fingerprint);
+                memo.keep_shaped(&as_served, &shaped, fingerprint);
                 shaped
             }
         })
         .collect();
+    if fingerprint.is_some() && redactor.fingerprint() != fingerprint {
+        let before = tools.len();
+        tools = tools
+            .into_iter()
+            .filter(|t| !carries_secret(&t.name))
+            .map(|t| shape_tool(t, redactor, schemas))
+            .collect();
+        hidden += before - tools.len();
+        twice.retain(|name| !carries_secret(name));
+    }
+    if hidden > 0 {
+        notes.push(format!(
+            "{hidden} tool(s) hidden: the name contains a secret value; rename the tool on the server"
+        ));
+    }
     if !twice.is_empty() {
         notes.push(format!(
             "tool names listed more than once, later ones ignored: {}",
@@ -129,12 +141,6 @@ impl Found {
             Found::Shaped(t) | Found::Served(t) => &t.name,
         }
     }
-
-    fn into_tool(self) -> Tool {
-        match self {
-            Found::Shaped(t) | Found::Served(t) => t,
-        }
-    }
 }
 
 /// One tool as a turn may show it: description and titles capped and redacted, schemas
@@ -148,7 +154,8 @@ fn shape_tool(mut tool: Tool, redactor: &Redactor, schemas: &SchemaPool) -> Tool
     if let Some(annotations) = &mut tool.annotations {
         annotations.title = annotations.title.as_deref().map(title);
     }
-    // The listing's own schemas are taken, not copied: each is held here alone.
+    // A schema held here alone is taken, not copied (a schema the memo may keep is
+    // shared with the copy it is compared with: see `shape_listing_as_of`).
     let taken = |schema: Arc<rmcp::model::JsonObject>| {
         let schema = Arc::try_unwrap(schema).unwrap_or_else(|shared| (*shared).clone());
         match redactor.json_owned(serde_json::Value::Object(schema), View::Model) {
@@ -372,9 +379,10 @@ mod tests {
                     &SchemaPool::default(),
                     &ToolMemo::default(),
                 );
-                assert_eq!(shaped.tools, afresh.tools, "round {round}");
-                assert_eq!(shaped.notes, afresh.notes, "round {round}");
+                // As written, not by `==` (which takes -0.0 for 0.0).
                 let text = serde_json::to_string(&shaped.tools).unwrap();
+                assert_eq!(text, serde_json::to_string(&afresh.tools).unwrap());
+                assert_eq!(shaped.notes, afresh.notes, "round {round}");
                 if redactor.text("tok-5f3a9c1e77", View::Model) != "tok-5f3a9c1e77" {
                     assert!(!text.contains("tok-5f3a9c1e77"), "{text}");
                 }
@@ -405,29 +413,35 @@ mod tests {
                 assert_eq!(written, format!(r#"{{"default":{zero:?}}}"#));
             }
         }
-        // A connection that learned a secret since gets its tools shaped again.
+        // A connection that learned a secret before the listing gets its tools shaped
+        // again; one that learned it while the listing was shaped (the memo asked for
+        // what it knew when the listing came in) too.
         let learned = Arc::new(crate::redact::Learned::default());
         let learning = Redactor::new().with_learned(Arc::clone(&learned));
-        let before = shape_listing(
-            listing(assorted(0.0)),
-            &declaration,
-            &learning,
-            &pool,
-            &memo,
-        );
+        let as_of = learning.fingerprint();
+        let shaped = |as_of| {
+            let listed = listing(assorted(0.0));
+            shape_listing_as_of(listed, &declaration, &learning, &pool, &memo, as_of)
+        };
+        let before = shaped(as_of);
         let text = serde_json::to_string(&before.tools).unwrap();
         assert!(text.contains("uses tok-5f3a9c1e77"), "{text}");
         learned.learn("TOKEN", "tok-5f3a9c1e77");
-        let after = shape_listing(
+        let afresh = shape_listing(
             listing(assorted(0.0)),
             &declaration,
             &learning,
-            &pool,
-            &memo,
+            &SchemaPool::default(),
+            &ToolMemo::default(),
         );
-        let text = serde_json::to_string(&after.tools).unwrap();
-        assert!(!text.contains("tok-5f3a9c1e77"), "{text}");
-        // What the memo gave is the shared copy of each schema.
+        for after in [shaped(learning.fingerprint()), shaped(as_of)] {
+            let text = serde_json::to_string(&after.tools).unwrap();
+            assert!(!text.contains("tok-5f3a9c1e77"), "{text}");
+            assert_eq!(text, serde_json::to_string(&afresh.tools).unwrap());
+            assert_eq!(after.notes, afresh.notes);
+        }
+        // What the memo gives is the pool's copy of each schema: the one a listing
+        // shaped without it shares.
         let redactor = Redactor::new();
         let first = shape_listing(
             listing(assorted(0.0)),
@@ -441,7 +455,7 @@ mod tests {
             &declaration,
             &redactor,
             &pool,
-            &memo,
+            &ToolMemo::default(),
         );
         for (a, b) in first.tools.iter().zip(&second.tools) {
             assert!(Arc::ptr_eq(&a.input_schema, &b.input_schema), "{}", a.name);

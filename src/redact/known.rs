@@ -27,7 +27,7 @@ pub(super) struct Known {
     /// The secrets are more than [`MAX_SECRET_BYTES`], or the automaton could not be
     /// built: nothing can be redacted (fail closed), never "no secret found".
     pub(super) broken: bool,
-    /// Worked out when first asked ([`Known::fingerprint`]).
+    /// Worked out when first asked once a key could be drawn ([`Known::fingerprint`]).
     fingerprint: std::sync::OnceLock<Fingerprint>,
 }
 
@@ -48,10 +48,10 @@ impl std::fmt::Debug for Fingerprint {
 /// cannot be read (no descriptor left, say: read again next time).
 fn fingerprint_key() -> Option<[u8; 32]> {
     static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    use std::io::Read;
     if let Some(key) = KEY.get() {
         return Some(*key);
     }
-    use std::io::Read;
     let mut key = [0; 32];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut random| random.read_exact(&mut key))

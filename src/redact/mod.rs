@@ -248,8 +248,8 @@ impl Redactor {
 
     /// What tells this redactor's secrets from another's ([`Fingerprint`]): equal for
     /// two redactors that redact every text alike. `None` when that cannot be told:
-    /// the connection learned secrets since it started (they change under it), or
-    /// redaction fails.
+    /// the connection learned secrets since it started (they change under it),
+    /// redaction fails, or no key could be drawn yet.
     pub(crate) fn fingerprint(&self) -> Option<Fingerprint> {
         if self.poisoned || !matches!(self.learned(), Ok(None)) {
             return None;
