@@ -161,13 +161,12 @@ pub(crate) fn held(tool: &Tool) -> usize {
 }
 
 impl ToolMemo {
-    /// The canonical digest of `tool` and its JSON's length, worked out by `work`
-    /// unless known (then the length is not).
-    pub(crate) fn canonical(&self, tool: &Tool, work: impl FnOnce() -> (String, usize)) -> String {
+    /// The canonical digest of `tool`, worked out by `work` unless known.
+    pub(crate) fn canonical(&self, tool: &Tool, work: impl FnOnce() -> String) -> String {
         self.get(
             tool,
             |k| k.canonical.get().cloned(),
-            || work().0,
+            work,
             |k, digest| {
                 let _ = k.canonical.set(digest.clone());
             },
@@ -357,7 +356,7 @@ mod tests {
         for t in tools {
             memo.canonical(t, || {
                 count.set(count.get() + 1);
-                crate::digest::sha256_json_hex(t)
+                crate::digest::sha256_json_hex(t).0
             });
         }
         count.get()
@@ -397,8 +396,8 @@ mod tests {
         let t = tool("reads", &shared);
         // The second one finds the first kept while it works its digest out.
         memo.canonical(&t, || {
-            memo.canonical(&t, || ("c".into(), 10));
-            ("c".into(), 10)
+            memo.canonical(&t, || "c".into());
+            "c".into()
         });
         assert_eq!(memo.counts().0, 1);
     }
@@ -535,13 +534,13 @@ mod tests {
         let memo = ToolMemo::default();
         let shared = schema(serde_json::json!({"type": "object"}));
         let t = tool("reads", &shared);
-        let canonical = memo.canonical(&t, || ("c".into(), 10));
+        let canonical = memo.canonical(&t, || "c".into());
         let listed = memo.listed(&t, || ("l".into(), 20));
         assert_eq!((canonical.as_str(), listed), ("c", ("l".to_string(), 20)));
         assert_eq!(memo.canonical(&t, || unreachable!("kept")), "c");
         assert_eq!(memo.listed(&t, || unreachable!("kept")), ("l".into(), 20));
         for n in 0..MAX_TOOLS + 10 {
-            memo.canonical(&tool(&n.to_string(), &shared), || ("d".into(), 10));
+            memo.canonical(&tool(&n.to_string(), &shared), || "d".into());
             let memory = memo.memory.lock().unwrap();
             assert!(memory.tools <= MAX_TOOLS && memory.held <= MAX_HELD);
         }
@@ -551,7 +550,7 @@ mod tests {
         for n in 0..400 {
             let t = tool(&format!("{long}{n}"), &shared);
             each = held(&t);
-            memo.canonical(&t, || ("d".into(), 10));
+            memo.canonical(&t, || "d".into());
             let (_, held) = memo.counts();
             assert!(held <= MAX_HELD);
             most = most.max(held);

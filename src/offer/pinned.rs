@@ -63,9 +63,9 @@ impl Definition<'_> {
     }
 }
 
-/// The digest [`Pin::of`] gives a tool's JSON, and that JSON's length. Its schemas,
-/// most of it, are serialized where they are, not copied into a JSON value first.
-fn tool_digest(tool: &rmcp::model::Tool) -> (String, usize) {
+/// The digest [`Pin::of`] gives a tool's JSON. Its schemas, most of it, are serialized
+/// where they are, not copied into a JSON value first.
+fn tool_digest(tool: &rmcp::model::Tool) -> String {
     #[derive(Serialize)]
     #[serde(untagged)]
     enum Part<'a> {
@@ -73,7 +73,7 @@ fn tool_digest(tool: &rmcp::model::Tool) -> (String, usize) {
         Schema(&'a rmcp::model::JsonObject),
     }
     let Value::Object(top) = without_schemas(tool) else {
-        return crate::digest::sha256_json_hex(&tool_json(tool));
+        return crate::digest::sha256_json_hex(&tool_json(tool)).0;
     };
     // Keys sorted as a JSON map sorts them: the same bytes as the whole value's.
     let mut parts: std::collections::BTreeMap<&str, Part> = top
@@ -84,7 +84,7 @@ fn tool_digest(tool: &rmcp::model::Tool) -> (String, usize) {
     if let Some(output) = &tool.output_schema {
         parts.insert("outputSchema", Part::Schema(output));
     }
-    crate::digest::sha256_json_hex(&parts)
+    crate::digest::sha256_json_hex(&parts).0
 }
 
 /// Every definition of one shaped listing, by kind, name and the name as a pin keeps it
@@ -207,7 +207,7 @@ mod tests {
         for tool in [plain, full, bare] {
             assert_eq!(tool_json(&tool), json(&tool));
             let pinned = Pin::of(DefinitionKind::Tool, &tool.name, json(&tool)).digest;
-            assert_eq!(tool_digest(&tool).0, pinned);
+            assert_eq!(tool_digest(&tool), pinned);
             assert_eq!(Definition::Tool(&tool).digest(&ToolMemo::default()), pinned);
         }
     }
