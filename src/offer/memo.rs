@@ -163,14 +163,7 @@ pub(crate) fn held(tool: &Tool) -> usize {
 impl ToolMemo {
     /// The canonical digest of `tool`, worked out by `work` unless known.
     pub(crate) fn canonical(&self, tool: &Tool, work: impl FnOnce() -> String) -> String {
-        self.get(
-            tool,
-            |k| k.canonical.get().cloned(),
-            work,
-            |k, digest| {
-                let _ = k.canonical.set(digest.clone());
-            },
-        )
+        self.get(tool, |w| &w.canonical, work)
     }
 
     /// The listed digest of `tool` and its JSON's length, worked out by `work` unless
@@ -180,14 +173,7 @@ impl ToolMemo {
         tool: &Tool,
         work: impl FnOnce() -> (String, usize),
     ) -> (String, usize) {
-        self.get(
-            tool,
-            |k| k.listed.get().cloned(),
-            work,
-            |k, listed| {
-                let _ = k.listed.set(listed.clone());
-            },
-        )
+        self.get(tool, |w| &w.listed, work)
     }
 
     /// The flags of `tool`'s description, then of its title, worked out by `work`
@@ -197,14 +183,7 @@ impl ToolMemo {
         tool: &Tool,
         work: impl FnOnce() -> Vec<TextFlag>,
     ) -> Vec<TextFlag> {
-        self.get(
-            tool,
-            |k| k.flags.get().cloned(),
-            work,
-            |k, flags| {
-                let _ = k.flags.set(flags.clone());
-            },
-        )
+        self.get(tool, |w| &w.flags, work)
     }
 
     /// What shaping `served` for a redactor of fingerprint `under` gives, when it was
@@ -245,25 +224,22 @@ impl ToolMemo {
         }
     }
 
-    /// What `read` finds known of `tool`; otherwise what `work` gives, kept through
-    /// `keep` when it may be.
-    fn get<T>(
+    /// What `slot` of `tool`'s entry holds; otherwise what `work` gives, kept there
+    /// when the tool may be kept.
+    fn get<T: Clone>(
         &self,
         tool: &Tool,
-        read: impl Fn(&Worked) -> Option<T>,
+        slot: impl Fn(&Worked) -> &OnceLock<T>,
         work: impl FnOnce() -> T,
-        keep: impl Fn(&Worked, &T),
     ) -> T {
         let key = self.key(tool);
         let found = self.find(key, tool);
-        if let Some(entry) = &found
-            && let Some(known) = read(&entry.worked)
-        {
+        if let Some(known) = found.as_ref().and_then(|e| slot(&e.worked).get().cloned()) {
             return known;
         }
         let worked = work();
         if let Some(entry) = found.or_else(|| self.remember(key, tool)) {
-            keep(&entry.worked, &worked);
+            let _ = slot(&entry.worked).set(worked.clone());
         }
         worked
     }
