@@ -567,3 +567,49 @@ impl Pipeline {
         futures::future::join_all(closes).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ractor::Actor;
+
+    use super::transport;
+
+    /// What a future `_f` returns takes in memory, read from its type alone.
+    fn future_size<A, B, Fut>(_f: impl FnOnce(A, B) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    fn future_size4<A, B, C, D, Fut>(_f: impl FnOnce(A, B, C, D) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// A future is moved whole, byte by byte, each time it is put into another (a join,
+    /// a task, an actor's handler), whichever state it is in. A connect's grew to 170
+    /// KiB, most of it the OAuth path a stdio server never takes and rmcp's request
+    /// futures side by side, and the catalog's handler (built for every message it
+    /// handles) to 7 KiB, for the connection actor's start; the rare and the large are
+    /// boxed where they are awaited. The bounds leave room, not the 170 KiB.
+    #[test]
+    fn the_futures_of_a_first_turn_stay_small() {
+        const KIB: usize = 1024;
+        for (what, size, most) in [
+            (
+                "a server's connect",
+                future_size(super::Pipeline::connect),
+                16 * KIB,
+            ),
+            (
+                "a transport's connect",
+                future_size4(transport::connect),
+                16 * KIB,
+            ),
+            (
+                "the catalog's handler",
+                future_size4(<super::super::Catalog as Actor>::handle),
+                5 * KIB,
+            ),
+        ] {
+            assert!(size <= most, "{what} takes {size} bytes (at most {most})");
+        }
+    }
+}

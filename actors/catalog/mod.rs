@@ -437,13 +437,15 @@ impl CatalogState {
     ) -> Result<(), Diagnostic> {
         let declaration = Arc::clone(&connected.declaration);
         let generation = self.shared.next_id();
-        let started = Live::start(
+        // Boxed: starting the connection's actor is a large future, and every message
+        // the catalog handles would otherwise be built at its size.
+        let started = Box::pin(Live::start(
             connected,
             &self.shared,
             self.session(),
             myself.get_cell(),
             generation,
-        );
+        ));
         let live = match started.await {
             Ok(live) => live,
             Err(message) => return Err(self.fail(&declaration, message, None)),

@@ -404,3 +404,25 @@ fn redacted_progress(sink: ProgressSink, redactor: &Redactor) -> ProgressSink {
         sink(progress);
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// What a future `_f` returns takes in memory, read from its type alone.
+    fn future_size<A, B, C, Fut>(_f: impl FnOnce(A, B, C) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// A call's future is built level by level (call, hooks, dispatch, the request),
+    /// each moved whole into the one above: what a call copies grows with it. About 6
+    /// KiB now, rmcp's wait for the answer (2.7 KiB) the largest part; boxing that too
+    /// cost a call as much as it saved.
+    #[test]
+    fn a_call_future_stays_small() {
+        const MOST: usize = 8 * 1024;
+        let size = future_size(super::TurnCatalog::call);
+        assert!(
+            size <= MOST,
+            "a call's future takes {size} bytes (at most {MOST})"
+        );
+    }
+}

@@ -457,11 +457,13 @@ async fn start<T>(
 where
     T: Transport<RoleClient> + 'static,
 {
-    let initialize = ClientServiceExt::serve_with_lifecycle(
+    // Boxed, as the listener below: kilobytes each, which every connect's future would
+    // otherwise hold and copy each time it is moved.
+    let initialize = Box::pin(ClientServiceExt::serve_with_lifecycle(
         ClientHandler::new(Arc::clone(&signals)),
         transport,
         lifecycle(protocol),
-    );
+    ));
     let stages = &signals.stages;
     let service = stages
         .timed(StageKind::Initialize, initialize)
@@ -478,7 +480,11 @@ where
     // acknowledgment of the listen can be missed until the next change.
     let peer = service.peer().clone();
     let (listener, listed) = futures::join!(
-        Listener::start(peer.clone(), Arc::clone(&signals), timeout / 4),
+        Box::pin(Listener::start(
+            peer.clone(),
+            Arc::clone(&signals),
+            timeout / 4
+        )),
         signals.stages.timed(StageKind::List, list_tools(&peer))
     );
     let listed = listed.map_err(|e| (format!("tools/list failed: {e}"), false))?;

@@ -107,7 +107,9 @@ pub(super) async fn connect(
             }
         }
     };
-    let stored = super::oauth::stored(&base, &launch.net, &launch.oauth);
+    // Boxed, as the authorization below: the OAuth futures are tens of KiB that every
+    // connect's future, stdio ones included, would otherwise carry and copy.
+    let stored = Box::pin(super::oauth::stored(&base, &launch.net, &launch.oauth));
     let stored = tokio::time::timeout(timeout, stored).await.ok().flatten();
     let first = attempt(stored).await;
     let challenge = match (first, client.take_challenge()) {
@@ -115,7 +117,12 @@ pub(super) async fn connect(
         (Err(_), Some(Challenge::Unauthorized(c) | Challenge::InsufficientScope(c))) => c,
         (Err(e), None) => return Err(e),
     };
-    let authorize = super::oauth::authorize(&base, &challenge, &launch.net, &launch.oauth);
+    let authorize = Box::pin(super::oauth::authorize(
+        &base,
+        &challenge,
+        &launch.net,
+        &launch.oauth,
+    ));
     let manager = signals
         .stages
         .timed(StageKind::Authorize, authorize)

@@ -79,7 +79,9 @@ where
     let mut items = Vec::new();
     let mut cursor = None;
     for _ in 0..MAX_TOOL_PAGES {
-        let (page, next) = fetch(PaginatedRequestParams::default().with_cursor(cursor))
+        // Boxed: rmcp's request future is about 4 KiB, and a first turn holds four
+        // listings side by side inside each server's connect, which is moved whole.
+        let (page, next) = Box::pin(fetch(PaginatedRequestParams::default().with_cursor(cursor)))
             .await
             .map_err(|e| service_error(&e))?;
         items.extend(page);
@@ -325,8 +327,9 @@ pub async fn call_tool(
     };
     let answer = match with_rounds(signals, params, budget, send).await? {
         // A task (the tasks extension) is followed to its end for the call.
+        // Boxed: a rare path, and a large future every call would carry otherwise.
         (ServerResult::CreateTaskResult(task), left) => {
-            followed(peer, signals, task, left, watch.as_ref()).await?
+            Box::pin(followed(peer, signals, task, left, watch.as_ref())).await?
         }
         (answer, _) => answer,
     };
@@ -355,8 +358,8 @@ async fn call_round(
         options.max_total_timeout = Some(left);
     }
     // rmcp gives every request a progress token; the call's sink hears its progress.
-    let handle = peer
-        .send_request_with_option(request, options)
+    // Boxed, so that each level of a call's future does not hold rmcp's send.
+    let handle = Box::pin(peer.send_request_with_option(request, options))
         .await
         .map_err(|e| match classify(&e, left) {
             CallFailure::Closed(m) => CallFailure::NotSent(m),
