@@ -1,102 +1,132 @@
-//! Not a measurement: a loop of cold rounds to run under a profiler (`perf`, callgrind,
-//! dhat, strace), one side of `benches/pairs.rs`'s cold_1 pair at a time.
+//! Not a criterion bench: one side of a pair of `benches/pairs.rs` at a time, in a
+//! loop, to run under a profiler (`perf`, callgrind, dhat, strace).
 //!
 //! ```text
 //! cargo bench --bench probe --no-run     # then run the binary it names:
-//! SIDE=raw  ROUNDS=50 target/release/deps/probe-<hash>   # bare rmcp
-//! SIDE=cold ROUNDS=50 target/release/deps/probe-<hash>   # the runtime
-//! SIDE=rawfan|fan ROUNDS=50 ...   # 64 concurrent calls a round, bare rmcp or the runtime
+//! SIDE=raw    ROUNDS=50 target/release/deps/probe-<hash>   # cold_1, bare rmcp
+//! SIDE=cold   ROUNDS=50 target/release/deps/probe-<hash>   # cold_1, the runtime
+//! SIDE=rawfan ROUNDS=50 target/release/deps/probe-<hash>   # parallel_64, bare rmcp
+//! SIDE=fan    ROUNDS=50 target/release/deps/probe-<hash>   # parallel_64, the runtime
 //! ```
 //!
-//! A round is what the pair's CPU figure counts: bare rmcp spawns the demo server,
+//! A cold round is what cold_1's CPU figure counts: bare rmcp spawns the demo server,
 //! initializes, lists everything and cancels; the runtime starts a session, prepares its
 //! first turn and evicts it. A fan round is 64 concurrent `echo` calls on one warm
-//! connection (parallel_64's pair). Two runs with different `ROUNDS` subtract to a round's cost
-//! without the process's start. Without `SIDE` (as under `cargo bench`) it does nothing.
+//! connection. The figures it prints leave set-up out; a profiler counts the whole
+//! process, so two runs with different `ROUNDS`, subtracted, give a round's cost. Without
+//! `SIDE` (as under `cargo bench`) it does nothing.
 
 #[path = "common.rs"]
 mod common;
 
 use std::time::Instant;
 
+use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
 use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
+use serde_json::json;
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn raw_client() -> Client {
+    let mut cmd = tokio::process::Command::new(common::EXE);
+    cmd.arg("demo-server");
+    ().serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+/// A cold round of bare rmcp: spawn, initialize, list everything, cancel.
+async fn raw_cold() {
+    let client = raw_client().await;
+    let peer = client.peer();
+    let (tools, resources, templates, prompts) = tokio::join!(
+        peer.list_all_tools(),
+        peer.list_all_resources(),
+        peer.list_all_resource_templates(),
+        peer.list_all_prompts()
+    );
+    assert_eq!(tools.unwrap().len(), common::DEMO_TOOLS);
+    let _ = (resources.unwrap(), templates.unwrap(), prompts.unwrap());
+    client.cancel().await.unwrap();
+}
+
+async fn raw_fan(client: &Client) {
+    let args = json!({"message": "ping"}).as_object().cloned().unwrap();
+    let calls = (0..64)
+        .map(|_| client.call_tool(CallToolRequestParams::new("echo").with_arguments(args.clone())));
+    for result in futures::future::join_all(calls).await {
+        result.unwrap();
+    }
+}
+
+async fn fan(turn: &TurnCatalog) {
+    let calls = (0..64).map(|_| turn.call("s0__echo", json!({"message": "ping"})));
+    for result in futures::future::join_all(calls).await {
+        result.unwrap();
+    }
+}
+
+/// A warm turn of a core declaring one parallel demo server.
+async fn warm(runtime: &Runtime, dir: &std::path::Path) -> TurnCatalog {
+    let mut spec = SessionSpec::new(common::core(dir, 1, 0, true));
+    spec.lane = "fan".into();
+    let (session, _) = runtime.start_session(spec).await.unwrap();
+    let turn = session.prepare_turn().await.unwrap();
+    assert!(turn.diagnostics().is_empty(), "{:?}", turn.diagnostics());
+    turn
+}
 
 fn main() {
     let Ok(side) = std::env::var("SIDE") else {
-        println!("probe: set SIDE (raw, cold, rawfan or fan) to run (see the file's docs)");
+        println!("probe: set SIDE (raw, cold, rawfan or fan) to run; see benches/probe.rs");
         return;
     };
-    let rounds: usize = std::env::var("ROUNDS")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(50);
+    let sides = ["raw", "cold", "rawfan", "fan"];
+    assert!(
+        sides.contains(&side.as_str()),
+        "SIDE={side}: use one of {sides:?}"
+    );
+    let rounds: usize = match std::env::var("ROUNDS") {
+        Ok(n) => n
+            .parse()
+            .ok()
+            .filter(|&n| n > 0)
+            .expect("ROUNDS: a count above 0"),
+        Err(_) => 50,
+    };
     let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
-    let core = common::core(dir.path(), 1, 0, false);
-    let runtime = rt.block_on(common::runtime(&dir.path().join("home"), 4));
-    // The fan-out sides: 64 concurrent `echo` calls a round on one warm connection.
-    let (raw_fan, fan) = rt.block_on(async {
-        match side.as_str() {
-            "rawfan" => {
-                let mut cmd = tokio::process::Command::new(common::EXE);
-                cmd.arg("demo-server");
-                let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
-                (Some(client), None)
-            }
-            "fan" => {
-                let core = common::core(dir.path(), 1, 0, true);
-                let mut spec = demiurge_mcp::SessionSpec::new(&core);
-                spec.lane = "fan".into();
-                let (session, _) = runtime.start_session(spec).await.unwrap();
-                (None, Some(session.prepare_turn().await.unwrap()))
-            }
-            _ => (None, None),
-        }
+    let cold_core = common::core(dir.path(), 1, 0, false);
+    let (runtime, raw, turn) = rt.block_on(async {
+        let runtime = match side.as_str() {
+            "cold" | "fan" => Some(common::runtime(&dir.path().join("home"), 4).await),
+            _ => None,
+        };
+        let raw = match side.as_str() {
+            "rawfan" => Some(raw_client().await),
+            _ => None,
+        };
+        let turn = match (&runtime, side.as_str()) {
+            (Some(runtime), "fan") => Some(warm(runtime, dir.path()).await),
+            _ => None,
+        };
+        (runtime, raw, turn)
     });
     let (started, cpu) = (Instant::now(), common::cpu_time());
     rt.block_on(async {
         for round in 0..rounds {
-            match side.as_str() {
-                "raw" => {
-                    let mut cmd = tokio::process::Command::new(common::EXE);
-                    cmd.arg("demo-server");
-                    let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
-                    let peer = client.peer();
-                    let (tools, ..) = tokio::join!(
-                        peer.list_all_tools(),
-                        peer.list_all_resources(),
-                        peer.list_all_resource_templates(),
-                        peer.list_all_prompts()
-                    );
-                    assert_eq!(tools.unwrap().len(), common::DEMO_TOOLS);
-                    client.cancel().await.unwrap();
+            match (side.as_str(), &runtime, &raw, &turn) {
+                ("raw", ..) => raw_cold().await,
+                ("cold", Some(runtime), ..) => {
+                    let lane = format!("probe-{round}");
+                    common::runtime_cold(runtime, &cold_core, lane, common::DEMO_TOOLS).await;
                 }
-                "rawfan" => {
-                    let args = serde_json::json!({"message": "ping"});
-                    let args = args.as_object().cloned().unwrap();
-                    let client = raw_fan.as_ref().unwrap();
-                    futures::future::join_all((0..64).map(|_| {
-                        let params =
-                            CallToolRequestParams::new("echo").with_arguments(args.clone());
-                        client.call_tool(params)
-                    }))
-                    .await;
-                }
-                "fan" => {
-                    let turn = fan.as_ref().unwrap();
-                    let value = serde_json::json!({"message": "ping"});
-                    futures::future::join_all(
-                        (0..64).map(|_| turn.call("s0__echo", value.clone())),
-                    )
-                    .await;
-                }
-                "cold" => {
-                    let lane = format!("loop-{round}");
-                    common::runtime_cold(&runtime, &core, lane, common::DEMO_TOOLS).await;
-                }
-                other => panic!("SIDE={other}: use raw, cold, rawfan or fan"),
+                ("rawfan", _, Some(client), _) => raw_fan(client).await,
+                ("fan", .., Some(turn)) => fan(turn).await,
+                _ => unreachable!("every side has what it runs on"),
             }
         }
     });
@@ -106,4 +136,13 @@ fn main() {
         wall.as_secs_f64() * 1e6 / rounds as f64,
         cpu.as_secs_f64() * 1e6 / rounds as f64
     );
+    rt.block_on(async {
+        drop(turn);
+        if let Some(client) = raw {
+            let _ = client.cancel().await;
+        }
+        if let Some(runtime) = runtime {
+            runtime.shutdown().await;
+        }
+    });
 }

@@ -438,7 +438,8 @@ impl CatalogState {
         let declaration = Arc::clone(&connected.declaration);
         let generation = self.shared.next_id();
         // Boxed: starting the connection's actor is a large future, and every message
-        // the catalog handles would otherwise be built at its size.
+        // the catalog handles would otherwise be built at its size (a test in
+        // `connect.rs` bounds the handler's).
         let started = Box::pin(Live::start(
             connected,
             &self.shared,

@@ -407,22 +407,24 @@ fn redacted_progress(sink: ProgressSink, redactor: &Redactor) -> ProgressSink {
 
 #[cfg(test)]
 mod tests {
-    /// What a future `_f` returns takes in memory, read from its type alone.
-    fn future_size<A, B, C, Fut>(_f: impl FnOnce(A, B, C) -> Fut) -> usize {
+    /// The size of the future `_f` returns, read from its type (`_f` is never called).
+    fn future_size3<A, B, C, Fut>(_f: impl FnOnce(A, B, C) -> Fut) -> usize {
         std::mem::size_of::<Fut>()
     }
 
     /// A call's future is built level by level (call, hooks, dispatch, the request),
-    /// each moved whole into the one above: what a call copies grows with it. About 6
-    /// KiB now, rmcp's wait for the answer (2.7 KiB) the largest part; boxing that too
-    /// cost a call as much as it saved.
+    /// each copied whole into the one above when it is built: what a call copies grows
+    /// with it. About 6 KiB in a debug build, rmcp's wait for the answer (2.7 KiB) the
+    /// largest part; boxing that too cost a call as much as it saved. The bound fails
+    /// when the box of the tasks path (`followed`, in `transport::requests::call_tool`)
+    /// goes.
     #[test]
     fn a_call_future_stays_small() {
-        const MOST: usize = 8 * 1024;
-        let size = future_size(super::TurnCatalog::call);
+        const MOST: usize = 6656;
+        let size = future_size3(super::TurnCatalog::call);
         assert!(
             size <= MOST,
-            "a call's future takes {size} bytes (at most {MOST})"
+            "a call's future takes {size} bytes (at most {MOST}): box the large await that grew it"
         );
     }
 }

@@ -358,8 +358,8 @@ async fn call_round(
         options.max_total_timeout = Some(left);
     }
     // rmcp gives every request a progress token; the call's sink hears its progress.
-    // Boxed, so that each level of a call's future does not hold rmcp's send.
-    let handle = Box::pin(peer.send_request_with_option(request, options))
+    let handle = peer
+        .send_request_with_option(request, options)
         .await
         .map_err(|e| match classify(&e, left) {
             CallFailure::Closed(m) => CallFailure::NotSent(m),
