@@ -9,6 +9,32 @@ use demiurge_mcp::{ApprovalAnswer, FixedApprover, Runtime, RuntimeConfig};
 
 pub const EXE: &str = env!("CARGO_BIN_EXE_demiurge");
 
+/// Bare rmcp's client, the baseline of the pairs.
+pub type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
+
+/// Bare rmcp's client of a demo server it spawns.
+pub async fn raw_stdio() -> Client {
+    use rmcp::ServiceExt;
+    let mut cmd = tokio::process::Command::new(EXE);
+    cmd.arg("demo-server");
+    ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Lists what the demo server offers, as the runtime does on a first turn.
+pub async fn list_everything(client: &Client) {
+    let peer = client.peer();
+    let (tools, resources, templates, prompts) = tokio::join!(
+        peer.list_all_tools(),
+        peer.list_all_resources(),
+        peer.list_all_resource_templates(),
+        peer.list_all_prompts()
+    );
+    assert_eq!(tools.unwrap().len(), DEMO_TOOLS);
+    let _ = (resources.unwrap(), templates.unwrap(), prompts.unwrap());
+}
+
 /// Tools of the built-in demo server.
 pub const DEMO_TOOLS: usize = 16;
 

@@ -28,43 +28,20 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::runtime_cold;
+use common::{Client, list_everything, raw_stdio, runtime_cold};
 use criterion::{Criterion, criterion_group, criterion_main};
 use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
 use rmcp::model::{CallToolRequestParams, ProtocolVersion};
-use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient, RunningService};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RoleClient};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ServiceExt, transport::TokioChildProcess};
 use serde_json::json;
-
-type Client = RunningService<RoleClient, ()>;
 
 /// Rounds of each paired figure.
 const COLD_ROUNDS: usize = 30;
 const CALL_ROUNDS: usize = 40;
 /// Calls per round of a sequential call pair.
 const CALLS: u32 = 100;
-
-/// Lists what the server offers, as the runtime does on a first turn.
-async fn list_everything(client: &Client) {
-    let peer = client.peer();
-    let (tools, resources, templates, prompts) = tokio::join!(
-        peer.list_all_tools(),
-        peer.list_all_resources(),
-        peer.list_all_resource_templates(),
-        peer.list_all_prompts()
-    );
-    assert_eq!(tools.unwrap().len(), common::DEMO_TOOLS);
-    let _ = (resources.unwrap(), templates.unwrap(), prompts.unwrap());
-}
-
-async fn raw_stdio() -> Client {
-    let mut cmd = tokio::process::Command::new(common::EXE);
-    cmd.arg("demo-server");
-    ().serve(TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap()
-}
 
 async fn raw_http(url: &str) -> Client {
     ().serve(StreamableHttpClientTransport::from_uri(url.to_string()))

@@ -21,35 +21,15 @@ mod common;
 
 use std::time::Instant;
 
+use common::{Client, list_everything, raw_stdio};
 use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
-use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::TokioChildProcess;
 use serde_json::json;
-
-type Client = RunningService<RoleClient, ()>;
-
-async fn raw_client() -> Client {
-    let mut cmd = tokio::process::Command::new(common::EXE);
-    cmd.arg("demo-server");
-    ().serve(TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap()
-}
 
 /// A cold round of bare rmcp: spawn, initialize, list everything, cancel.
 async fn raw_cold() {
-    let client = raw_client().await;
-    let peer = client.peer();
-    let (tools, resources, templates, prompts) = tokio::join!(
-        peer.list_all_tools(),
-        peer.list_all_resources(),
-        peer.list_all_resource_templates(),
-        peer.list_all_prompts()
-    );
-    assert_eq!(tools.unwrap().len(), common::DEMO_TOOLS);
-    let _ = (resources.unwrap(), templates.unwrap(), prompts.unwrap());
+    let client = raw_stdio().await;
+    list_everything(&client).await;
     client.cancel().await.unwrap();
 }
 
@@ -106,7 +86,7 @@ fn main() {
             _ => None,
         };
         let raw = match side.as_str() {
-            "rawfan" => Some(raw_client().await),
+            "rawfan" => Some(raw_stdio().await),
             _ => None,
         };
         let turn = match (&runtime, side.as_str()) {

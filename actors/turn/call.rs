@@ -414,8 +414,9 @@ mod tests {
 
     /// A call's future is built level by level (call, hooks, dispatch, the request),
     /// each copied whole into the one above when it is built: what a call copies grows
-    /// with it. About 6 KiB in a debug build, rmcp's wait for the answer (2.7 KiB) the
-    /// largest part; boxing that too cost a call as much as it saved. The bound fails
+    /// with it. 5.7 KiB in a debug build, rmcp's wait for the answer (2.7 KiB) the
+    /// largest part, left unboxed: every call awaits it, and a box is an allocation
+    /// per call. The bound fails
     /// when the box of the tasks path (`followed`, in `transport::requests::call_tool`)
     /// goes.
     #[test]
