@@ -416,9 +416,8 @@ mod tests {
     /// each copied whole into the one above when it is built: what a call copies grows
     /// with it. 5.7 KiB in a debug build, rmcp's wait for the answer (2.7 KiB) the
     /// largest part, left unboxed: every call awaits it, and a box is an allocation
-    /// per call. The bound fails
-    /// when the box of the tasks path (`followed`, in `transport::requests::call_tool`)
-    /// goes.
+    /// per call. The bound fails when the box of the tasks path (`followed`, in
+    /// `transport::requests::call_tool`) goes.
     #[test]
     fn a_call_future_stays_small() {
         const MOST: usize = 6656;
