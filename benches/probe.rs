@@ -19,6 +19,7 @@
 #[path = "common.rs"]
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use common::{Client, list_everything, raw_stdio};
@@ -50,7 +51,7 @@ async fn fan(turn: &TurnCatalog) {
 }
 
 /// A warm turn of a core declaring one parallel demo server.
-async fn warm(runtime: &Runtime, dir: &std::path::Path) -> TurnCatalog {
+async fn warm(runtime: &Runtime, dir: &Path) -> TurnCatalog {
     let mut spec = SessionSpec::new(common::core(dir, 1, 0, true));
     spec.lane = "fan".into();
     let (session, _) = runtime.start_session(spec).await.unwrap();
@@ -59,16 +60,66 @@ async fn warm(runtime: &Runtime, dir: &std::path::Path) -> TurnCatalog {
     turn
 }
 
+/// A side and what its rounds run on, made before them.
+enum Side {
+    Raw,
+    Cold(Runtime, PathBuf),
+    RawFan(Client),
+    Fan(Runtime, TurnCatalog),
+}
+
+impl Side {
+    async fn new(name: &str, dir: &Path) -> Side {
+        let home = dir.join("home");
+        match name {
+            "raw" => Side::Raw,
+            "cold" => Side::Cold(
+                common::runtime(&home, 4).await,
+                common::core(dir, 1, 0, false),
+            ),
+            "rawfan" => Side::RawFan(raw_stdio().await),
+            "fan" => {
+                let runtime = common::runtime(&home, 4).await;
+                let turn = warm(&runtime, dir).await;
+                Side::Fan(runtime, turn)
+            }
+            other => panic!("SIDE={other}: use one of raw, cold, rawfan, fan"),
+        }
+    }
+
+    async fn round(&self, round: usize) {
+        match self {
+            Side::Raw => raw_cold().await,
+            Side::Cold(runtime, core) => {
+                let lane = format!("probe-{round}");
+                common::runtime_cold(runtime, core, lane, common::DEMO_TOOLS).await;
+            }
+            Side::RawFan(client) => raw_fan(client).await,
+            Side::Fan(_, turn) => fan(turn).await,
+        }
+    }
+
+    /// Ends what the side started: no server outlives the probe.
+    async fn end(self) {
+        match self {
+            Side::Raw => {}
+            Side::Cold(runtime, _) => runtime.shutdown().await,
+            Side::RawFan(client) => {
+                let _ = client.cancel().await;
+            }
+            Side::Fan(runtime, turn) => {
+                drop(turn);
+                runtime.shutdown().await;
+            }
+        }
+    }
+}
+
 fn main() {
-    let Ok(side) = std::env::var("SIDE") else {
+    let Ok(name) = std::env::var("SIDE") else {
         println!("probe: set SIDE (raw, cold, rawfan or fan) to run; see benches/probe.rs");
         return;
     };
-    let sides = ["raw", "cold", "rawfan", "fan"];
-    assert!(
-        sides.contains(&side.as_str()),
-        "SIDE={side}: use one of {sides:?}"
-    );
     let rounds: usize = match std::env::var("ROUNDS") {
         Ok(n) => n
             .parse()
@@ -79,50 +130,18 @@ fn main() {
     };
     let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
-    let cold_core = common::core(dir.path(), 1, 0, false);
-    let (runtime, raw, turn) = rt.block_on(async {
-        let runtime = match side.as_str() {
-            "cold" | "fan" => Some(common::runtime(&dir.path().join("home"), 4).await),
-            _ => None,
-        };
-        let raw = match side.as_str() {
-            "rawfan" => Some(raw_stdio().await),
-            _ => None,
-        };
-        let turn = match (&runtime, side.as_str()) {
-            (Some(runtime), "fan") => Some(warm(runtime, dir.path()).await),
-            _ => None,
-        };
-        (runtime, raw, turn)
-    });
+    let side = rt.block_on(Side::new(&name, dir.path()));
     let (started, cpu) = (Instant::now(), common::cpu_time());
     rt.block_on(async {
         for round in 0..rounds {
-            match (side.as_str(), &runtime, &raw, &turn) {
-                ("raw", ..) => raw_cold().await,
-                ("cold", Some(runtime), ..) => {
-                    let lane = format!("probe-{round}");
-                    common::runtime_cold(runtime, &cold_core, lane, common::DEMO_TOOLS).await;
-                }
-                ("rawfan", _, Some(client), _) => raw_fan(client).await,
-                ("fan", .., Some(turn)) => fan(turn).await,
-                _ => unreachable!("every side has what it runs on"),
-            }
+            side.round(round).await;
         }
     });
     let (wall, cpu) = (started.elapsed(), common::cpu_time() - cpu);
     println!(
-        "{side}: {rounds} rounds, a round: wall {:.0} us, CPU of this process {:.0} us",
+        "{name}: {rounds} rounds, a round: wall {:.0} us, CPU of this process {:.0} us",
         wall.as_secs_f64() * 1e6 / rounds as f64,
         cpu.as_secs_f64() * 1e6 / rounds as f64
     );
-    rt.block_on(async {
-        drop(turn);
-        if let Some(client) = raw {
-            let _ = client.cancel().await;
-        }
-        if let Some(runtime) = runtime {
-            runtime.shutdown().await;
-        }
-    });
+    rt.block_on(side.end());
 }
