@@ -54,24 +54,31 @@ pub fn filter_allows(filter: &ToolFilter, raw: &str) -> bool {
 
 /// A host-safe name fragment: `[A-Za-z][A-Za-z0-9_-]*`.
 pub fn normalize_fragment(raw: &str, fallback: &str) -> String {
-    let mapped: String = raw
-        .trim()
+    fragment(raw, fallback).collect()
+}
+
+/// The characters of [`normalize_fragment`], ASCII all (so as many bytes), made as they
+/// are read: a name compared or cut needs no copy of its own first.
+fn fragment<'a>(raw: &'a str, fallback: &'a str) -> impl Iterator<Item = char> + 'a {
+    let raw = raw.trim();
+    // Each character outside `[A-Za-z0-9_-]` becomes `-`; a fragment that would not
+    // start with a letter gets the fallback first (alone when there is nothing).
+    let lead = match raw.chars().next() {
+        None => (fallback, ""),
+        Some(c) if c.is_ascii_alphabetic() => ("", ""),
+        Some(_) => (fallback, "-"),
+    };
+    let safe = |c: char| {
+        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+            c
+        } else {
+            '-'
+        }
+    };
+    lead.0
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    if mapped.is_empty() {
-        fallback.to_string()
-    } else if !mapped.starts_with(|c: char| c.is_ascii_alphabetic()) {
-        format!("{fallback}-{mapped}")
-    } else {
-        mapped
-    }
+        .chain(lead.1.chars())
+        .chain(raw.chars().map(safe))
 }
 
 /// The servers of `ids` (in order) whose tools may be named `<prefix>__...` for the
@@ -104,8 +111,20 @@ pub fn same_prefix<'a>(ids: impl IntoIterator<Item = &'a str>, exposed: &str) ->
 pub struct Names {
     /// Server id to prefix.
     pub prefixes: HashMap<String, String>,
-    /// (server id, raw tool name) to exposed name.
-    pub tools: HashMap<(String, String), String>,
+    /// Server id, then raw tool name, to exposed name.
+    pub tools: HashMap<String, HashMap<String, String>>,
+}
+
+impl Names {
+    /// The name tool `raw` of server `server_id` is exposed as.
+    pub fn exposed(&self, server_id: &str, raw: &str) -> Option<&String> {
+        self.tools.get(server_id)?.get(raw)
+    }
+
+    /// Every exposed name.
+    pub fn all(&self) -> impl Iterator<Item = &String> {
+        self.tools.values().flat_map(HashMap::values)
+    }
 }
 
 /// The input of one naming pass: a server, in file order, with its filtered tools in
@@ -134,12 +153,12 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
         {
             out.prefixes
                 .insert(server.server_id.to_string(), prefix.clone());
+            let named = out.tools.entry(server.server_id.to_string()).or_default();
             for tool in &server.tools {
-                let key = (server.server_id.to_string(), tool.to_string());
-                if let Some(name) = previous.tools.get(&key)
+                if let Some(name) = previous.exposed(server.server_id, tool)
                     && taken_names.insert(name.to_lowercase())
                 {
-                    out.tools.insert(key, name.clone());
+                    named.insert(tool.to_string(), name.clone());
                 }
             }
         }
@@ -149,26 +168,24 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
         let prefix = match out.prefixes.get(server.server_id) {
             Some(p) => p.clone(),
             None => {
-                let base = cut(&normalize_fragment(server.server_id, "mcp"), MAX_PREFIX);
-                let p = unique(&base, MAX_PREFIX, &mut taken_prefixes);
+                let base = normalize_fragment(server.server_id, "mcp");
+                let p = unique(cut(&base, MAX_PREFIX), MAX_PREFIX, &mut taken_prefixes);
                 out.prefixes.insert(server.server_id.to_string(), p.clone());
                 p
             }
         };
+        let named = out.tools.entry(server.server_id.to_string()).or_default();
         // Suffixes go by the raw names' order, never the listing's: a server that
         // reorders its list (a hash map is enough) cannot move `w__a-b` from its
         // `a-b` to its `a.b`.
         let mut tools = server.tools.clone();
         tools.sort_unstable();
         for tool in tools {
-            let key = (server.server_id.to_string(), tool.to_string());
-            if out.tools.contains_key(&key) {
+            if named.contains_key(tool) {
                 continue;
             }
-            let room = MAX_NAME - prefix.len() - SEPARATOR.len();
-            let tool_part = cut(&normalize_fragment(tool, "tool"), room);
-            let name = unique_name(&prefix, &tool_part, room, &mut taken_names);
-            out.tools.insert(key, name);
+            let name = unique_name(first_choice(&prefix, tool), &prefix, &mut taken_names);
+            named.insert(tool.to_string(), name);
         }
     }
     out
@@ -177,16 +194,33 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
 /// The name `raw` of a server with `prefix` would be exposed as when nothing collides
 /// with it: what a numbered name (`docs__search-2`) was numbered away from.
 pub fn first_choice(prefix: &str, raw: &str) -> String {
-    let room = MAX_NAME - prefix.len().min(MAX_PREFIX) - SEPARATOR.len();
-    format!(
-        "{prefix}{SEPARATOR}{}",
-        cut(&normalize_fragment(raw, "tool"), room)
-    )
+    let mut name = String::with_capacity(MAX_NAME);
+    name.push_str(prefix);
+    name.push_str(SEPARATOR);
+    name.extend(fragment(raw, "tool").take(room(prefix)));
+    name
 }
 
-fn cut(s: &str, max: usize) -> String {
+/// Whether `name` is, ASCII case aside, the [`first_choice`] of `raw` under `prefix`:
+/// worked out as it is read, no name made.
+pub fn is_first_choice(prefix: &str, raw: &str, name: &str) -> bool {
+    let wanted = prefix
+        .chars()
+        .chain(SEPARATOR.chars())
+        .chain(fragment(raw, "tool").take(room(prefix)));
+    wanted
+        .map(|c| c.to_ascii_lowercase())
+        .eq(name.chars().map(|c| c.to_ascii_lowercase()))
+}
+
+/// What is left of [`MAX_NAME`] for a tool's part after `prefix` and the separator.
+fn room(prefix: &str) -> usize {
+    MAX_NAME - prefix.len().min(MAX_PREFIX) - SEPARATOR.len()
+}
+
+fn cut(s: &str, max: usize) -> &str {
     // Fragments are ASCII after normalization, so bytes are chars.
-    s[..s.len().min(max)].to_string()
+    &s[..s.len().min(max)]
 }
 
 fn unique(base: &str, max: usize, taken: &mut HashSet<String>) -> String {
@@ -202,17 +236,19 @@ fn unique(base: &str, max: usize, taken: &mut HashSet<String>) -> String {
         .expect("an unbounded counter always finds a free name")
 }
 
-fn unique_name(prefix: &str, tool: &str, room: usize, taken: &mut HashSet<String>) -> String {
-    let first = format!("{prefix}{SEPARATOR}{tool}");
+/// `first` (a [`first_choice`] under `prefix`) unless taken, else its tool part cut to
+/// make room for the lowest free `-2`, `-3`, ...
+fn unique_name(first: String, prefix: &str, taken: &mut HashSet<String>) -> String {
     if taken.insert(first.to_lowercase()) {
         return first;
     }
+    let tool = &first[prefix.len() + SEPARATOR.len()..];
     (2..)
         .map(|n| {
             let suffix = format!("-{n}");
             format!(
                 "{prefix}{SEPARATOR}{}{suffix}",
-                cut(tool, room - suffix.len())
+                cut(tool, room(prefix) - suffix.len())
             )
         })
         .find(|candidate| taken.insert(candidate.to_lowercase()))
@@ -258,6 +294,72 @@ mod tests {
         assert_eq!(normalize_fragment("é", "tool"), "tool--");
     }
 
+    /// What `normalize_fragment` was when it made its string in two passes: the
+    /// fragment made as it is read must be the same.
+    fn two_pass(raw: &str, fallback: &str) -> String {
+        let mapped: String = raw
+            .trim()
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .collect();
+        if mapped.is_empty() {
+            fallback.to_string()
+        } else if !mapped.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            format!("{fallback}-{mapped}")
+        } else {
+            mapped
+        }
+    }
+
+    #[test]
+    fn a_first_choice_is_recognized_without_being_made() {
+        let long = "t".repeat(80);
+        let raws = [
+            "search",
+            "Search",
+            " spaced out ",
+            "",
+            "   ",
+            "9lives",
+            "_x",
+            "-x",
+            "é",
+            "aé",
+            "a\u{1F600}b",
+            "a__b",
+            "tool-2",
+            &long,
+            "\u{0}",
+            "a\tb\nc",
+        ];
+        for prefix in ["docs", "Docs", "a-2", &"p".repeat(MAX_PREFIX)] {
+            for raw in raws {
+                assert_eq!(
+                    normalize_fragment(raw, "tool"),
+                    two_pass(raw, "tool"),
+                    "{raw:?}"
+                );
+                let first = first_choice(prefix, raw);
+                assert!(first.is_ascii() && first.len() <= MAX_NAME, "{first:?}");
+                assert!(is_first_choice(prefix, raw, &first), "{prefix} {raw:?}");
+                assert!(is_first_choice(prefix, raw, &first.to_uppercase()));
+                // One byte more, one less, or another last character is another name.
+                assert!(!is_first_choice(prefix, raw, &format!("{first}x")));
+                assert!(!is_first_choice(prefix, raw, &first[..first.len() - 1]));
+                assert!(!is_first_choice(prefix, raw, &format!("{first}-2")));
+            }
+        }
+        // A numbered name is not its own first choice.
+        assert!(!is_first_choice("docs", "search", "docs__search-2"));
+        assert!(!is_first_choice("docs", "search", "docs_search"));
+    }
+
     fn st<'a>(id: &'a str, tools: &[&'a str], kept: bool) -> ServerTools<'a> {
         ServerTools {
             server_id: id,
@@ -277,17 +379,11 @@ mod tests {
             &Names::default(),
         );
         // Suffixes by the raw names' order: `Search` sorts before `search`.
-        assert_eq!(
-            names.tools[&("docs".into(), "Search".into())],
-            "docs__Search"
-        );
-        assert_eq!(
-            names.tools[&("docs".into(), "search".into())],
-            "docs__search-2"
-        );
+        assert_eq!(names.tools["docs"]["Search"], "docs__Search");
+        assert_eq!(names.tools["docs"]["search"], "docs__search-2");
         let p = &names.prefixes[&long];
         assert_eq!(p.len(), MAX_PREFIX);
-        let t = &names.tools[&(long.clone(), long.clone())];
+        let t = &names.tools[&long][&long];
         assert_eq!(t.len(), MAX_NAME);
     }
 
@@ -305,15 +401,15 @@ mod tests {
             }
             let names = assign(&[st("w", &order, false)], &Names::default());
             for raw in colliding {
-                let key = ("w".to_string(), raw.to_string());
                 assert_eq!(
-                    names.tools[&key], expected.tools[&key],
+                    names.exposed("w", raw),
+                    expected.exposed("w", raw),
                     "{raw} in {order:?}"
                 );
             }
         }
-        assert_eq!(expected.tools[&("w".into(), "A-B".into())], "w__A-B");
-        assert_eq!(expected.tools[&("w".into(), "a b".into())], "w__a-b-2");
+        assert_eq!(expected.tools["w"]["A-B"], "w__A-B");
+        assert_eq!(expected.tools["w"]["a b"], "w__a-b-2");
     }
 
     #[test]
@@ -341,7 +437,7 @@ mod tests {
             &[st("a__b", &["c"], false), st("a", &["b__c"], false)],
             &Names::default(),
         );
-        assert_eq!(names.tools[&("a__b".into(), "c".into())], "a__b__c");
-        assert_eq!(names.tools[&("a".into(), "b__c".into())], "a__b__c-2");
+        assert_eq!(names.tools["a__b"]["c"], "a__b__c");
+        assert_eq!(names.tools["a"]["b__c"], "a__b__c-2");
     }
 }

@@ -184,6 +184,88 @@ async fn only_the_latest_ended_sessions_stay_resumable() {
     h.finish().await;
 }
 
+/// A session resumed and evicted again, over and over, is one resumable session: it
+/// is never forgotten while it lives however many others end meanwhile, and once it
+/// ends it is the newest to resume.
+#[tokio::test]
+async fn a_resumed_session_stays_while_it_lives_and_is_resumable_once_ended_again() {
+    let core = Core::new();
+    let h = harness(Recorder::allow()).await;
+    let (a, _) = h.runtime.start_session(core.spec_in("a")).await.unwrap();
+    let a_id = a.id().to_string();
+    for _ in 0..3 {
+        // Replaced in its lane, then resumed: ended and live again.
+        let (_, eviction) = h.runtime.start_session(core.spec_in("a")).await.unwrap();
+        eviction.unwrap().wait().await.unwrap();
+        let (_, eviction) = h.runtime.resume_session(&a_id).await.unwrap();
+        eviction.unwrap().wait().await.unwrap();
+    }
+    // More sessions end in another lane than stay resumable.
+    let mut others = Vec::new();
+    for _ in 0..(demiurge_mcp::actors::RESUMABLE + 20) {
+        let (s, eviction) = h.runtime.start_session(core.spec_in("b")).await.unwrap();
+        if let Some(e) = eviction {
+            e.wait().await.unwrap();
+        }
+        others.push(s.id().to_string());
+    }
+    let (live, none) = h.runtime.resume_session(&a_id).await.unwrap();
+    assert!(
+        none.is_none(),
+        "a live session is handed back, nothing evicted"
+    );
+    live.prepare_turn().await.unwrap();
+    // Ended again: the newest ended session, resumable; the oldest of the others not.
+    let (_, eviction) = h.runtime.start_session(core.spec_in("a")).await.unwrap();
+    eviction.unwrap().wait().await.unwrap();
+    let (again, _) = h.runtime.resume_session(&a_id).await.unwrap();
+    again.prepare_turn().await.unwrap();
+    let err = h.runtime.resume_session(&others[0]).await.unwrap_err();
+    assert!(
+        matches!(err, demiurge_mcp::RuntimeError::UnknownSession(_)),
+        "{err}"
+    );
+    h.finish().await;
+}
+
+/// A host that starts a session under the id of an ended one makes that id live: the
+/// ended sessions still resumable are as many as the bound says, the oldest included.
+#[tokio::test]
+async fn an_id_used_again_does_not_count_as_an_ended_session() {
+    let core = Core::new();
+    let h = harness(Recorder::allow()).await;
+    let ended_in = |lane: &str, id: Option<&str>| {
+        let mut spec = core.spec_in(lane);
+        spec.id = id.map(str::to_string);
+        spec
+    };
+    let runtime = &h.runtime;
+    let start = |spec| async move {
+        let (s, eviction) = runtime.start_session(spec).await.unwrap();
+        if let Some(e) = eviction {
+            e.wait().await.unwrap();
+        }
+        s.id().to_string()
+    };
+    // The oldest ended session, then `x` ended behind it, then started again by id.
+    let oldest = start(ended_in("e", None)).await;
+    start(ended_in("e", None)).await;
+    start(ended_in("x", Some("x"))).await;
+    start(ended_in("x", None)).await;
+    start(ended_in("x", Some("x"))).await;
+    // Ended now: the oldest and the one `x` replaced; then sessions of another lane
+    // until one admission short of the bound of resumable ones.
+    for _ in 0..(demiurge_mcp::actors::RESUMABLE - 1) {
+        start(ended_in("b", None)).await;
+    }
+    let (_, eviction) = h.runtime.resume_session(&oldest).await.unwrap();
+    assert!(
+        eviction.is_some(),
+        "the oldest ended session is still resumable"
+    );
+    h.finish().await;
+}
+
 /// Open files of this process under `dir`.
 fn open_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir("/proc/self/fd")

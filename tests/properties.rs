@@ -45,7 +45,7 @@ proptest! {
         let names = assign(&inputs, &Names::default());
         let shape = regex::Regex::new("^[A-Za-z][A-Za-z0-9_-]*__[A-Za-z][A-Za-z0-9_-]*$").unwrap();
         let mut lower = std::collections::HashSet::new();
-        for name in names.tools.values() {
+        for name in names.all() {
             prop_assert!(shape.is_match(name), "{name:?}");
             prop_assert!(name.len() <= 64, "{name:?}");
             prop_assert!(lower.insert(name.to_lowercase()), "duplicate {name:?}");

@@ -147,8 +147,7 @@ pub(super) fn entries<'a, B: Clone>(
             .iter()
             .filter(|t| naming::filter_allows(&decl.tools, &t.name))
         {
-            let key = (decl.server_id.clone(), tool.name.to_string());
-            let Some(name) = names.tools.get(&key) else {
+            let Some(name) = names.exposed(&decl.server_id, &tool.name) else {
                 continue;
             };
             if let Some(host) = host_tools
@@ -183,8 +182,8 @@ pub(super) fn collision_notes(entries: &[ToolEntry]) -> Vec<(String, String)> {
         .iter()
         .filter_map(|e| {
             let (prefix, _) = e.name.split_once("__")?;
-            let wanted = naming::first_choice(prefix, &e.tool);
-            (!wanted.eq_ignore_ascii_case(&e.name)).then_some((e, wanted))
+            (!naming::is_first_choice(prefix, &e.tool, &e.name))
+                .then(|| (e, naming::first_choice(prefix, &e.tool)))
         })
         .collect();
     if numbered.is_empty() {

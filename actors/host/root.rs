@@ -67,8 +67,12 @@ pub(crate) struct RuntimeState {
     sessions: HashMap<String, Record>,
     /// The current session of each lane.
     current: HashMap<String, String>,
-    /// Ended sessions kept for resume, oldest first; bounded by [`RESUMABLE`].
+    /// Ended sessions kept for resume, oldest first; bounded by [`RESUMABLE`]. Each
+    /// id at most once, and only while its record has no actor: a resume takes it out.
     ended: VecDeque<String>,
+    /// The live session actors, by actor: which session a stopped one was, without a
+    /// walk over every record (up to [`RESUMABLE`] ended ones) at each stop.
+    live: HashMap<ractor::ActorId, String>,
     /// Set by the first [`RuntimeMsg::Shutdown`]: nothing starts any more, and every
     /// later shutdown waits for the first one's reports here.
     closing: Option<watch::Receiver<Option<Vec<EvictionReport>>>>,
@@ -96,6 +100,7 @@ impl Actor for RuntimeActor {
             sessions: HashMap::new(),
             current: HashMap::new(),
             ended: VecDeque::new(),
+            live: HashMap::new(),
             closing: None,
             pending: HashMap::new(),
             evicting: HashMap::new(),

@@ -542,8 +542,7 @@ impl TurnCatalog {
             let prompt_prefix = crate::naming::normalize_fragment(server, "server");
             let holds = o.offered.held.iter().any(|h| match h.kind {
                 DefinitionKind::Tool => {
-                    owners.contains(server)
-                        && crate::naming::first_choice(prefix, &h.name).eq_ignore_ascii_case(name)
+                    owners.contains(server) && crate::naming::is_first_choice(prefix, &h.name, name)
                 }
                 DefinitionKind::Prompt => {
                     let fragment = crate::naming::normalize_fragment(&h.name, "prompt");

@@ -77,7 +77,11 @@ struct Memory {
 #[derive(Default)]
 pub(crate) struct ToolMemo {
     memory: Mutex<Memory>,
-    hasher: std::collections::hash_map::RandomState,
+    /// Seeded at random for each memo: a server cannot aim its tools at one key. One
+    /// that hit a key anyway only makes lookups under that key compare up to
+    /// [`MAX_ALIKE`] tools in full, so a fast hash serves (SipHash took about 2% of a first turn's
+    /// instructions for three short texts a tool, several times a turn).
+    hasher: foldhash::fast::RandomState,
 }
 
 /// Whether what is known of `kept` is `tool`'s (see the module documentation).

@@ -2,6 +2,7 @@
 //! declaration's `tools:` lets through, templates, prompts, instructions), one per kind
 //! and name, and a listing with the held ones left out.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use serde::Serialize;
@@ -95,7 +96,7 @@ fn definitions<'a>(
     tools: &'a [rmcp::model::Tool],
     offered: &'a Offered,
     declaration: &'a Declaration,
-) -> impl Iterator<Item = (DefinitionKind, &'a str, String, Definition<'a>)> {
+) -> impl Iterator<Item = (DefinitionKind, &'a str, Cow<'a, str>, Definition<'a>)> {
     let tools = tools
         .iter()
         .filter(|t| crate::naming::filter_allows(&declaration.tools, &t.name))
@@ -148,7 +149,7 @@ pub(crate) fn all_approved(
         .collect();
     definitions(tools, offered, declaration).all(|(kind, _, kept, definition)| {
         by_name
-            .get(&(kind, kept.as_str()))
+            .get(&(kind, kept.as_ref()))
             .is_some_and(|digest| *digest == definition.digest(memo))
     })
 }
@@ -160,7 +161,7 @@ pub(crate) fn withhold(tools: &mut Vec<rmcp::model::Tool>, offered: &mut Offered
         held.iter().map(|h| (h.kind, h.name.as_str())).collect();
     // Held names are pins' names: a very long name is kept bounded there.
     let holds = |kind: DefinitionKind, name: &str| {
-        held.contains(&(kind, crate::pins::bounded_name(name).as_str()))
+        held.contains(&(kind, crate::pins::bounded_name(name).as_ref()))
     };
     tools.retain(|t| !holds(DefinitionKind::Tool, &t.name));
     offered

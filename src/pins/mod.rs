@@ -194,7 +194,7 @@ impl Pin {
     /// The pin of `definition`, named `name`, without its flags (what comparing needs;
     /// [`Pin::flagged`] adds them where a person will read it).
     pub fn of(kind: DefinitionKind, name: &str, definition: Value) -> Pin {
-        let name = bounded_name(name);
+        let name = bounded_name(name).into_owned();
         let digest = Pin::digest_of(&definition);
         Pin {
             kind,
@@ -243,16 +243,17 @@ const DIGESTED: &str = "#sha256:";
 /// One name to one kept name: a short name written like a digested one (a server can
 /// list the kept form of its own long name as a second name) is digested as well, so
 /// the two never meet as one pin. For a server's own names only: a kept name bounded
-/// again is digested again.
-pub(crate) fn bounded_name(name: &str) -> String {
+/// again is digested again. Borrowed when whole (most names).
+pub(crate) fn bounded_name(name: &str) -> std::borrow::Cow<'_, str> {
     if name.len() <= MAX_PIN_NAME && !name.contains(DIGESTED) {
-        return name.to_string();
+        return name.into();
     }
     let head: String = name.chars().take(200).collect();
     format!(
         "{head}...{DIGESTED}{}",
         crate::digest::sha256_hex(name.as_bytes())
     )
+    .into()
 }
 
 /// Every string a person would read in `value` (descriptions, titles, names), walked

@@ -200,16 +200,30 @@ pub(crate) fn all_children(pid: u32) -> (Vec<u32>, bool) {
 /// before it hands its children over.
 pub(crate) const PF_EXITING: u64 = 0x4;
 
-/// The threads of `pid`, its leader last.
+/// The threads of `pid`, its leader last. Read into a buffer on the stack, not with
+/// `read_dir`: the C library's directory stream takes a 32 KiB allocation (and a
+/// `fstat`) for each of the few reads a server's start and end make. The buffer is as
+/// large as that stream's: a thousand threads come in one read, and between reads the
+/// kernel resumes by position when the last thread it gave has exited, so a smaller one
+/// could skip live threads of a process whose threads come and go. A read that fails
+/// partway ends the list there, as a stream's error would.
 fn threads(pid: u32) -> Vec<u32> {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    use rustix::fs::{Mode, OFlags, RawDir};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let Ok(dir) = rustix::fs::open(format!("/proc/{pid}/task"), flags, Mode::empty()) else {
         return Vec::new();
     };
-    let mut tids: Vec<u32> = tasks
-        .flatten()
-        .filter_map(|task| task.file_name().to_str()?.parse().ok())
-        .filter(|&tid| tid != pid)
-        .collect();
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 32 * 1024];
+    let mut entries = RawDir::new(&dir, &mut buf);
+    let mut tids = Vec::new();
+    while let Some(Ok(entry)) = entries.next() {
+        // `.` and `..` are no number.
+        if let Some(tid) = entry.file_name().to_str().ok().and_then(|n| n.parse().ok())
+            && tid != pid
+        {
+            tids.push(tid);
+        }
+    }
     tids.push(pid);
     tids
 }
@@ -383,6 +397,38 @@ mod tests {
             assert!(end_tree(&[root]).len() >= 2);
             let _ = child.wait();
         }
+    }
+
+    /// Every thread is listed, the leader last, however many: more than one read of
+    /// the directory's buffer holds (about a thousand entries).
+    #[test]
+    fn every_thread_is_listed_whatever_their_number() {
+        const THREADS: usize = 1_200;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let release = std::sync::Arc::new(std::sync::Barrier::new(THREADS + 1));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (tx, release) = (tx.clone(), std::sync::Arc::clone(&release));
+                std::thread::spawn(move || {
+                    tx.send(this_thread()).unwrap();
+                    release.wait();
+                })
+            })
+            .collect();
+        let spawned: Vec<u32> = rx.iter().take(THREADS).collect();
+        let pid = std::process::id();
+        let listed = threads(pid);
+        release.wait();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        assert_eq!(listed.last(), Some(&pid));
+        assert_eq!(listed.iter().filter(|&&t| t == pid).count(), 1);
+        for tid in spawned {
+            assert!(listed.contains(&tid), "thread {tid} missing");
+        }
+        assert!(
+            threads(u32::MAX).is_empty(),
+            "a process that is not there has no thread"
+        );
     }
 
     /// A process group whose every member is killed when it drops.

@@ -65,13 +65,17 @@ impl RuntimeState {
         error
     }
 
-    /// A session actor stopped: its record stays, resumable, until forgotten.
+    /// A session actor stopped: its record stays, resumable, until forgotten. An
+    /// evicted one was let go already (its record holds no actor).
     pub(super) fn session_ended(&mut self, actor: ractor::ActorId) {
-        for (id, record) in self.sessions.iter_mut() {
-            if record.actor.as_ref().is_some_and(|a| a.get_id() == actor) {
-                record.actor = None;
-                self.ended.push_back(id.clone());
-            }
+        let Some(id) = self.live.remove(&actor) else {
+            return;
+        };
+        if let Some(record) = self.sessions.get_mut(&id)
+            && record.actor.as_ref().is_some_and(|a| a.get_id() == actor)
+        {
+            record.actor = None;
+            self.ended.push_back(id);
         }
     }
 
@@ -103,10 +107,13 @@ impl RuntimeState {
     /// Keeps the table of sessions bounded: live ones stay, ended ones up to
     /// [`RESUMABLE`], oldest forgotten first.
     fn forget_oldest_ended(&mut self) {
-        self.ended
-            .retain(|id| self.sessions.get(id).is_some_and(|r| r.actor.is_none()));
+        // Every id in `ended` is of a record without an actor (a resume takes its id
+        // out), so the queue is not walked at each admission; a live one found anyway is
+        // kept.
         while self.ended.len() >= RESUMABLE {
-            if let Some(old) = self.ended.pop_front() {
+            if let Some(old) = self.ended.pop_front()
+                && self.sessions.get(&old).is_some_and(|r| r.actor.is_none())
+            {
                 self.sessions.remove(&old);
             }
         }
@@ -172,7 +179,7 @@ impl RuntimeState {
         }
         let workspace = real_workspace(&self.shared, &spec)?;
         self.forget_oldest_ended();
-        self.sessions.insert(
+        let replaced = self.sessions.insert(
             id.clone(),
             Record {
                 spec: Arc::new(std::sync::RwLock::new((spec, workspace))),
@@ -180,6 +187,11 @@ impl RuntimeState {
                 actor: None,
             },
         );
+        if replaced.is_some() {
+            // A host's own id used again: its ended record is no more (rare: the walk
+            // is paid by the reuse).
+            self.ended.retain(|ended| ended != &id);
+        }
         Ok(id)
     }
 
@@ -239,6 +251,11 @@ impl RuntimeState {
             return Err(RuntimeError::UnknownSession(id.to_string()));
         };
         record.actor = Some(actor.clone());
+        self.live.insert(actor.get_id(), id.to_string());
+        if how == Opening::Resume {
+            // Resumable no more while it lives (rare: the walk is paid by a resume).
+            self.ended.retain(|ended| ended != id);
+        }
         let record = &self.sessions[id];
         let mut opened = Opened {
             session: self.handle(myself, id, actor, record),
@@ -266,6 +283,7 @@ impl RuntimeState {
     pub(super) fn evict(&mut self, id: &str, reason: EvictReason) -> Option<Eviction> {
         let record = self.sessions.get_mut(id)?;
         let actor = record.actor.take()?;
+        self.live.remove(&actor.get_id());
         let published = record.scope.is_none().then(|| {
             let lane = record.lane();
             let (tx, rx) = watch::channel(None);
