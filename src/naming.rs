@@ -52,6 +52,15 @@ pub fn filter_allows(filter: &ToolFilter, raw: &str) -> bool {
     included && !filter.exclude.iter().any(|g| glob_match(g, raw))
 }
 
+/// `c` if it may stand in a host-safe name (`[A-Za-z0-9_-]`), else `-`.
+pub fn safe_char(c: char) -> char {
+    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+        c
+    } else {
+        '-'
+    }
+}
+
 /// A host-safe name fragment: `[A-Za-z][A-Za-z0-9_-]*`.
 pub fn normalize_fragment(raw: &str, fallback: &str) -> String {
     fragment(raw, fallback).collect()
@@ -68,17 +77,10 @@ fn fragment<'a>(raw: &'a str, fallback: &'a str) -> impl Iterator<Item = char> +
         Some(c) if c.is_ascii_alphabetic() => ("", ""),
         Some(_) => (fallback, "-"),
     };
-    let safe = |c: char| {
-        if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-            c
-        } else {
-            '-'
-        }
-    };
     lead.0
         .chars()
         .chain(lead.1.chars())
-        .chain(raw.chars().map(safe))
+        .chain(raw.chars().map(safe_char))
 }
 
 /// The servers of `ids` (in order) whose tools may be named `<prefix>__...` for the
@@ -169,7 +171,8 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
             Some(p) => p.clone(),
             None => {
                 let base = normalize_fragment(server.server_id, "mcp");
-                let p = unique(cut(&base, MAX_PREFIX), MAX_PREFIX, &mut taken_prefixes);
+                let base = cut(&base, MAX_PREFIX).to_string();
+                let p = unique(base, 0, MAX_PREFIX, &mut taken_prefixes);
                 out.prefixes.insert(server.server_id.to_string(), p.clone());
                 p
             }
@@ -184,7 +187,13 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
             if named.contains_key(tool) {
                 continue;
             }
-            let name = unique_name(first_choice(&prefix, tool), &prefix, &mut taken_names);
+            let head = prefix.len() + SEPARATOR.len();
+            let name = unique(
+                first_choice(&prefix, tool),
+                head,
+                room(&prefix),
+                &mut taken_names,
+            );
             named.insert(tool.to_string(), name);
         }
     }
@@ -195,22 +204,24 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
 /// with it: what a numbered name (`docs__search-2`) was numbered away from.
 pub fn first_choice(prefix: &str, raw: &str) -> String {
     let mut name = String::with_capacity(MAX_NAME);
-    name.push_str(prefix);
-    name.push_str(SEPARATOR);
-    name.extend(fragment(raw, "tool").take(room(prefix)));
+    name.extend(first_choice_chars(prefix, raw));
     name
 }
 
 /// Whether `name` is, ASCII case aside, the [`first_choice`] of `raw` under `prefix`:
 /// worked out as it is read, no name made.
 pub fn is_first_choice(prefix: &str, raw: &str, name: &str) -> bool {
-    let wanted = prefix
-        .chars()
-        .chain(SEPARATOR.chars())
-        .chain(fragment(raw, "tool").take(room(prefix)));
-    wanted
+    first_choice_chars(prefix, raw)
         .map(|c| c.to_ascii_lowercase())
         .eq(name.chars().map(|c| c.to_ascii_lowercase()))
+}
+
+/// The characters of [`first_choice`], made as they are read.
+fn first_choice_chars<'a>(prefix: &'a str, raw: &'a str) -> impl Iterator<Item = char> + 'a {
+    prefix
+        .chars()
+        .chain(SEPARATOR.chars())
+        .chain(fragment(raw, "tool").take(room(prefix)))
 }
 
 /// What is left of [`MAX_NAME`] for a tool's part after `prefix` and the separator.
@@ -223,33 +234,18 @@ fn cut(s: &str, max: usize) -> &str {
     &s[..s.len().min(max)]
 }
 
-fn unique(base: &str, max: usize, taken: &mut HashSet<String>) -> String {
-    if taken.insert(base.to_lowercase()) {
-        return base.to_string();
-    }
-    (2..)
-        .map(|n| {
-            let suffix = format!("-{n}");
-            format!("{}{suffix}", cut(base, max - suffix.len()))
-        })
-        .find(|candidate| taken.insert(candidate.to_lowercase()))
-        .expect("an unbounded counter always finds a free name")
-}
-
-/// `first` (a [`first_choice`] under `prefix`) unless taken, else its tool part cut to
-/// make room for the lowest free `-2`, `-3`, ...
-fn unique_name(first: String, prefix: &str, taken: &mut HashSet<String>) -> String {
+/// `first` unless taken (names compare case-insensitively), else `first` numbered:
+/// what follows its first `head` bytes cut to `max` bytes less the room of the lowest
+/// free `-2`, `-3`, ... (a prefix has no head; a name's is its prefix and `__`).
+fn unique(first: String, head: usize, max: usize, taken: &mut HashSet<String>) -> String {
     if taken.insert(first.to_lowercase()) {
         return first;
     }
-    let tool = &first[prefix.len() + SEPARATOR.len()..];
+    let (head, rest) = first.split_at(head);
     (2..)
         .map(|n| {
             let suffix = format!("-{n}");
-            format!(
-                "{prefix}{SEPARATOR}{}{suffix}",
-                cut(tool, room(prefix) - suffix.len())
-            )
+            format!("{head}{}{suffix}", cut(rest, max - suffix.len()))
         })
         .find(|candidate| taken.insert(candidate.to_lowercase()))
         .expect("an unbounded counter always finds a free name")
@@ -297,17 +293,7 @@ mod tests {
     /// What `normalize_fragment` was when it made its string in two passes: the
     /// fragment made as it is read must be the same.
     fn two_pass(raw: &str, fallback: &str) -> String {
-        let mapped: String = raw
-            .trim()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                    c
-                } else {
-                    '-'
-                }
-            })
-            .collect();
+        let mapped: String = raw.trim().chars().map(safe_char).collect();
         if mapped.is_empty() {
             fallback.to_string()
         } else if !mapped.starts_with(|c: char| c.is_ascii_alphabetic()) {

@@ -65,16 +65,7 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<Found>, String> {
 
 /// A server id from a configuration key: `[A-Za-z0-9_-]`.
 fn id_of(name: &str) -> String {
-    let id: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
+    let id: String = name.chars().map(demiurge_mcp::naming::safe_char).collect();
     if id.is_empty() { "server".into() } else { id }
 }
 
