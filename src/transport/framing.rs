@@ -175,7 +175,7 @@ fn decode(line: Line, limit: usize) -> Decoded {
     if text.iter().all(u8::is_ascii_whitespace) {
         return Decoded::Skip;
     }
-    if let Some(message) = answer::call_answer(text) {
+    if let Some(message) = answer::typed_answer(text) {
         return Decoded::Message(Box::new(message));
     }
     let error = match serde_json::from_slice::<RxJsonRpcMessage<RoleClient>>(text) {
