@@ -5,23 +5,27 @@
 //! instructions; for a first turn's `tools/list` answer, the largest message it reads,
 //! more.
 //!
-//! The shortcut gives exactly what rmcp's reading gives or is not taken. The union's
-//! types before the one taken each require a key (`ORDER`); a result is read as the
-//! type of the first of those keys it has, and only when that type is one read here
-//! (a tool call's result, or a page of tools, prompts, resources or resource
-//! templates) and reads it. An earlier type cannot take it (it lacks the key that type
-//! requires), and the type that reads it is the one rmcp would have reached and taken.
-//! A listen result sits in the union before the tools and the call result and needs
-//! only a subscription id in its `_meta`: a result with one is left to rmcp before
-//! either. Anything else goes to rmcp's own reading, where the later types (input
-//! required, task acknowledgment, empty, custom) catch what the shortcut refuses.
+//! The shortcut gives exactly what rmcp's reading gives or is not taken. Each of the
+//! union's types up to the call result requires a key (`ORDER`, in the union's order;
+//! the listen result, a subscription id in its `_meta`). A first reading finds the
+//! marks a result carries, keeping no value but checking every one as rmcp's buffering
+//! does (`Checked`). The result is then read from the text as the type of the first
+//! mark it carries, when that type is one read here: discovery, initialize, a
+//! completion, a prompt, the four lists, a read, a tool call. No earlier type could
+//! take it (each lacks what it requires), so that type is the one rmcp would reach and
+//! take; read straight from the text, it meets a repeated key as it does in rmcp's
+//! reading (a field refused, a map keeping the last). Anything else, and whatever
+//! that type refuses, goes to rmcp's own reading, where the later types (input
+//! required, task acknowledgment, empty, custom) have their turn. This holds while
+//! serde_json's `arbitrary_precision` is off, as in this build: with it, a number
+//! reads as a map in a buffer; the tests, which compare both readings, would say so.
 
 use memchr::memmem;
 use rmcp::RoleClient;
 use rmcp::model::{JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerResult};
 use rmcp::service::RxJsonRpcMessage;
 use serde::Deserialize;
-use serde::de::{IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{MapAccess, SeqAccess, Visitor};
 
 /// The result types read here.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -133,10 +137,10 @@ impl<'de> Visitor<'de> for MarksVisitor {
                 Key::Meta => marks.listen |= map.next_value::<Listens>()?.0,
                 Key::Mark(index) => {
                     marks.keys |= 1 << index;
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value::<Checked>()?;
                 }
                 Key::Other => {
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value::<Checked>()?;
                 }
             }
         }
@@ -197,12 +201,12 @@ impl<'de> Visitor<'de> for ListensVisitor {
         let mut listens = false;
         while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
             listens |= key == SUBSCRIPTION;
-            map.next_value::<IgnoredAny>()?;
+            map.next_value::<Checked>()?;
         }
         Ok(Listens(listens))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Listens, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        while seq.next_element::<Checked>()?.is_some() {}
         Ok(Listens(false))
     }
     fn visit_bool<E>(self, _: bool) -> Result<Listens, E> {
@@ -222,6 +226,55 @@ impl<'de> Visitor<'de> for ListensVisitor {
     }
     fn visit_unit<E>(self) -> Result<Listens, E> {
         Ok(Listens(false))
+    }
+}
+
+/// Any JSON value, read as rmcp's buffering reads it and kept nowhere. Skipping a value
+/// (`IgnoredAny`) checks less: not its strings' UTF-8 and escapes, not whether a number
+/// fits a float, not how deep it nests. Every value of a result is read this way in
+/// the first reading, so what the second skips (keys its type does not know) was
+/// checked, and an answer rmcp refuses is refused here too.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
     }
 }
 
@@ -283,25 +336,40 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
-    /// rmcp's own reading of `line`, as JSON, or `None` when rmcp refuses it.
-    fn rmcp(line: &str) -> Option<Value> {
-        let message: RxJsonRpcMessage<RoleClient> = serde_json::from_str(line).ok()?;
-        Some(serde_json::to_value(message).unwrap())
+    /// rmcp's own reading of `line`, or `None` when rmcp refuses it.
+    fn rmcp(line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
+        serde_json::from_slice(line).ok()
+    }
+
+    /// The result of an answer.
+    fn result_of(message: &RxJsonRpcMessage<RoleClient>) -> &ServerResult {
+        match message {
+            JsonRpcMessage::Response(response) => &response.result,
+            _ => panic!("not an answer"),
+        }
     }
 
     /// The reading the shortcut took for `line`, checked against rmcp's: the same
-    /// message, or no shortcut at all.
+    /// type and the same message, or no shortcut at all.
     fn taken(line: &str) -> Option<Reading> {
-        let fast = typed_answer(line.as_bytes())?;
+        taken_bytes(line.as_bytes())
+    }
+
+    fn taken_bytes(line: &[u8]) -> Option<Reading> {
+        let shown = String::from_utf8_lossy(line);
+        let fast = typed_answer(line)?;
+        let theirs = rmcp(line).unwrap_or_else(|| panic!("rmcp refuses what was read: {shown}"));
         assert_eq!(
-            Some(serde_json::to_value(&fast).unwrap()),
-            rmcp(line),
-            "read otherwise than rmcp reads it: {line}"
+            std::mem::discriminant(result_of(&fast)),
+            std::mem::discriminant(result_of(&theirs)),
+            "read as another type than rmcp reads it: {shown}"
         );
-        let JsonRpcMessage::Response(response) = fast else {
-            panic!("not an answer: {line}");
-        };
-        Some(match response.result {
+        assert_eq!(
+            serde_json::to_value(&fast).unwrap(),
+            serde_json::to_value(&theirs).unwrap(),
+            "read otherwise than rmcp reads it: {shown}"
+        );
+        Some(match result_of(&fast) {
             ServerResult::DiscoverResult(_) => Reading::Discover,
             ServerResult::InitializeResult(_) => Reading::Initialize,
             ServerResult::CompleteResult(_) => Reading::Complete,
@@ -479,50 +547,131 @@ mod tests {
         }
     }
 
-    /// Every key of `ORDER`, alone and in every pair with a key of a list or a call, in
-    /// both orders: whatever the shortcut reads, rmcp reads the same
-    /// (`taken` compares), and it reads by the earlier key of the pair.
-    #[test]
-    fn pairs_of_keys_are_read_by_the_earlier_one_as_rmcp_reads_them() {
-        let value = |key: &str| match key {
-            "supportedVersions" => r#"["2026-07-28"]"#,
-            "protocolVersion" => r#""2025-11-25""#,
-            "completion" => r#"{"values":[]}"#,
-            "action" => r#""accept""#,
-            "taskId" => r#""t""#,
-            "isError" => "true",
-            "structuredContent" => r#"{"a":1}"#,
-            "skill" => r#"{"name":"s"}"#,
-            _ => "[]",
+    /// A whole result of the type each key of `ORDER` marks, as rmcp takes it.
+    fn sample(key: &str) -> Value {
+        let text = match key {
+            "supportedVersions" => {
+                r#"{"resultType":"complete","supportedVersions":["2026-07-28"],"capabilities":{},"ttlMs":0,"cacheScope":"public"}"#
+            }
+            "protocolVersion" => {
+                r#"{"protocolVersion":"2025-11-25","capabilities":{},"serverInfo":{"name":"s","version":"1"}}"#
+            }
+            "completion" => r#"{"completion":{"values":["a"]}}"#,
+            "skill" => {
+                r#"{"skill":{"uri":"skill://s","frontmatter":{"name":"s","description":"d"},"resources":"dynamic"}}"#
+            }
+            "action" => r#"{"action":"accept"}"#,
+            "taskId" => {
+                r#"{"resultType":"task","taskId":"t","status":"working","createdAt":"2026-01-01T00:00:00Z","lastUpdatedAt":"2026-01-01T00:00:00Z","ttlMs":null}"#
+            }
+            "isError" => r#"{"isError":true}"#,
+            "structuredContent" => r#"{"structuredContent":{"a":1}}"#,
+            key => return serde_json::json!({ key: [] }),
         };
-        let keys: Vec<&str> = ORDER
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// Every key of `ORDER` with a whole result of its type, alone and beside every
+    /// other's (the earlier type's fields kept where both have one), in both orders
+    /// of the text: rmcp reads each as the earlier type, and so does the shortcut when
+    /// it reads that type at all (`taken` compares type and message).
+    #[test]
+    fn pairs_of_results_are_read_as_the_earlier_type_as_rmcp_reads_them() {
+        let keys: Vec<(usize, &str, Option<Reading>)> = ORDER
             .iter()
-            .filter_map(|(mark, _)| match mark {
-                Mark::Key(key) => Some(*key),
+            .enumerate()
+            .filter_map(|(index, (mark, reading))| match mark {
+                Mark::Key(key) => Some((index, *key, *reading)),
                 Mark::Listen => None,
             })
             .collect();
-        for (i, first) in keys.iter().enumerate() {
-            let alone = answer(&format!(r#"{{"{first}":{}}}"#, value(first)));
-            let expected = ORDER
-                .iter()
-                .find(|(m, _)| matches!(m, Mark::Key(k) if k == first));
-            let reading = taken(&alone);
-            assert!(
-                reading.is_none() || reading == expected.and_then(|(_, r)| *r),
-                "{alone}"
-            );
-            for second in &keys[i + 1..] {
-                for (a, b) in [(first, second), (second, first)] {
-                    let line = answer(&format!(r#"{{"{a}":{},"{b}":{}}}"#, value(a), value(b)));
-                    // `taken` checks the reading against rmcp's.
-                    let reading = taken(&line);
-                    let by_first = ORDER
-                        .iter()
-                        .find(|(m, _)| matches!(m, Mark::Key(k) if k == first))
-                        .and_then(|(_, r)| *r);
-                    assert!(reading.is_none() || reading == by_first, "{line}");
+        let mut read = 0;
+        for &(i, first, reading) in &keys {
+            let alone = answer(&sample(first).to_string());
+            assert_eq!(taken(&alone), reading, "{alone}");
+            for &(j, second, _) in &keys {
+                if j <= i {
+                    continue;
                 }
+                let Value::Object(mut merged) = sample(first) else {
+                    unreachable!()
+                };
+                let Value::Object(later) = sample(second) else {
+                    unreachable!()
+                };
+                for (key, value) in later {
+                    merged.entry(key).or_insert(value);
+                }
+                // Both orders of the keys in the text.
+                let forward = Value::Object(merged.clone()).to_string();
+                let mut reversed: Vec<(String, Value)> = merged.into_iter().collect();
+                reversed.reverse();
+                let backward = Value::Object(reversed.into_iter().collect()).to_string();
+                for result in [forward, backward] {
+                    let line = answer(&result);
+                    let theirs = rmcp(line.as_bytes()).expect(&line);
+                    let earlier = match &theirs {
+                        JsonRpcMessage::Response(r) => std::mem::discriminant(&r.result),
+                        _ => unreachable!(),
+                    };
+                    let alone_theirs = rmcp(alone.as_bytes()).unwrap();
+                    assert_eq!(
+                        earlier,
+                        std::mem::discriminant(result_of(&alone_theirs)),
+                        "rmcp reads {line} as another type than {first}'s"
+                    );
+                    assert_eq!(taken(&line), reading, "{line}");
+                    read += usize::from(reading.is_some());
+                }
+            }
+        }
+        assert!(read > 100, "the shortcut read {read} pairs");
+    }
+
+    /// Whatever rmcp's buffering refuses in a value the types skip (an unknown key, a
+    /// `_meta`, a key itself): an unpaired surrogate, a number no float holds, bytes
+    /// that are not UTF-8, nesting past serde_json's limit. The shortcut refuses it too,
+    /// and rmcp's reading refuses it.
+    #[test]
+    fn what_rmcp_refuses_in_a_skipped_value_is_refused() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let results = [
+            r#"{"content":[],"x":"\ud800"}"#.to_string(),
+            r#"{"tools":[],"x":1e999}"#.into(),
+            r#"{"tools":[],"x":-1e999}"#.into(),
+            r#"{"tools":[{"name":"a","inputSchema":{},"x":"\ud800"}]}"#.into(),
+            r#"{"tools":[{"name":"a","inputSchema":{},"x":[1e400]}]}"#.into(),
+            r#"{"tools":[],"_meta":{"x":"\udc00"}}"#.into(),
+            r#"{"tools":[],"_meta":["\ud800"]}"#.into(),
+            r#"{"tools":[],"_meta":1e999}"#.into(),
+            r#"{"tools":[],"\ud800":1}"#.into(),
+            r#"{"prompts":[],"_meta":{"\ud800":1}}"#.into(),
+            format!(r#"{{"content":[],"x":{deep}}}"#),
+            format!(r#"{{"tools":[{{"name":"a","inputSchema":{{}},"x":{deep}}}]}}"#),
+        ];
+        for result in results {
+            let line = answer(&result);
+            assert!(rmcp(line.as_bytes()).is_none(), "rmcp takes {line}");
+            assert_eq!(taken(&line), None, "{line}");
+        }
+        for bad in [&b"\xff"[..], b"\xc3\x28", b"\xed\xa0\x80"] {
+            for template in [
+                &b"{\"content\":[],\"x\":\"#\"}"[..],
+                b"{\"tools\":[],\"#\":1}",
+            ] {
+                let mut result = Vec::new();
+                for &b in template {
+                    if b == b'#' {
+                        result.extend_from_slice(bad);
+                    } else {
+                        result.push(b);
+                    }
+                }
+                let mut line = br#"{"jsonrpc":"2.0","id":1,"result":"#.to_vec();
+                line.extend_from_slice(&result);
+                line.push(b'}');
+                assert!(rmcp(&line).is_none());
+                assert_eq!(taken_bytes(&line), None);
             }
         }
     }
