@@ -134,12 +134,12 @@ impl<'de> Visitor<'de> for MarksVisitor {
         let mut marks = Marks::default();
         while let Some(key) = map.next_key::<Key>()? {
             match key {
-                Key::Meta => marks.listen |= map.next_value::<Listens>()?.0,
+                Key::Meta => marks.listen |= map.next_value::<Meta>()?.0,
                 Key::Mark(index) => {
                     marks.keys |= 1 << index;
                     map.next_value::<Checked>()?;
                 }
-                Key::Other => {
+                Key::Subscription | Key::Other => {
                     map.next_value::<Checked>()?;
                 }
             }
@@ -148,10 +148,12 @@ impl<'de> Visitor<'de> for MarksVisitor {
     }
 }
 
-/// A key of a result: a mark's (its place in `ORDER`), `_meta`, or another.
+/// A key of a result: a mark's (its place in `ORDER`), `_meta`, a subscription id's
+/// (in `_meta`), or another.
 enum Key {
     Mark(usize),
     Meta,
+    Subscription,
     Other,
 }
 
@@ -170,8 +172,10 @@ impl Visitor<'_> for KeyVisitor {
         f.write_str("a key")
     }
     fn visit_str<E>(self, v: &str) -> Result<Key, E> {
-        if v == "_meta" {
-            return Ok(Key::Meta);
+        match v {
+            "_meta" => return Ok(Key::Meta),
+            SUBSCRIPTION => return Ok(Key::Subscription),
+            _ => {}
         }
         Ok(ORDER
             .iter()
@@ -180,52 +184,14 @@ impl Visitor<'_> for KeyVisitor {
     }
 }
 
-/// Whether a `_meta` value is an object with a subscription id (of any value).
-struct Listens(bool);
+/// A `_meta` value, checked as any value, and whether it is an object with a
+/// subscription id (of any value).
+struct Meta(bool);
 
-impl<'de> Deserialize<'de> for Listens {
+impl<'de> Deserialize<'de> for Meta {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ListensVisitor)
-    }
-}
-
-struct ListensVisitor;
-
-impl<'de> Visitor<'de> for ListensVisitor {
-    type Value = Listens;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any value")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Listens, A::Error> {
-        let mut listens = false;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            listens |= key == SUBSCRIPTION;
-            map.next_value::<Checked>()?;
-        }
-        Ok(Listens(listens))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Listens, A::Error> {
-        while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Listens(false))
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Listens, E> {
-        Ok(Listens(false))
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Listens, E> {
-        Ok(Listens(false))
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Listens, E> {
-        Ok(Listens(false))
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Listens, E> {
-        Ok(Listens(false))
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Listens, E> {
-        Ok(Listens(false))
-    }
-    fn visit_unit<E>(self) -> Result<Listens, E> {
-        Ok(Listens(false))
+        d.deserialize_any(CheckedVisitor { meta: true })
+            .map(|checked| Meta(checked.listens))
     }
 }
 
@@ -233,16 +199,23 @@ impl<'de> Visitor<'de> for ListensVisitor {
 /// (`IgnoredAny`) checks less: not its strings' UTF-8 and escapes, not whether a number
 /// fits a float, not how deep it nests. Every value of a result is read this way in
 /// the first reading, so what the second skips (keys its type does not know) was
-/// checked, and an answer rmcp refuses is refused here too.
-struct Checked;
+/// checked, and an answer rmcp refuses is refused here too. Read as a `_meta`
+/// (`CheckedVisitor::meta`), an object says whether it holds a subscription id.
+struct Checked {
+    listens: bool,
+}
+
+const CHECKED: Checked = Checked { listens: false };
 
 impl<'de> Deserialize<'de> for Checked {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(CheckedVisitor)
+        d.deserialize_any(CheckedVisitor { meta: false })
     }
 }
 
-struct CheckedVisitor;
+struct CheckedVisitor {
+    meta: bool,
+}
 
 impl<'de> Visitor<'de> for CheckedVisitor {
     type Value = Checked;
@@ -251,30 +224,38 @@ impl<'de> Visitor<'de> for CheckedVisitor {
         f.write_str("any value")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
-        while map.next_entry::<Checked, Checked>()?.is_some() {}
-        Ok(Checked)
+        let mut listens = false;
+        if self.meta {
+            while let Some(key) = map.next_key::<Key>()? {
+                listens |= matches!(key, Key::Subscription);
+                map.next_value::<Checked>()?;
+            }
+        } else {
+            while map.next_entry::<Checked, Checked>()?.is_some() {}
+        }
+        Ok(Checked { listens })
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
         while seq.next_element::<Checked>()?.is_some() {}
-        Ok(Checked)
+        Ok(CHECKED)
     }
     fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
-        Ok(Checked)
+        Ok(CHECKED)
     }
     fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
-        Ok(Checked)
+        Ok(CHECKED)
     }
     fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
-        Ok(Checked)
+        Ok(CHECKED)
     }
     fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
-        Ok(Checked)
+        Ok(CHECKED)
     }
     fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
-        Ok(Checked)
+        Ok(CHECKED)
     }
     fn visit_unit<E>(self) -> Result<Checked, E> {
-        Ok(Checked)
+        Ok(CHECKED)
     }
 }
 
