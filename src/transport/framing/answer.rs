@@ -259,24 +259,25 @@ impl<'de> Visitor<'de> for CheckedVisitor {
     }
 }
 
+/// The keys of the types read here, as the bytes of a message spell them: most other
+/// messages have none, and a search of the bytes spares them a parse.
+const LOOKS: [&[u8]; 12] = [
+    b"\"content\"",
+    b"\"structuredContent\"",
+    b"\"isError\"",
+    b"\"tools\"",
+    b"\"prompts\"",
+    b"\"resources\"",
+    b"\"resourceTemplates\"",
+    b"\"contents\"",
+    b"\"messages\"",
+    b"\"completion\"",
+    b"\"protocolVersion\"",
+    b"\"supportedVersions\"",
+];
+
 /// `text` as an answer read by its result type, or `None` for rmcp's own reading.
 pub(super) fn typed_answer(text: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
-    // Most other messages have none of these keys: a search of the bytes spares them a
-    // parse.
-    const LOOKS: [&[u8]; 12] = [
-        b"\"content\"",
-        b"\"structuredContent\"",
-        b"\"isError\"",
-        b"\"tools\"",
-        b"\"prompts\"",
-        b"\"resources\"",
-        b"\"resourceTemplates\"",
-        b"\"contents\"",
-        b"\"messages\"",
-        b"\"completion\"",
-        b"\"protocolVersion\"",
-        b"\"supportedVersions\"",
-    ];
     if !LOOKS.iter().any(|key| memmem::find(text, key).is_some()) {
         return None;
     }
@@ -526,6 +527,25 @@ mod tests {
         for line in others {
             assert_eq!(taken(line), None, "{line}");
         }
+    }
+
+    /// The byte search looks for every key of a type read here, and for no other.
+    #[test]
+    fn the_byte_search_looks_for_the_keys_of_the_types_read_here() {
+        let mut read: Vec<String> = ORDER
+            .iter()
+            .filter_map(|(mark, reading)| match (mark, reading) {
+                (Mark::Key(key), Some(_)) => Some(format!("\"{key}\"")),
+                _ => None,
+            })
+            .collect();
+        let mut looked: Vec<String> = LOOKS
+            .iter()
+            .map(|key| String::from_utf8(key.to_vec()).unwrap())
+            .collect();
+        read.sort();
+        looked.sort();
+        assert_eq!(read, looked);
     }
 
     /// A whole result of the type each key of `ORDER` marks, as rmcp takes it.
