@@ -23,6 +23,13 @@ pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
 /// `serde_json::to_vec`, never held whole), and how many bytes that is. A value that
 /// does not serialize digests as nothing, as `to_vec(..).unwrap_or_default()` would.
 pub(crate) fn sha256_json_hex<T: serde::Serialize + ?Sized>(value: &T) -> (String, usize) {
+    let (digest, total) = sha256_json(value);
+    (hex(&digest), total)
+}
+
+/// The sha256 of `value` as `serde_json` writes it, and how many bytes that is (see
+/// [`sha256_json_hex`]).
+pub(crate) fn sha256_json<T: serde::Serialize + ?Sized>(value: &T) -> ([u8; 32], usize) {
     let mut writer = HashingWriter {
         hasher: Sha256::new(),
         buffer: [0; 1024],
@@ -30,10 +37,10 @@ pub(crate) fn sha256_json_hex<T: serde::Serialize + ?Sized>(value: &T) -> (Strin
         total: 0,
     };
     if serde_json::to_writer(&mut writer, value).is_err() {
-        return (sha256_hex(b""), 0);
+        return (Sha256::digest(b"").into(), 0);
     }
     writer.flush_buffer();
-    (hex(&writer.hasher.finalize()), writer.total)
+    (writer.hasher.finalize().into(), writer.total)
 }
 
 /// Feeds sha256 in blocks: `serde_json` writes a token at a time.

@@ -108,6 +108,9 @@ pub fn same_prefix<'a>(ids: impl IntoIterator<Item = &'a str>, exposed: &str) ->
         .collect()
 }
 
+/// Names (lowercase) one naming pass gave out.
+type Taken = HashSet<String, foldhash::fast::RandomState>;
+
 /// Names assigned in one turn, kept by the catalog for the next.
 #[derive(Debug, Clone, Default)]
 pub struct Names {
@@ -145,8 +148,12 @@ pub struct ServerTools<'a> {
 /// (whatever order the server lists them in); collisions compare case-insensitively
 /// and get `-2`, `-3`, ...
 pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
-    let mut taken_prefixes: HashSet<String> = HashSet::new();
-    let mut taken_names: HashSet<String> = HashSet::new();
+    // Seeded at random for each pass: a server cannot aim its tool names at one key of
+    // a hash it knows. Sized for every name at once: no table grows name by name.
+    let names = servers.iter().map(|s| s.tools.len()).sum();
+    let mut taken_prefixes: Taken =
+        Taken::with_capacity_and_hasher(servers.len(), Default::default());
+    let mut taken_names: Taken = Taken::with_capacity_and_hasher(names, Default::default());
     let mut out = Names::default();
 
     for server in servers.iter().filter(|s| s.kept) {
@@ -178,6 +185,7 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
             }
         };
         let named = out.tools.entry(server.server_id.to_string()).or_default();
+        named.reserve(server.tools.len());
         // Suffixes go by the raw names' order, never the listing's: a server that
         // reorders its list (a hash map is enough) cannot move `w__a-b` from its
         // `a-b` to its `a.b`.
@@ -237,7 +245,7 @@ fn cut(s: &str, max: usize) -> &str {
 /// `first` unless taken (names compare case-insensitively), else `first` numbered:
 /// what follows its first `head` bytes cut to `max` bytes less the room of the lowest
 /// free `-2`, `-3`, ... (a prefix has no head; a name's is its prefix and `__`).
-fn unique(first: String, head: usize, max: usize, taken: &mut HashSet<String>) -> String {
+fn unique(first: String, head: usize, max: usize, taken: &mut Taken) -> String {
     if taken.insert(first.to_lowercase()) {
         return first;
     }

@@ -198,22 +198,25 @@ impl CatalogState {
                 .declaration
                 .approval_identity(&self.identity.workspace, None),
         };
-        let servers: Vec<plan::Connected<'_, Binding>> = connected
+        // One binding a server (its approval identity is a digest), shared by its
+        // tools and its offer.
+        let (servers, offers): (Vec<plan::Connected<'_, Binding>>, Vec<ServerEntry>) = connected
             .iter()
-            .map(|l| plan::Connected {
-                declaration: l.declaration,
-                tools: l.tools,
-                kept: kept.contains(&l.declaration.server_id),
-                binding: binding(l),
+            .map(|l| {
+                let binding = binding(l);
+                let offer = ServerEntry {
+                    offered: Arc::clone(l.offer),
+                    binding: binding.clone(),
+                };
+                let server = plan::Connected {
+                    declaration: l.declaration,
+                    tools: l.tools,
+                    kept: kept.contains(&l.declaration.server_id),
+                    binding,
+                };
+                (server, offer)
             })
-            .collect();
-        let offers = connected
-            .iter()
-            .map(|l| ServerEntry {
-                offered: Arc::clone(l.offer),
-                binding: binding(l),
-            })
-            .collect();
+            .unzip();
         let (entries, names) = plan::entries(&servers, &self.names, &self.shared.config.host_tools)
             .map_err(PrepareError::Collision)?;
         Ok((bind(entries, offers, &self.shared.tools), names))

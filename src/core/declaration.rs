@@ -359,14 +359,18 @@ impl Declaration {
     /// declared (the absolute file, or the host's provenance for an in-memory one), the
     /// workspace it works in and its resolved `cwd` (a connect's), so an answer given
     /// for one core or one workspace never covers a copy of the declaration elsewhere.
+    ///
+    /// The digest is of the JSON array `[fingerprint, file, workspace, cwd]` (paths as
+    /// lossy UTF-8, `cwd` `null` when none), written straight into sha256: approvals
+    /// already given are bound to exactly these bytes.
     pub fn approval_identity(&self, workspace: &Path, cwd: Option<&Path>) -> Fingerprint {
-        let form = serde_json::json!([
+        let form = (
             self.fingerprint.hex(),
-            self.file.display().to_string(),
-            workspace.display().to_string(),
-            cwd.map(|c| c.display().to_string()),
-        ]);
-        Fingerprint::of(form.to_string().as_bytes())
+            self.file.to_string_lossy(),
+            workspace.to_string_lossy(),
+            cwd.map(Path::to_string_lossy),
+        );
+        Fingerprint(crate::digest::sha256_json(&form).0)
     }
 
     /// `mcp.connect:<server_id>`: required to spawn, connect and list tools.
@@ -446,6 +450,57 @@ impl std::fmt::Debug for DeclaredUrl {
 #[cfg(test)]
 mod tests {
     use super::DeclaredUrl;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::{Path, PathBuf};
+
+    /// Approvals already given are bound to the identity's bytes: it is the digest of
+    /// the JSON array a `serde_json::Value` of the same four strings writes, for paths
+    /// of every kind (quotes, escapes, control characters, other scripts, bytes that are
+    /// not UTF-8).
+    #[test]
+    fn the_approval_identity_digests_the_same_bytes_as_a_json_value() {
+        let paths: Vec<PathBuf> = [
+            &b"/w"[..],
+            b"/home/a b/\"quoted\"/back\\slash",
+            b"/tab\there/new\nline/\x01\x1f\x7f",
+            b"/\xc3\xa9t\xc3\xa9/\xe2\x80\xa8/\xf0\x9f\x90\x8d",
+            b"/not\xffutf8/\xc3(/\xed\xa0\x80",
+            b"",
+        ]
+        .iter()
+        .map(|b| PathBuf::from(OsStr::from_bytes(b)))
+        .collect();
+        let mut declaration = crate::core::parse_declaration_text(
+            "command: x\n",
+            "x".into(),
+            "agent/mcp/x.yaml".into(),
+            Path::new("agent/mcp/x.yaml"),
+        )
+        .expect("a test declaration loads");
+        let before = |d: &super::Declaration, workspace: &Path, cwd: Option<&Path>| {
+            let form = serde_json::json!([
+                d.fingerprint.hex(),
+                d.file.display().to_string(),
+                workspace.display().to_string(),
+                cwd.map(|c| c.display().to_string()),
+            ]);
+            super::Fingerprint::of(form.to_string().as_bytes())
+        };
+        let mut seen = std::collections::HashSet::new();
+        for file in &paths {
+            declaration.file.clone_from(file);
+            for workspace in &paths {
+                for cwd in std::iter::once(None).chain(paths.iter().map(|p| Some(p.as_path()))) {
+                    let identity = declaration.approval_identity(workspace, cwd);
+                    assert_eq!(identity, before(&declaration, workspace, cwd));
+                    seen.insert(identity);
+                }
+            }
+        }
+        // Lossy paths meet (`\xff` and `\xed\xa0\x80` both read as U+FFFD) but most differ.
+        assert!(seen.len() > 150, "{}", seen.len());
+    }
 
     #[test]
     fn the_origin_drops_credentials_path_query_and_fragment() {

@@ -97,6 +97,7 @@ fn definitions<'a>(
     offered: &'a Offered,
     declaration: &'a Declaration,
 ) -> impl Iterator<Item = (DefinitionKind, &'a str, Cow<'a, str>, Definition<'a>)> {
+    let count = tools.len() + offered.templates.len() + offered.prompts.len() + 1;
     let tools = tools
         .iter()
         .filter(|t| crate::naming::filter_allows(&declaration.tools, &t.name))
@@ -113,7 +114,10 @@ fn definitions<'a>(
         let json = Definition::Other(Value::String(i.clone()));
         (DefinitionKind::Instructions, "instructions", json)
     });
-    let mut seen = HashSet::new();
+    // Seeded at random for each listing: a server cannot aim its names at one key of a
+    // hash it knows.
+    let mut seen: HashSet<_, foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(count, Default::default());
     tools
         .chain(templates)
         .chain(prompts)
@@ -143,10 +147,16 @@ pub(crate) fn all_approved(
     offered: &Offered,
     declaration: &Declaration,
 ) -> bool {
-    let by_name: std::collections::HashMap<(DefinitionKind, &str), &str> = approved
-        .iter()
-        .map(|p| ((p.kind, p.name.as_str()), p.digest.as_str()))
-        .collect();
+    let mut by_name: std::collections::HashMap<
+        (DefinitionKind, &str),
+        &str,
+        foldhash::fast::RandomState,
+    > = std::collections::HashMap::with_capacity_and_hasher(approved.len(), Default::default());
+    by_name.extend(
+        approved
+            .iter()
+            .map(|p| ((p.kind, p.name.as_str()), p.digest.as_str())),
+    );
     definitions(tools, offered, declaration).all(|(kind, _, kept, definition)| {
         by_name
             .get(&(kind, kept.as_ref()))

@@ -69,18 +69,28 @@ fn shape_listing_as_of(
         })
         .collect();
     let mut hidden = total - clean.len();
-    let mut seen = std::collections::HashSet::new();
     let mut twice: Vec<String> = Vec::new();
+    // The first of each name is kept. Seeded at random for each listing: a server
+    // cannot aim its names at one key of a hash it knows.
+    let first: Vec<bool> = {
+        let mut seen: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+            std::collections::HashSet::with_capacity_and_hasher(clean.len(), Default::default());
+        clean
+            .iter()
+            .map(|t| {
+                let name = t.name();
+                let first = seen.insert(name);
+                if !first && !twice.iter().any(|n| n == name) {
+                    twice.push(name.to_string());
+                }
+                first
+            })
+            .collect()
+    };
     let mut tools: Vec<Tool> = clean
         .into_iter()
-        .filter(|t| {
-            let name = t.name();
-            let first = seen.insert(name.to_string());
-            if !first && !twice.iter().any(|n| n == name) {
-                twice.push(name.to_string());
-            }
-            first
-        })
+        .zip(first)
+        .filter_map(|(t, first)| first.then_some(t))
         .map(|t| match t {
             Found::Shaped(shaped) => shaped,
             Found::Served(served) => {

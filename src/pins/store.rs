@@ -147,9 +147,13 @@ pub fn pin_key(
     format!("{lineage}-{}", &whole[..32])
 }
 
+/// The first 16 hex digits of the sha256 of the JSON array `[principal, server, path,
+/// workspace]`, written straight into the digest (pin files already kept are named by
+/// exactly these bytes).
 fn lineage(principal: &str, server: &str, path: &str, workspace: &Path) -> String {
-    let key = serde_json::json!([principal, server, path, workspace.to_string_lossy()]);
-    crate::digest::sha256_hex(key.to_string().as_bytes())[..16].to_string()
+    let key = (principal, server, path, workspace.to_string_lossy());
+    let (digest, _) = crate::digest::sha256_json(&key);
+    crate::digest::hex(&digest[..8])
 }
 
 /// What identifies one version of a file (modification time, length, inode).
@@ -359,6 +363,39 @@ fn encode(file: &mut PinFile) -> std::io::Result<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::pins::DefinitionKind;
+
+    /// Pin files already kept are named by the lineage's bytes: the digest of the JSON
+    /// array a `serde_json::Value` of the same four strings writes, whatever they hold.
+    #[test]
+    fn the_lineage_digests_the_same_bytes_as_a_json_value() {
+        use std::os::unix::ffi::OsStrExt;
+        let texts = [
+            "",
+            "local",
+            "a \"b\" \\ c",
+            "tab\t nl\n \u{1} \u{7f}",
+            "é \u{2028} 🐍",
+        ];
+        let workspaces: Vec<PathBuf> = [&b"/w"[..], b"/a \"b\"/\\", b"/\xff/\xc3(", b""]
+            .iter()
+            .map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(b)))
+            .collect();
+        let before = |p: &str, s: &str, path: &str, w: &Path| {
+            let key = serde_json::json!([p, s, path, w.to_string_lossy()]);
+            crate::digest::sha256_hex(key.to_string().as_bytes())[..16].to_string()
+        };
+        for p in texts {
+            for s in texts {
+                for w in &workspaces {
+                    assert_eq!(
+                        lineage(p, s, "agent/mcp/x.yaml", w),
+                        before(p, s, "agent/mcp/x.yaml", w)
+                    );
+                    assert_eq!(lineage(p, "x", s, w), before(p, "x", s, w));
+                }
+            }
+        }
+    }
 
     #[test]
     fn a_pin_file_is_private_survives_a_reopen_and_approves_by_name() {
