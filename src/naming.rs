@@ -148,8 +148,10 @@ pub struct ServerTools<'a> {
 /// (whatever order the server lists them in); collisions compare case-insensitively
 /// and get `-2`, `-3`, ...
 pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
-    // Seeded at random for each pass: a server cannot aim its tool names at one key of
-    // a hash it knows. Sized for every name at once: no table grows name by name.
+    // foldhash, seeded per set: fast on short names. It is no defence against a server
+    // that times lookups and adapts, and needs none: a listing holds at most
+    // `transport::MAX_TOOLS` names, so names that all collided would cost at most that
+    // many comparisons each. Sized for every name at once: no table grows name by name.
     let names = servers.iter().map(|s| s.tools.len()).sum();
     let mut taken_prefixes: Taken =
         Taken::with_capacity_and_hasher(servers.len(), Default::default());

@@ -77,9 +77,9 @@ struct Memory {
 #[derive(Default)]
 pub(crate) struct ToolMemo {
     memory: Mutex<Memory>,
-    /// Seeded at random for each memo: a server cannot aim its tools at one key. One
-    /// that hit a key anyway only makes lookups under that key compare up to
-    /// [`MAX_ALIKE`] tools in full, so a fast hash serves (SipHash took about 2% of a first turn's
+    /// foldhash, seeded per memo. Its seed is no secret from a server that times
+    /// lookups and adapts, but one that aimed its tools at one key only makes lookups
+    /// under that key compare up to [`MAX_ALIKE`] tools in full, so a fast hash serves (SipHash took about 2% of a first turn's
     /// instructions for three short texts a tool, several times a turn).
     hasher: foldhash::fast::RandomState,
 }

@@ -114,8 +114,7 @@ fn definitions<'a>(
         let json = Definition::Other(Value::String(i.clone()));
         (DefinitionKind::Instructions, "instructions", json)
     });
-    // Seeded at random for each listing: a server cannot aim its names at one key of a
-    // hash it knows.
+    // Hashed as in `naming::assign`, with the same bound.
     let mut seen: HashSet<_, foldhash::fast::RandomState> =
         HashSet::with_capacity_and_hasher(count, Default::default());
     tools

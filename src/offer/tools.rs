@@ -70,17 +70,18 @@ fn shape_listing_as_of(
         .collect();
     let mut hidden = total - clean.len();
     let mut twice: Vec<String> = Vec::new();
-    // The first of each name is kept. Seeded at random for each listing: a server
-    // cannot aim its names at one key of a hash it knows.
+    // The first of each name is kept; each name listed again is noted once. Sets hashed
+    // as in `naming::assign`, with the same bound.
     let first: Vec<bool> = {
-        let mut seen: std::collections::HashSet<&str, foldhash::fast::RandomState> =
-            std::collections::HashSet::with_capacity_and_hasher(clean.len(), Default::default());
+        type Names<'a> = std::collections::HashSet<&'a str, foldhash::fast::RandomState>;
+        let mut seen = Names::with_capacity_and_hasher(clean.len(), Default::default());
+        let mut noted = Names::default();
         clean
             .iter()
             .map(|t| {
                 let name = t.name();
                 let first = seen.insert(name);
-                if !first && !twice.iter().any(|n| n == name) {
+                if !first && noted.insert(name) {
                     twice.push(name.to_string());
                 }
                 first
@@ -359,6 +360,50 @@ mod tests {
             tools,
             truncated: false,
             offer: Default::default(),
+        }
+    }
+
+    /// Of a name listed again and again the first tool is kept, and the note names
+    /// each such name once, in the order they were first listed again; shaped from the
+    /// memo or afresh alike.
+    #[test]
+    fn a_name_listed_again_keeps_its_first_tool_and_is_noted_once() {
+        let declaration = crate::offer::test_declaration("command: x\n");
+        let served = || {
+            let names = ["a", "b", "a", "c", "b", "a", "a", "d", "c"];
+            let tools = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Tool::new(*n, format!("listed {i}"), Arc::default()))
+                .collect();
+            listing(tools)
+        };
+        let (pool, memo) = (SchemaPool::default(), ToolMemo::default());
+        for _ in 0..2 {
+            let shaped = shape_listing(served(), &declaration, &Redactor::new(), &pool, &memo);
+            let kept: Vec<(&str, &str)> = shaped
+                .tools
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.as_ref(),
+                        t.description.as_deref().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            assert_eq!(
+                kept,
+                [
+                    ("a", "listed 0"),
+                    ("b", "listed 1"),
+                    ("c", "listed 3"),
+                    ("d", "listed 7")
+                ]
+            );
+            assert_eq!(
+                shaped.notes,
+                ["tool names listed more than once, later ones ignored: a, b, c"]
+            );
         }
     }
 
