@@ -220,18 +220,14 @@ impl Runtime {
     /// # Errors
     /// [`RuntimeError::UnknownSession`] when it is not live.
     pub async fn evict_session(&self, id: &str) -> Result<EvictionReport, RuntimeError> {
-        // The root answers once the eviction is done, which it bounds itself.
+        // The root starts the eviction and hands it back; its report is awaited here,
+        // not on a task of the root's (the eviction bounds itself; this bound is the
+        // one the root's answer had).
         let bound = CONTROL_BOUND + eviction_worst(self.shared.config.close_grace);
         let span = self.shared.config.telemetry.trace().span("mcp.evict");
-        let id = id.to_string();
-        let evicted = match self
-            .actor
-            .call(|reply| RuntimeMsg::EvictSession(id, reply), Some(bound))
+        let evicted = tokio::time::timeout(bound, self.evict_with(id, EvictReason::Explicit))
             .await
-        {
-            Ok(ractor::rpc::CallResult::Success(report)) => report,
-            _ => Err(gone()),
-        };
+            .unwrap_or_else(|_| Err(gone()));
         match &evicted {
             Ok(report) => span.set_u64("mcp.connections_closed", report.connections_closed as u64),
             Err(_) => span.fail("unavailable"),
