@@ -157,7 +157,7 @@ async fn a_host_drives_sessions_by_messages_with_typed_replies() {
     let unknown = call!(root, RuntimeMsg::ResumeSession, "nobody".to_string()).unwrap();
     assert!(matches!(unknown, Err(RuntimeError::UnknownSession(_))));
 
-    // The handle is a face of the same protocol: what one does, the other sees.
+    // The handle and the protocol share one root: what one does, the other sees.
     let by_handle = runtime.evict_session(&id).await.unwrap();
     assert_eq!(by_handle.session, id);
     let again = call!(root, RuntimeMsg::EvictSession, id.clone()).unwrap();

@@ -2,7 +2,9 @@
 //! [`ChildSession`] on a delegated run. Each method is one typed message to the actor
 //! that owns the state (the root or a session actor): the root's are the public
 //! [`RuntimeMsg`] protocol a ractor host may send itself, so the two faces share one
-//! implementation. None of them holds a lock across an await. Control-plane calls are
+//! implementation. One exception: [`Runtime::evict_session`] asks the root for the
+//! eviction itself (an internal message) and awaits its report in the caller, where
+//! [`RuntimeMsg::EvictSession`] has the root await it; the eviction is the same. None of them holds a lock across an await. Control-plane calls are
 //! bounded by [`CONTROL_BOUND`], so a wedged actor turns into
 //! [`RuntimeError::Unavailable`], never a hang.
 
@@ -225,9 +227,10 @@ impl Runtime {
         // one the root's answer had).
         let bound = CONTROL_BOUND + eviction_worst(self.shared.config.close_grace);
         let span = self.shared.config.telemetry.trace().span("mcp.evict");
-        let evicted = tokio::time::timeout(bound, self.evict_with(id, EvictReason::Explicit))
-            .await
-            .unwrap_or_else(|_| Err(gone()));
+        let evicted =
+            tokio::time::timeout(bound, self.evict_with(id, EvictReason::Explicit, bound))
+                .await
+                .unwrap_or_else(|_| Err(gone()));
         match &evicted {
             Ok(report) => span.set_u64("mcp.connections_closed", report.connections_closed as u64),
             Err(_) => span.fail("unavailable"),
@@ -235,10 +238,12 @@ impl Runtime {
         evicted
     }
 
+    /// Evicts `id` for `reason`, the root given `bound` to hand the eviction back.
     async fn evict_with(
         &self,
         id: &str,
         reason: EvictReason,
+        bound: Duration,
     ) -> Result<EvictionReport, RuntimeError> {
         let id = id.to_string();
         let asked = self
@@ -251,7 +256,7 @@ impl Runtime {
                         reply,
                     }))
                 },
-                Some(CONTROL_BOUND),
+                Some(bound),
             )
             .await;
         match asked {
@@ -480,7 +485,7 @@ impl ChildSession {
         self.finished = true;
         self.session
             .runtime
-            .evict_with(&self.session.id, EvictReason::ChildFinished)
+            .evict_with(&self.session.id, EvictReason::ChildFinished, CONTROL_BOUND)
             .await
     }
 }

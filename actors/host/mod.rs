@@ -154,8 +154,9 @@ pub type OpenReply = RpcReplyPort<Result<Opened, RuntimeError>>;
 
 /// The runtime's message protocol (the root actor's messages). A ractor host drives
 /// the runtime with these (`ractor::call!(runtime.actor(), RuntimeMsg::StartSession,
-/// spec)`); [`Runtime`]'s methods send the same messages. Every variant ends with its
-/// reply port, and every reply is typed.
+/// spec)`); [`Runtime`]'s methods send the same messages (but `evict_session`, which
+/// asks for the eviction and awaits its report itself: the same eviction). Every variant
+/// ends with its reply port, and every reply is typed.
 pub enum RuntimeMsg {
     /// Start a session; the lane's previous session is evicted (tracked).
     StartSession(SessionSpec, OpenReply),
