@@ -111,6 +111,10 @@ pub fn same_prefix<'a>(ids: impl IntoIterator<Item = &'a str>, exposed: &str) ->
 /// Names (lowercase) one naming pass gave out.
 type Taken = HashSet<String, foldhash::fast::RandomState>;
 
+/// The next number to try for a first choice (lowercase, with its head and most bytes),
+/// in one naming pass ([`unique`]).
+type Numbered = HashMap<(String, usize, usize), usize, foldhash::fast::RandomState>;
+
 /// Names assigned in one turn, kept by the catalog for the next.
 #[derive(Debug, Clone, Default)]
 pub struct Names {
@@ -156,6 +160,7 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
     let mut taken_prefixes: Taken =
         Taken::with_capacity_and_hasher(servers.len(), Default::default());
     let mut taken_names: Taken = Taken::with_capacity_and_hasher(names, Default::default());
+    let (mut numbered_prefixes, mut numbered_names) = (Numbered::default(), Numbered::default());
     let mut out = Names::default();
 
     for server in servers.iter().filter(|s| s.kept) {
@@ -181,7 +186,13 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
             None => {
                 let base = normalize_fragment(server.server_id, "mcp");
                 let base = cut(&base, MAX_PREFIX).to_string();
-                let p = unique(base, 0, MAX_PREFIX, &mut taken_prefixes);
+                let p = unique(
+                    base,
+                    0,
+                    MAX_PREFIX,
+                    &mut taken_prefixes,
+                    &mut numbered_prefixes,
+                );
                 out.prefixes.insert(server.server_id.to_string(), p.clone());
                 p
             }
@@ -203,6 +214,7 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
                 head,
                 room(&prefix),
                 &mut taken_names,
+                &mut numbered_names,
             );
             named.insert(tool.to_string(), name);
         }
@@ -247,18 +259,36 @@ fn cut(s: &str, max: usize) -> &str {
 /// `first` unless taken (names compare case-insensitively), else `first` numbered:
 /// what follows its first `head` bytes cut to `max` bytes less the room of the lowest
 /// free `-2`, `-3`, ... (a prefix has no head; a name's is its prefix and `__`).
-fn unique(first: String, head: usize, max: usize, taken: &mut Taken) -> String {
+///
+/// The numbers tried for a first choice are kept (`numbered`): every lower one is taken,
+/// and names are not given back within a pass, so the next such name starts where the
+/// last stopped. Names that all share a first choice cost one try each, not one per
+/// name before them.
+fn unique(
+    first: String,
+    head: usize,
+    max: usize,
+    taken: &mut Taken,
+    numbered: &mut Numbered,
+) -> String {
     if taken.insert(first.to_lowercase()) {
         return first;
     }
+    let key = (first.to_lowercase(), head, max);
+    let from = numbered.get(&key).copied().unwrap_or(2);
     let (head, rest) = first.split_at(head);
-    (2..)
+    let (n, name) = (from..)
         .map(|n| {
             let suffix = format!("-{n}");
-            format!("{head}{}{suffix}", cut(rest, max - suffix.len()))
+            (
+                n,
+                format!("{head}{}{suffix}", cut(rest, max - suffix.len())),
+            )
         })
-        .find(|candidate| taken.insert(candidate.to_lowercase()))
-        .expect("an unbounded counter always finds a free name")
+        .find(|(_, candidate)| taken.insert(candidate.to_lowercase()))
+        .expect("an unbounded counter always finds a free name");
+    numbered.insert(key, n + 1);
+    name
 }
 
 #[cfg(test)]
@@ -435,5 +465,96 @@ mod tests {
         );
         assert_eq!(names.tools["a__b"]["c"], "a__b__c");
         assert_eq!(names.tools["a"]["b__c"], "a__b__c-2");
+    }
+
+    /// The lowest free `-n` the whole way: what trying every number from `-2` for each
+    /// name gives, kept here as it was before the numbers tried were remembered.
+    fn unique_from_two(first: String, head: usize, max: usize, taken: &mut Taken) -> String {
+        if taken.insert(first.to_lowercase()) {
+            return first;
+        }
+        let (head, rest) = first.split_at(head);
+        (2..)
+            .map(|n| {
+                let suffix = format!("-{n}");
+                format!("{head}{}{suffix}", cut(rest, max - suffix.len()))
+            })
+            .find(|candidate| taken.insert(candidate.to_lowercase()))
+            .unwrap()
+    }
+
+    /// Remembering the numbers tried changes no name: first choices of every kind
+    /// (repeated, differing in case only, already numbered like `x-2`, long enough to be
+    /// cut, one first choice under two heads), asked in many orders, get what trying
+    /// every number from `-2` gives.
+    #[test]
+    fn numbered_names_are_the_lowest_free_ones() {
+        let long = "y".repeat(70);
+        let firsts: Vec<(String, usize, usize)> = [
+            ("a__x", 3),
+            ("a__X", 3),
+            ("a__x-2", 3),
+            ("a__x-3", 3),
+            ("a__x-2-2", 3),
+            ("A__x", 3),
+            ("a__b__c", 3),
+            ("a__b__c", 6),
+            ("a__b__c-2", 6),
+        ]
+        .iter()
+        .map(|(f, head)| (f.to_string(), *head, MAX_NAME - *head))
+        .chain((0..4).map(|i| (format!("p__{}{i}", &long[..60]), 3, MAX_NAME - 3)))
+        .chain((0..4).map(|i| (format!("p__{}-{i}", &long[..57]), 3, MAX_NAME - 3)))
+        .collect();
+        // First choices are at most `MAX_NAME` long, as `first_choice` makes them.
+        assert!(firsts.iter().all(|(f, _, _)| f.len() <= MAX_NAME));
+        // Orders: a fixed shuffle of many repeats of every first choice.
+        let mut order: Vec<usize> = (0..firsts.len() * 12).map(|i| i % firsts.len()).collect();
+        for seed in 0..24u64 {
+            let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            for i in (1..order.len()).rev() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                order.swap(i, (state % (i as u64 + 1)) as usize);
+            }
+            let (mut taken, mut numbered) = (Taken::default(), Numbered::default());
+            let mut reference = Taken::default();
+            for &i in &order {
+                let (first, head, max) = &firsts[i];
+                let got = unique(first.clone(), *head, *max, &mut taken, &mut numbered);
+                let want = unique_from_two(first.clone(), *head, *max, &mut reference);
+                assert_eq!(got, want, "seed {seed}");
+                assert!(got.len() <= MAX_NAME, "{got}");
+            }
+        }
+    }
+
+    /// Tools that all take one first choice are each numbered in one try: 20,000 of
+    /// them (four listings' worth) take well under the bound, where trying every number
+    /// from `-2` for each took 200 million tries.
+    #[test]
+    fn many_tools_of_one_first_choice_are_numbered_in_linear_time() {
+        let raw: Vec<String> = (0..20_000)
+            .map(|i| format!("{}{i:05}", "t".repeat(70)))
+            .collect();
+        let started = std::time::Instant::now();
+        let names = assign(
+            &[ServerTools {
+                server_id: "s",
+                tools: raw.iter().map(String::as_str).collect(),
+                kept: false,
+            }],
+            &Names::default(),
+        );
+        let all: std::collections::HashSet<&String> = names.all().collect();
+        assert_eq!(all.len(), raw.len());
+        assert!(names.all().any(|n| n.ends_with("-20000")));
+        // Generous: a debug build on a loaded machine does it in a fraction of this.
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{:?}",
+            started.elapsed()
+        );
     }
 }

@@ -79,8 +79,9 @@ pub(crate) struct ToolMemo {
     memory: Mutex<Memory>,
     /// foldhash, seeded per memo. Its seed is no secret from a server that times
     /// lookups and adapts, but one that aimed its tools at one key only makes lookups
-    /// under that key compare up to [`MAX_ALIKE`] tools in full, so a fast hash serves (SipHash took about 2% of a first turn's
-    /// instructions for three short texts a tool, several times a turn).
+    /// under that key compare up to [`MAX_ALIKE`] tools in full, so a fast hash serves
+    /// (SipHash took about 2% of a first turn's instructions for three short texts a
+    /// tool, several times a turn).
     hasher: foldhash::fast::RandomState,
 }
 

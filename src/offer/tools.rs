@@ -370,7 +370,7 @@ mod tests {
     fn a_name_listed_again_keeps_its_first_tool_and_is_noted_once() {
         let declaration = crate::offer::test_declaration("command: x\n");
         let served = || {
-            let names = ["a", "b", "a", "c", "b", "a", "a", "d", "c"];
+            let names = ["a", "b", "c", "c", "a", "b", "a", "d", "c"];
             let tools = names
                 .iter()
                 .enumerate()
@@ -396,13 +396,13 @@ mod tests {
                 [
                     ("a", "listed 0"),
                     ("b", "listed 1"),
-                    ("c", "listed 3"),
+                    ("c", "listed 2"),
                     ("d", "listed 7")
                 ]
             );
             assert_eq!(
                 shaped.notes,
-                ["tool names listed more than once, later ones ignored: a, b, c"]
+                ["tool names listed more than once, later ones ignored: c, a, b"]
             );
         }
     }
