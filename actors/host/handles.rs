@@ -4,9 +4,10 @@
 //! [`RuntimeMsg`] protocol a ractor host may send itself, so the two faces share one
 //! implementation. One exception: [`Runtime::evict_session`] asks the root for the
 //! eviction itself (an internal message) and awaits its report in the caller, where
-//! [`RuntimeMsg::EvictSession`] has the root await it; the eviction is the same. None of them holds a lock across an await. Control-plane calls are
-//! bounded by [`CONTROL_BOUND`], so a wedged actor turns into
-//! [`RuntimeError::Unavailable`], never a hang.
+//! [`RuntimeMsg::EvictSession`] has the root await it; the eviction is the same. None
+//! of them holds a lock across an await. Control-plane calls are bounded by
+//! [`CONTROL_BOUND`], so a wedged actor turns into [`RuntimeError::Unavailable`], never
+//! a hang.
 
 use std::path::PathBuf;
 use std::sync::Arc;
