@@ -4,7 +4,9 @@
 //! Pure. The catalog actor keeps the previous turn's [`Names`] so that peers kept across
 //! turns keep their names.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+
+use foldhash::HashSetExt;
 
 use crate::core::ToolFilter;
 
@@ -109,11 +111,11 @@ pub fn same_prefix<'a>(ids: impl IntoIterator<Item = &'a str>, exposed: &str) ->
 }
 
 /// Names (lowercase) one naming pass gave out.
-type Taken = HashSet<String, foldhash::fast::RandomState>;
+type Taken = foldhash::HashSet<String>;
 
 /// The next number to try for a first choice (lowercase, with its head and most bytes),
 /// in one naming pass ([`unique`]).
-type Numbered = HashMap<(String, usize, usize), usize, foldhash::fast::RandomState>;
+type Numbered = foldhash::HashMap<(String, usize, usize), usize>;
 
 /// Names assigned in one turn, kept by the catalog for the next.
 #[derive(Debug, Clone, Default)]
@@ -157,9 +159,8 @@ pub fn assign(servers: &[ServerTools<'_>], previous: &Names) -> Names {
     // `transport::MAX_TOOLS` names, so names that all collided would cost at most that
     // many comparisons each. Sized for every name at once: no table grows name by name.
     let names = servers.iter().map(|s| s.tools.len()).sum();
-    let mut taken_prefixes: Taken =
-        Taken::with_capacity_and_hasher(servers.len(), Default::default());
-    let mut taken_names: Taken = Taken::with_capacity_and_hasher(names, Default::default());
+    let mut taken_prefixes = Taken::with_capacity(servers.len());
+    let mut taken_names = Taken::with_capacity(names);
     let (mut numbered_prefixes, mut numbered_names) = (Numbered::default(), Numbered::default());
     let mut out = Names::default();
 

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
+use foldhash::HashSetExt;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -115,8 +116,7 @@ fn definitions<'a>(
         (DefinitionKind::Instructions, "instructions", json)
     });
     // Hashed as in `naming::assign`, with the same bound.
-    let mut seen: HashSet<_, foldhash::fast::RandomState> =
-        HashSet::with_capacity_and_hasher(count, Default::default());
+    let mut seen = foldhash::HashSet::with_capacity(count);
     tools
         .chain(templates)
         .chain(prompts)
@@ -146,16 +146,10 @@ pub(crate) fn all_approved(
     offered: &Offered,
     declaration: &Declaration,
 ) -> bool {
-    let mut by_name: std::collections::HashMap<
-        (DefinitionKind, &str),
-        &str,
-        foldhash::fast::RandomState,
-    > = std::collections::HashMap::with_capacity_and_hasher(approved.len(), Default::default());
-    by_name.extend(
-        approved
-            .iter()
-            .map(|p| ((p.kind, p.name.as_str()), p.digest.as_str())),
-    );
+    let by_name: foldhash::HashMap<(DefinitionKind, &str), &str> = approved
+        .iter()
+        .map(|p| ((p.kind, p.name.as_str()), p.digest.as_str()))
+        .collect();
     definitions(tools, offered, declaration).all(|(kind, _, kept, definition)| {
         by_name
             .get(&(kind, kept.as_ref()))

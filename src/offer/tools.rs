@@ -73,9 +73,9 @@ fn shape_listing_as_of(
     // The first of each name is kept; each name listed again is noted once. Sets hashed
     // as in `naming::assign`, with the same bound.
     let first: Vec<bool> = {
-        type Names<'a> = std::collections::HashSet<&'a str, foldhash::fast::RandomState>;
-        let mut seen = Names::with_capacity_and_hasher(clean.len(), Default::default());
-        let mut noted = Names::default();
+        use foldhash::HashSetExt;
+        let mut seen = foldhash::HashSet::with_capacity(clean.len());
+        let mut noted = foldhash::HashSet::new();
         clean
             .iter()
             .map(|t| {
