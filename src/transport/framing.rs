@@ -123,7 +123,7 @@ impl<R: AsyncRead + Unpin> LineReader<R> {
 
     fn take(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
-            let (segment, newline) = match bytes.iter().position(|&b| b == b'\n') {
+            let (segment, newline) = match memchr::memchr(b'\n', bytes) {
                 Some(i) => (&bytes[..i], true),
                 None => (bytes, false),
             };

@@ -196,10 +196,11 @@ impl<'de> Deserialize<'de> for Meta {
 }
 
 /// Any JSON value, read as rmcp's buffering reads it and kept nowhere. Skipping a value
-/// (`IgnoredAny`) checks less: not its strings' UTF-8 and escapes, not whether a number
-/// fits a float, not how deep it nests. Every value of a result is read this way in
-/// the first reading, so what the second skips (keys its type does not know) was
-/// checked, and an answer rmcp refuses is refused here too. Read as a `_meta`
+/// (`IgnoredAny`) checks less: not its strings' escapes, not whether a number fits a
+/// float, not how deep it nests (nor UTF-8, which is checked for the whole line
+/// first). Every value of a result is read this way in the first reading, so what the
+/// second skips (keys its type does not know) was checked, and an answer rmcp refuses
+/// is refused here too. Read as a `_meta`
 /// (`CheckedVisitor::meta`), an object says whether it holds a subscription id.
 struct Checked {
     listens: bool,
@@ -259,33 +260,26 @@ impl<'de> Visitor<'de> for CheckedVisitor {
     }
 }
 
-/// The keys of the types read here, as the bytes of a message spell them: most other
-/// messages have none, and a search of the bytes spares them a parse.
-const LOOKS: [&[u8]; 12] = [
-    b"\"content\"",
-    b"\"structuredContent\"",
-    b"\"isError\"",
-    b"\"tools\"",
-    b"\"prompts\"",
-    b"\"resources\"",
-    b"\"resourceTemplates\"",
-    b"\"contents\"",
-    b"\"messages\"",
-    b"\"completion\"",
-    b"\"protocolVersion\"",
-    b"\"supportedVersions\"",
-];
+/// What every answer's bytes hold (a key spelled with escapes aside, which rmcp's
+/// reading then takes): a message without it is no answer, and a search of the bytes
+/// spares it a parse. One search, stopping where the key is: near the start in most
+/// answers.
+static RESULT: std::sync::LazyLock<memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memmem::Finder::new(b"\"result\""));
 
 /// `text` as an answer read by its result type, or `None` for rmcp's own reading.
 pub(super) fn typed_answer(text: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
-    if !LOOKS.iter().any(|key| memmem::find(text, key).is_some()) {
-        return None;
-    }
+    RESULT.find(text)?;
     // An object only: a struct would also take the array form, which rmcp refuses.
     if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return None;
     }
-    let marks: Answer<Marks> = serde_json::from_slice(text).ok()?;
+    // Text that is not UTF-8 is refused by rmcp's reading as well, which buffers every
+    // string of a message, keys included (a byte that is not UTF-8 outside a string
+    // is a syntax error). Known to be UTF-8 as a whole, it is read as text by both
+    // readings below, and serde_json does not check each string again.
+    let text = std::str::from_utf8(text).ok()?;
+    let marks: Answer<Marks> = serde_json::from_str(text).ok()?;
     match reading_of(&marks.result)? {
         Reading::Discover => read(text, ServerResult::DiscoverResult),
         Reading::Initialize => read(text, ServerResult::InitializeResult),
@@ -302,10 +296,10 @@ pub(super) fn typed_answer(text: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> 
 
 /// `text` read as an answer whose result is a `T`, made a [`ServerResult`] by `into`.
 fn read<'a, T: Deserialize<'a>>(
-    text: &'a [u8],
+    text: &'a str,
     into: fn(T) -> ServerResult,
 ) -> Option<RxJsonRpcMessage<RoleClient>> {
-    let answer: Answer<T> = serde_json::from_slice(text).ok()?;
+    let answer: Answer<T> = serde_json::from_str(text).ok()?;
     Some(JsonRpcMessage::Response(JsonRpcResponse {
         jsonrpc: answer.jsonrpc,
         id: answer.id,
@@ -502,8 +496,6 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"ttlMs":1.5}}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"cacheScope":"everyone"}}"#,
             r#"{"jsonrpc":"2.0","id":1,"result":{"tools":[],"_meta":[1,{"a":2}]}}"#,
-            // No key of a type read here as the bytes spell it: not searched further.
-            r#"{"jsonrpc":"2.0","id":1,"result":{"\u0074ools":[]}}"#,
             // Not an answer, or not one rmcp takes.
             r#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{"content":[]}}"#,
             r#"{"jsonrpc":"1.0","id":1,"result":{"content":[]}}"#,
@@ -529,23 +521,32 @@ mod tests {
         }
     }
 
-    /// The byte search looks for every key of a type read here, and for no other.
+    /// The byte search passes over what is no answer, and only that.
     #[test]
-    fn the_byte_search_looks_for_the_keys_of_the_types_read_here() {
-        let mut read: Vec<String> = ORDER
-            .iter()
-            .filter_map(|(mark, reading)| match (mark, reading) {
-                (Mark::Key(key), Some(_)) => Some(format!("\"{key}\"")),
-                _ => None,
-            })
-            .collect();
-        let mut looked: Vec<String> = LOOKS
-            .iter()
-            .map(|key| String::from_utf8(key.to_vec()).unwrap())
-            .collect();
-        read.sort();
-        looked.sort();
-        assert_eq!(read, looked);
+    fn messages_that_are_no_answers_are_left_to_rmcp_unparsed_and_read_as_before() {
+        // Keys of the types read here, but no result: requests and notifications.
+        for line in [
+            r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":{"content":[],"tools":[]}}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#,
+        ] {
+            assert!(RESULT.find(line.as_bytes()).is_none());
+            assert!(taken(line).is_none(), "{line}");
+            assert!(rmcp(line.as_bytes()).is_some(), "rmcp reads {line}");
+        }
+        // A key of the result spelled with escapes is read as rmcp reads it.
+        let line = r#"{"jsonrpc":"2.0","id":1,"result":{"\u0074ools":[]}}"#;
+        assert_eq!(taken(line), Some(Reading::Tools));
+        // The result's own key spelled with an escape: left to rmcp, which reads it.
+        let escaped = r#"{"jsonrpc":"2.0","id":1,"res\u0075lt":{"tools":[]}}"#;
+        assert!(taken(escaped).is_none());
+        assert!(matches!(
+            rmcp(escaped.as_bytes()),
+            Some(JsonRpcMessage::Response(JsonRpcResponse {
+                result: ServerResult::ListToolsResult(_),
+                ..
+            }))
+        ));
     }
 
     /// A whole result of the type each key of `ORDER` marks, as rmcp takes it.
