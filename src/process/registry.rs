@@ -60,7 +60,7 @@ use std::time::Duration;
 mod reaper;
 
 use super::tree::{self, Proc};
-use reaper::{restart_reaper, spawn_reaper, tell};
+use reaper::{forget, restart_reaper, spawn_reaper, tell};
 
 /// Every registry of this process: a host may run several runtimes, even on one home,
 /// and one runtime's sweep must not take another's server for an orphan.
@@ -286,6 +286,9 @@ struct Inner {
     /// registry's `HOME`s: not read again while they live (pid and start time; another
     /// registry, of another home, reads them for its own).
     cleared: std::collections::HashSet<Proc>,
+    /// Processes ended and not yet told the reaper: told with its next `+` line, at
+    /// the next sweep, or once there are [`reaper::FORGET_BATCH`] of them.
+    forgotten: Vec<Proc>,
 }
 
 /// The runtime's record of its servers' processes (see the module documentation).
@@ -507,6 +510,9 @@ impl Registry {
         };
         for (sign, p) in told {
             tell(&mut inner, sign, &p);
+        }
+        if scan == Scan::Every {
+            forget(&mut inner);
         }
         let now = uptime_ticks();
         let (children, settled) = host_children(scan);
@@ -1016,5 +1022,35 @@ mod tests {
         large.pop();
         large.push(("HOME", own));
         assert_eq!(ask(&large), Some(true));
+    }
+
+    #[test]
+    fn an_end_is_told_the_reaper_with_the_next_start_and_a_dead_host_still_ends_the_rest() {
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let spawn = || {
+            std::process::Command::new("sleep")
+                .arg("300")
+                .spawn()
+                .unwrap()
+        };
+        let forgotten = || registry.inner.lock().unwrap().forgotten.len();
+        let mut first = spawn();
+        registry.started(first.id(), tree::this_thread());
+        registry.end(first.id());
+        let _ = first.wait();
+        assert_eq!(forgotten(), 1, "an end alone is held back");
+        let mut second = spawn();
+        let own = Proc::current(second.id()).unwrap();
+        registry.started(second.id(), tree::this_thread());
+        assert_eq!(forgotten(), 0, "told with the next start");
+        // The host dies: the reaper's pipe closes without `.`. It still ends the
+        // second server, the first (gone) passed over.
+        let (mut reaper, stdin) = registry.inner.lock().unwrap().reaper.take().unwrap();
+        drop(stdin);
+        let ended = ends_within_5s(&mut second, &own, || {});
+        let _ = reaper.kill();
+        let _ = reaper.wait();
+        assert!(ended, "the reaper left a server of a dead host alive");
     }
 }

@@ -144,22 +144,64 @@ for e in $stopped; do
 done
 "#;
 
+/// Most ended processes held back from the reaper (see [`tell`]).
+pub(super) const FORGET_BATCH: usize = 64;
+
 /// Tells the reaper about `p` (`+` to watch, `-` to forget). The pipe is
 /// non-blocking: a reaper that does not read (stopped, stuck) or died is killed and
 /// started again, told everything recorded, and the registry never waits on it.
+///
+/// A `-` is held back, to go with the next `+` (or the next sweep's [`forget`]):
+/// written alone, it would wake the reaper for nothing. Until then the reaper keeps a
+/// process that ended, which it passes over if the host dies: it ends a recorded
+/// process only while its start time is the one recorded.
 pub(super) fn tell(inner: &mut Inner, sign: char, p: &Proc) {
-    let line = format!("{sign}{}:{}\n", p.pid, p.start);
+    if sign == '-' {
+        if inner.reaper.is_some() {
+            inner.forgotten.push(*p);
+        }
+        if inner.forgotten.len() >= FORGET_BATCH {
+            forget(inner);
+        }
+        return;
+    }
+    let mut lines = forgotten_lines(inner);
+    lines.push_str(&format!("{sign}{}:{}\n", p.pid, p.start));
+    write(inner, &lines);
+}
+
+/// Tells the reaper every ended process held back.
+pub(super) fn forget(inner: &mut Inner) {
+    if !inner.forgotten.is_empty() {
+        let lines = forgotten_lines(inner);
+        write(inner, &lines);
+    }
+}
+
+fn forgotten_lines(inner: &mut Inner) -> String {
+    let mut lines = String::new();
+    for q in inner.forgotten.drain(..) {
+        lines.push_str(&format!("-{}:{}\n", q.pid, q.start));
+    }
+    lines
+}
+
+/// Writes `lines` to the reaper, or starts it again (telling it everything recorded)
+/// when the write fails or there is none.
+fn write(inner: &mut Inner, lines: &str) {
     let written = inner
         .reaper
         .as_mut()
-        .is_some_and(|(_, stdin)| stdin.write_all(line.as_bytes()).is_ok());
-    if !written && (sign == '+' || inner.reaper.is_some()) {
+        .is_some_and(|(_, stdin)| stdin.write_all(lines.as_bytes()).is_ok());
+    if !written {
         restart_reaper(inner);
     }
 }
 
 /// Replaces the reaper with a fresh one that knows every recorded process.
 pub(super) fn restart_reaper(inner: &mut Inner) {
+    // The new reaper hears only what is recorded now.
+    inner.forgotten.clear();
     if let Some((mut old, stdin)) = inner.reaper.take() {
         drop(stdin);
         let _ = old.kill();
