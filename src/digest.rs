@@ -6,9 +6,10 @@ use sha2::{Digest, Sha256};
 /// Lowercase hex of `bytes`.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = Vec::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.extend([DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]]);
+    let mut out = vec![0; bytes.len() * 2];
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
     }
     // Hex digits are ASCII.
     String::from_utf8(out).unwrap_or_default()

@@ -4,8 +4,6 @@
 //! Pure. The catalog actor keeps the previous turn's [`Names`] so that peers kept across
 //! turns keep their names.
 
-use std::collections::HashMap;
-
 use foldhash::HashSetExt;
 
 use crate::core::ToolFilter;
@@ -117,13 +115,14 @@ type Taken = foldhash::HashSet<String>;
 /// in one naming pass ([`unique`]).
 type Numbered = foldhash::HashMap<(String, usize, usize), usize>;
 
-/// Names assigned in one turn, kept by the catalog for the next.
+/// Names assigned in one turn, kept by the catalog for the next. Its maps hash with
+/// foldhash, as [`assign`]'s sets do and for the same reason.
 #[derive(Debug, Clone, Default)]
 pub struct Names {
     /// Server id to prefix.
-    pub prefixes: HashMap<String, String>,
+    pub prefixes: foldhash::HashMap<String, String>,
     /// Server id, then raw tool name, to exposed name.
-    pub tools: HashMap<String, HashMap<String, String>>,
+    pub tools: foldhash::HashMap<String, foldhash::HashMap<String, String>>,
 }
 
 impl Names {
@@ -134,7 +133,7 @@ impl Names {
 
     /// Every exposed name.
     pub fn all(&self) -> impl Iterator<Item = &String> {
-        self.tools.values().flat_map(HashMap::values)
+        self.tools.values().flat_map(|named| named.values())
     }
 }
 

@@ -23,7 +23,6 @@
 //! description are kept (the oldest goes), so a lookup compares few, and each keeps at
 //! most [`MAX_REDACTORS`] redactors (the oldest goes).
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -68,7 +67,8 @@ struct Entry {
 
 #[derive(Default)]
 struct Memory {
-    by_hash: HashMap<u64, Vec<Arc<Entry>>>,
+    /// By the memo's own hash of a tool (already foldhash's, so hashed again cheaply).
+    by_hash: foldhash::HashMap<u64, Vec<Arc<Entry>>>,
     tools: usize,
     held: usize,
 }
