@@ -359,7 +359,8 @@ impl Registry {
         if inner.reaper.is_none() {
             inner.reaper = spawn_reaper(&self.marker, &self.confined);
         }
-        tell(&mut inner, '+', &root);
+        // Recorded before it is told: a reaper that must be started again (its pipe
+        // failed) is told everything recorded, this server included.
         inner.trees.insert(
             pid,
             Tree {
@@ -368,6 +369,7 @@ impl Registry {
                 spawner,
             },
         );
+        tell(&mut inner, '+', &root);
         if !inner.sweeping && tokio::runtime::Handle::try_current().is_ok() {
             inner.sweeping = true;
             tokio::spawn(sweep_while_alive(Arc::downgrade(self)));
@@ -729,6 +731,8 @@ async fn sweep_while_alive(registry: Weak<Registry>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
 
     /// A child of this process carrying `home`'s server `HOME`, as an orphan of a
     /// server is once adopted.
@@ -1052,5 +1056,50 @@ mod tests {
         let _ = reaper.kill();
         let _ = reaper.wait();
         assert!(ended, "the reaper left a server of a dead host alive");
+    }
+
+    #[test]
+    fn a_server_started_once_the_reaper_died_is_known_to_the_next_reaper() {
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let spawn = || {
+            std::process::Command::new("sleep")
+                .arg("300")
+                .spawn()
+                .unwrap()
+        };
+        let mut first = spawn();
+        registry.started(first.id(), tree::this_thread());
+        // A server of the same user kills the reaper.
+        let reaper = registry
+            .inner
+            .lock()
+            .unwrap()
+            .reaper
+            .as_ref()
+            .unwrap()
+            .0
+            .id();
+        kill(Pid::from_raw(reaper as i32), Signal::SIGKILL).unwrap();
+        assert!(within_5s(
+            || tree::stat(reaper).is_none_or(|s| s.state == 'Z')
+        ));
+        // The next start finds the pipe broken and starts another reaper.
+        let mut second = spawn();
+        let own = Proc::current(second.id()).unwrap();
+        registry.started(second.id(), tree::this_thread());
+        let (mut next, stdin) = registry.inner.lock().unwrap().reaper.take().unwrap();
+        assert_ne!(next.id(), reaper);
+        // The host dies: the new reaper ends the server it was started for.
+        drop(stdin);
+        let ended = ends_within_5s(&mut second, &own, || {});
+        let _ = next.kill();
+        let _ = next.wait();
+        let _ = first.kill();
+        let _ = first.wait();
+        assert!(
+            ended,
+            "a server the new reaper was not told of outlived a dead host"
+        );
     }
 }
