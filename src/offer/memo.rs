@@ -63,6 +63,8 @@ struct Entry {
     shaped_under: Mutex<Vec<Fingerprint>>,
     /// What it is taken to hold.
     held: usize,
+    /// Whether its schemas hold a float zero ([`float_zeros`]).
+    zeros: bool,
 }
 
 #[derive(Default)]
@@ -102,18 +104,38 @@ fn reusable(tool: &Tool) -> bool {
 }
 
 /// Whether `served` is `kept` as a server serves it: equal in every field, no icons,
-/// no `_meta`, and its schemas the same JSON to the byte (`==` takes `0.0` for `-0.0`;
-/// the schema pool does not, nor does a digest).
-fn served_as(kept: &Tool, served: &Tool) -> bool {
-    let output = match (&kept.output_schema, &served.output_schema) {
-        (Some(a), Some(b)) => identical_objects(a, b),
-        (None, None) => true,
-        _ => false,
+/// no `_meta`, and its schemas the same JSON to the byte. `==` takes `0.0` for `-0.0`
+/// (the schema pool does not, nor does a digest), and that is all it takes for equal
+/// that is not written alike: numbers are equal only as the same kind, and objects
+/// keep their keys in order (a test holds this build to that). So the schemas are
+/// compared number by number only when `kept`'s hold a float zero (`zeros`, as
+/// [`float_zeros`] says).
+fn served_as(kept: &Tool, served: &Tool, zeros: bool) -> bool {
+    let identical_schemas = || {
+        identical_objects(&kept.input_schema, &served.input_schema)
+            && match (&kept.output_schema, &served.output_schema) {
+                (Some(a), Some(b)) => identical_objects(a, b),
+                (None, None) => true,
+                _ => false,
+            }
     };
-    reusable(served)
-        && identical_objects(&kept.input_schema, &served.input_schema)
-        && output
-        && kept == served
+    reusable(served) && kept == served && (!zeros || identical_schemas())
+}
+
+/// Whether `tool`'s schemas hold a number zero written as a float (`0.0`, `-0.0`).
+fn float_zeros(tool: &Tool) -> bool {
+    fn value(v: &Value) -> bool {
+        match v {
+            Value::Number(n) => n.is_f64() && n.as_f64() == Some(0.0),
+            Value::Array(items) => items.iter().any(value),
+            Value::Object(map) => object(map),
+            _ => false,
+        }
+    }
+    fn object(map: &JsonObject) -> bool {
+        map.values().any(value)
+    }
+    object(&tool.input_schema) || tool.output_schema.as_deref().is_some_and(object)
 }
 
 fn identical_objects(a: &JsonObject, b: &JsonObject) -> bool {
@@ -206,7 +228,7 @@ impl ToolMemo {
                 e.shaped_under
                     .lock()
                     .is_ok_and(|fingerprints| fingerprints.contains(&under))
-                    && served_as(&e.tool, served)
+                    && served_as(&e.tool, served, e.zeros)
             })
             .map(|e| e.tool.clone())
     }
@@ -214,7 +236,7 @@ impl ToolMemo {
     /// Keeps that shaping `served` for a redactor of fingerprint `under` gave `shaped`,
     /// when that left it as it was (see the module documentation).
     pub(crate) fn keep_shaped(&self, served: &Tool, shaped: &Tool, under: Fingerprint) {
-        if !served_as(shaped, served) {
+        if !served_as(shaped, served, float_zeros(shaped)) {
             return;
         }
         let entry = self.entry(shaped);
@@ -287,6 +309,7 @@ impl ToolMemo {
             worked: Worked::default(),
             shaped_under: Mutex::new(Vec::new()),
             held,
+            zeros: float_zeros(tool),
         });
         alike.push(Arc::clone(&entry));
         if let Some(oldest) = oldest {
@@ -440,6 +463,54 @@ mod tests {
             .with_secrets([("S", secret)])
             .fingerprint()
             .expect("a redactor of declared secrets has a fingerprint")
+    }
+
+    #[test]
+    fn equal_schemas_are_written_alike_but_for_float_zeros_which_are_found() {
+        use serde_json::{from_str, to_string};
+        // What `served_as` relies on. Equal objects keep their keys in one order
+        // (`preserve_order` is off), so they are written alike.
+        let a: Value = from_str(r#"{"b":1,"a":[2.5,{"y":null,"x":"s"}]}"#).unwrap();
+        let b: Value = from_str(r#"{"a":[2.5,{"x":"s","y":null}],"b":1}"#).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(to_string(&a).unwrap(), to_string(&b).unwrap());
+        // Numbers are equal only as one kind.
+        assert_ne!(
+            from_str::<Value>("1").unwrap(),
+            from_str::<Value>("1.0").unwrap()
+        );
+        assert_ne!(
+            from_str::<Value>("0").unwrap(),
+            from_str::<Value>("0.0").unwrap()
+        );
+        // A float zero is equal to its negative, written otherwise: found.
+        let (zero, negative) = (
+            from_str::<Value>("0.0").unwrap(),
+            from_str::<Value>("-0").unwrap(),
+        );
+        assert_eq!(zero, negative);
+        assert_ne!(to_string(&zero).unwrap(), to_string(&negative).unwrap());
+        let with = |text: &str| {
+            let value: Value = from_str(text).unwrap();
+            let mut t = tool("d", &schema(serde_json::json!({"type": "object"})));
+            t.output_schema = Some(schema(serde_json::json!({"default": value})));
+            float_zeros(&t)
+        };
+        for text in ["0.0", "-0.0", "-0", "0e5", r#"[1,{"k":[-0.0]}]"#] {
+            assert!(with(text), "{text}");
+        }
+        for text in ["0", "1.5", "-1", r#""0.0""#, "[0,1]", "null"] {
+            assert!(!with(text), "{text}");
+        }
+        // Kept with a float zero deep in an array: the sign still tells them apart.
+        let memo = ToolMemo::default();
+        let under = fingerprint("secret-zzzz");
+        let kept = serde_json::json!({"enum": [1, {"k": [0.0]}]});
+        let served = tool("zeros", &schema(kept.clone()));
+        memo.keep_shaped(&served, &tool("zeros", &schema(kept)), under);
+        assert!(memo.shaped(&served.clone(), under).is_some());
+        let other = serde_json::json!({"enum": [1, {"k": [-0.0]}]});
+        assert!(memo.shaped(&tool("zeros", &schema(other)), under).is_none());
     }
 
     #[test]
