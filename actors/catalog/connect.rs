@@ -431,12 +431,12 @@ impl Pipeline {
     /// What the era memory knows this server by: its declaration, and whose session in
     /// which workspace asked (one session's servers never decide another's probe).
     pub(super) fn era_key(&self, declaration: &Declaration) -> crate::core::Fingerprint {
-        let key = serde_json::json!([
+        let key = (
             declaration.fingerprint.hex(),
-            self.principal,
-            self.workspace.to_string_lossy()
-        ]);
-        crate::core::Fingerprint::of(key.to_string().as_bytes())
+            &self.principal,
+            self.workspace.to_string_lossy(),
+        );
+        crate::core::Fingerprint(crate::digest::sha256_json(&key).0)
     }
 
     fn emit(&self, kind: EventKind) {
