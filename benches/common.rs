@@ -12,6 +12,19 @@ pub const EXE: &str = env!("CARGO_BIN_EXE_demiurge");
 /// Bare rmcp's client, the baseline of the pairs.
 pub type Client = rmcp::service::RunningService<rmcp::service::RoleClient, ()>;
 
+/// A bare rmcp client of the modern era (`server/discover`, no handshake) over `transport`.
+pub async fn raw_modern<T, E, A>(transport: T) -> Client
+where
+    T: rmcp::transport::IntoTransport<rmcp::service::RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+    };
+    ().serve_with_lifecycle(transport, lifecycle).await.unwrap()
+}
+
 /// Bare rmcp's client of a demo server it spawns.
 pub async fn raw_stdio() -> Client {
     use rmcp::ServiceExt;

@@ -290,26 +290,16 @@ fn calls(c: &mut Criterion) {
     });
 }
 
-/// A bare rmcp client of the modern era (`server/discover`, no handshake) over `transport`.
-async fn raw_modern<T, E, A>(transport: T) -> Client
-where
-    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    let lifecycle = ClientLifecycleMode::Discover {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-    };
-    ().serve_with_lifecycle(transport, lifecycle).await.unwrap()
-}
-
 /// A modern bare client of the demo server over stdio, or over HTTP at `url`.
 async fn raw_modern_demo(http: Option<&str>) -> Client {
     match http {
-        Some(url) => raw_modern(StreamableHttpClientTransport::from_uri(url.to_string())).await,
+        Some(url) => {
+            common::raw_modern(StreamableHttpClientTransport::from_uri(url.to_string())).await
+        }
         None => {
             let mut cmd = tokio::process::Command::new(common::EXE);
             cmd.arg("demo-server");
-            raw_modern(TokioChildProcess::new(cmd).unwrap()).await
+            common::raw_modern(TokioChildProcess::new(cmd).unwrap()).await
         }
     }
 }

@@ -7,6 +7,8 @@
 //! SIDE=cold   ROUNDS=50 target/release/deps/probe-<hash>   # cold_1, the runtime
 //! SIDE=rawfan ROUNDS=50 target/release/deps/probe-<hash>   # parallel_64, bare rmcp
 //! SIDE=fan    ROUNDS=50 target/release/deps/probe-<hash>   # parallel_64, the runtime
+//! SIDE=rawmodern ROUNDS=50 ...   # modern_cold_1 (MCP 2026-07-28, stdio), bare rmcp
+//! SIDE=modern    ROUNDS=50 ...   # modern_cold_1, the runtime
 //! ```
 //!
 //! A cold round is what cold_1's CPU figure counts: bare rmcp spawns the demo server,
@@ -27,9 +29,16 @@ use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
 use rmcp::model::CallToolRequestParams;
 use serde_json::json;
 
-/// A cold round of bare rmcp: spawn, initialize, list everything, cancel.
-async fn raw_cold() {
-    let client = raw_stdio().await;
+/// A cold round of bare rmcp: spawn, initialize (or, `modern`, discover), list
+/// everything, cancel.
+async fn raw_cold(modern: bool) {
+    let client = if modern {
+        let mut cmd = tokio::process::Command::new(common::EXE);
+        cmd.arg("demo-server");
+        common::raw_modern(rmcp::transport::TokioChildProcess::new(cmd).unwrap()).await
+    } else {
+        raw_stdio().await
+    };
     list_everything(&client).await;
     client.cancel().await.unwrap();
 }
@@ -62,7 +71,7 @@ async fn warm(runtime: &Runtime, dir: &Path) -> TurnCatalog {
 
 /// A side and what its rounds run on, made before them.
 enum Side {
-    Raw,
+    Raw { modern: bool },
     Cold(Runtime, PathBuf),
     RawFan(Client),
     Fan(Runtime, TurnCatalog),
@@ -72,24 +81,31 @@ impl Side {
     async fn new(name: &str, dir: &Path) -> Side {
         let home = dir.join("home");
         match name {
-            "raw" => Side::Raw,
+            "raw" => Side::Raw { modern: false },
+            "rawmodern" => Side::Raw { modern: true },
             "cold" => Side::Cold(
                 common::runtime(&home, 4).await,
                 common::core(dir, 1, 0, false),
             ),
+            "modern" => {
+                let yaml = common::stdio_yaml("--extra-tools, \"0\"", false)
+                    .replace(common::LEGACY, "protocol: 2026-07-28\n");
+                let core = common::core_with(dir, "modern-stdio", &[yaml]);
+                Side::Cold(common::runtime(&home, 4).await, core)
+            }
             "rawfan" => Side::RawFan(raw_stdio().await),
             "fan" => {
                 let runtime = common::runtime(&home, 4).await;
                 let turn = warm(&runtime, dir).await;
                 Side::Fan(runtime, turn)
             }
-            other => panic!("SIDE={other}: use one of raw, cold, rawfan, fan"),
+            other => panic!("SIDE={other}: use one of raw, cold, rawfan, fan, rawmodern, modern"),
         }
     }
 
     async fn round(&self, round: usize) {
         match self {
-            Side::Raw => raw_cold().await,
+            Side::Raw { modern } => raw_cold(*modern).await,
             Side::Cold(runtime, core) => {
                 let lane = format!("probe-{round}");
                 common::runtime_cold(runtime, core, lane, common::DEMO_TOOLS).await;
@@ -102,7 +118,7 @@ impl Side {
     /// Ends what the side started: no server outlives the probe.
     async fn end(self) {
         match self {
-            Side::Raw => {}
+            Side::Raw { .. } => {}
             Side::Cold(runtime, _) => runtime.shutdown().await,
             Side::RawFan(client) => {
                 let _ = client.cancel().await;
@@ -117,7 +133,9 @@ impl Side {
 
 fn main() {
     let Ok(name) = std::env::var("SIDE") else {
-        println!("probe: set SIDE (raw, cold, rawfan or fan) to run; see benches/probe.rs");
+        println!(
+            "probe: set SIDE (raw, cold, rawfan, fan, rawmodern or modern) to run; see benches/probe.rs"
+        );
         return;
     };
     let rounds: usize = match std::env::var("ROUNDS") {
