@@ -1028,50 +1028,16 @@ mod tests {
         assert_eq!(ask(&large), Some(true));
     }
 
-    #[test]
-    fn an_end_is_told_the_reaper_with_the_next_start_and_a_dead_host_still_ends_the_rest() {
-        let home = tempfile::tempdir().unwrap();
-        let registry = Registry::new(&home.path().join("mcp-home"), false);
-        let spawn = || {
-            std::process::Command::new("sleep")
-                .arg("300")
-                .spawn()
-                .unwrap()
-        };
-        let forgotten = || registry.inner.lock().unwrap().forgotten.len();
-        let mut first = spawn();
-        registry.started(first.id(), tree::this_thread());
-        registry.end(first.id());
-        let _ = first.wait();
-        assert_eq!(forgotten(), 1, "an end alone is held back");
-        let mut second = spawn();
-        let own = Proc::current(second.id()).unwrap();
-        registry.started(second.id(), tree::this_thread());
-        assert_eq!(forgotten(), 0, "told with the next start");
-        // The host dies: the reaper's pipe closes without `.`. It still ends the
-        // second server, the first (gone) passed over.
-        let (mut reaper, stdin) = registry.inner.lock().unwrap().reaper.take().unwrap();
-        drop(stdin);
-        let ended = ends_within_5s(&mut second, &own, || {});
-        let _ = reaper.kill();
-        let _ = reaper.wait();
-        assert!(ended, "the reaper left a server of a dead host alive");
+    /// A stand-in server: a child that waits.
+    fn sleeper() -> Child {
+        std::process::Command::new("sleep")
+            .arg("300")
+            .spawn()
+            .unwrap()
     }
 
-    #[test]
-    fn a_server_started_once_the_reaper_died_is_known_to_the_next_reaper() {
-        let home = tempfile::tempdir().unwrap();
-        let registry = Registry::new(&home.path().join("mcp-home"), false);
-        let spawn = || {
-            std::process::Command::new("sleep")
-                .arg("300")
-                .spawn()
-                .unwrap()
-        };
-        let mut first = spawn();
-        registry.started(first.id(), tree::this_thread());
-        // A server of the same user kills the reaper.
-        let reaper = registry
+    fn reaper_pid(registry: &Registry) -> u32 {
+        registry
             .inner
             .lock()
             .unwrap()
@@ -1079,22 +1045,59 @@ mod tests {
             .as_ref()
             .unwrap()
             .0
-            .id();
+            .id()
+    }
+
+    /// Whether `server` ends within 5 s once the host dies: the reaper's pipe closes
+    /// without `.`. The reaper is killed and waited for either way.
+    fn ends_once_the_host_dies(registry: &Registry, server: &mut Child, own: &Proc) -> bool {
+        let (mut reaper, stdin) = registry.inner.lock().unwrap().reaper.take().unwrap();
+        drop(stdin);
+        let ended = ends_within_5s(server, own, || {});
+        let _ = reaper.kill();
+        let _ = reaper.wait();
+        ended
+    }
+
+    #[test]
+    fn an_end_is_told_the_reaper_with_the_next_start_and_a_dead_host_still_ends_the_rest() {
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let forgotten = || registry.inner.lock().unwrap().forgotten.len();
+        let mut first = sleeper();
+        registry.started(first.id(), tree::this_thread());
+        registry.end(first.id());
+        let _ = first.wait();
+        assert_eq!(forgotten(), 1, "an end alone is held back");
+        let mut second = sleeper();
+        let own = Proc::current(second.id()).unwrap();
+        registry.started(second.id(), tree::this_thread());
+        assert_eq!(forgotten(), 0, "told with the next start");
+        // It still ends the second server, the first (gone) passed over.
+        let ended = ends_once_the_host_dies(&registry, &mut second, &own);
+        assert!(ended, "the reaper left a server of a dead host alive");
+    }
+
+    #[test]
+    fn a_server_started_once_the_reaper_died_is_known_to_the_next_reaper() {
+        let home = tempfile::tempdir().unwrap();
+        let registry = Registry::new(&home.path().join("mcp-home"), false);
+        let mut first = sleeper();
+        registry.started(first.id(), tree::this_thread());
+        // A server of the same user kills the reaper.
+        let reaper = reaper_pid(&registry);
         kill(Pid::from_raw(reaper as i32), Signal::SIGKILL).unwrap();
         assert!(within_5s(
             || tree::stat(reaper).is_none_or(|s| s.state == 'Z')
         ));
         // The next start finds the pipe broken and starts another reaper.
-        let mut second = spawn();
+        let mut second = sleeper();
         let own = Proc::current(second.id()).unwrap();
         registry.started(second.id(), tree::this_thread());
-        let (mut next, stdin) = registry.inner.lock().unwrap().reaper.take().unwrap();
-        assert_ne!(next.id(), reaper);
-        // The host dies: the new reaper ends the server it was started for.
-        drop(stdin);
-        let ended = ends_within_5s(&mut second, &own, || {});
-        let _ = next.kill();
-        let _ = next.wait();
+        let next = reaper_pid(&registry);
+        assert_ne!(next, reaper);
+        // The new reaper ends the server it was started for.
+        let ended = ends_once_the_host_dies(&registry, &mut second, &own);
         let _ = first.kill();
         let _ = first.wait();
         assert!(
