@@ -107,9 +107,9 @@ fn reusable(tool: &Tool) -> bool {
 /// no `_meta`, and its schemas the same JSON to the byte. `==` takes `0.0` for `-0.0`
 /// (the schema pool does not, nor does a digest), and that is all it takes for equal
 /// that is not written alike: numbers are equal only as the same kind, and objects
-/// keep their keys in order (a test holds this build to that). So the schemas are
-/// compared number by number only when `kept`'s hold a float zero (`zeros`, as
-/// [`float_zeros`] says).
+/// keep their keys sorted ([`sorted_maps`]). So the schemas are compared number by
+/// number only when `kept`'s hold a float zero (`zeros`, as [`float_zeros`] says) or
+/// maps keep another order.
 fn served_as(kept: &Tool, served: &Tool, zeros: bool) -> bool {
     let identical_schemas = || {
         identical_objects(&kept.input_schema, &served.input_schema)
@@ -119,7 +119,21 @@ fn served_as(kept: &Tool, served: &Tool, zeros: bool) -> bool {
                 _ => false,
             }
     };
-    reusable(served) && kept == served && (!zeros || identical_schemas())
+    reusable(served) && kept == served && ((!zeros && sorted_maps()) || identical_schemas())
+}
+
+/// Whether serde_json's maps keep their keys sorted, as in this build. A host whose
+/// dependencies turn on serde_json's `preserve_order` (cargo merges features) makes
+/// them keep the order written, and `==` then takes reordered keys for equal: the
+/// schemas are then always compared key by key.
+fn sorted_maps() -> bool {
+    static SORTED: OnceLock<bool> = OnceLock::new();
+    *SORTED.get_or_init(|| {
+        serde_json::from_str::<JsonObject>(r#"{"b":0,"a":0}"#)
+            .ok()
+            .and_then(|map| map.keys().next().map(|key| key == "a"))
+            .unwrap_or(false)
+    })
 }
 
 /// Whether `tool`'s schemas hold a number zero written as a float (`0.0`, `-0.0`).
@@ -470,6 +484,7 @@ mod tests {
         use serde_json::{from_str, to_string};
         // What `served_as` relies on. Equal objects keep their keys in one order
         // (`preserve_order` is off), so they are written alike.
+        assert!(sorted_maps());
         let a: Value = from_str(r#"{"b":1,"a":[2.5,{"y":null,"x":"s"}]}"#).unwrap();
         let b: Value = from_str(r#"{"a":[2.5,{"x":"s","y":null}],"b":1}"#).unwrap();
         assert_eq!(a, b);
