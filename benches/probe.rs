@@ -14,7 +14,8 @@
 //! A cold round is what cold_1's CPU figure counts: bare rmcp spawns the demo server,
 //! initializes, lists everything and cancels; the runtime starts a session, prepares its
 //! first turn and evicts it. A fan round is 64 concurrent `echo` calls on one warm
-//! connection. The figures it prints leave set-up out; a profiler counts the whole
+//! connection. The figures it prints (wall, and CPU split into user and system time)
+//! leave set-up out; a profiler counts the whole
 //! process, so two runs with different `ROUNDS`, subtracted, give a round's cost. Without
 //! `SIDE` (as under `cargo bench`) it does nothing.
 
@@ -22,7 +23,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use common::{Client, list_everything, raw_stdio};
 use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
@@ -131,6 +132,18 @@ impl Side {
     }
 }
 
+/// The CPU this process has used so far in user space and in the kernel.
+fn user_system() -> (Duration, Duration) {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let time = |t: nix::sys::time::TimeVal| {
+        Duration::from_secs(t.tv_sec().max(0) as u64)
+            + Duration::from_micros(t.tv_usec().max(0) as u64)
+    };
+    getrusage(UsageWho::RUSAGE_SELF)
+        .map(|u| (time(u.user_time()), time(u.system_time())))
+        .unwrap_or_default()
+}
+
 fn main() {
     let Ok(name) = std::env::var("SIDE") else {
         println!(
@@ -149,17 +162,21 @@ fn main() {
     let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
     let side = rt.block_on(Side::new(&name, dir.path()));
-    let (started, cpu) = (Instant::now(), common::cpu_time());
+    let (started, cpu, split) = (Instant::now(), common::cpu_time(), user_system());
     rt.block_on(async {
         for round in 0..rounds {
             side.round(round).await;
         }
     });
     let (wall, cpu) = (started.elapsed(), common::cpu_time() - cpu);
+    let (user, system) = user_system();
+    let per_round = |d: Duration| d.as_secs_f64() * 1e6 / rounds as f64;
     println!(
-        "{name}: {rounds} rounds, a round: wall {:.0} us, CPU of this process {:.0} us",
-        wall.as_secs_f64() * 1e6 / rounds as f64,
-        cpu.as_secs_f64() * 1e6 / rounds as f64
+        "{name}: {rounds} rounds, a round: wall {:.0} us, CPU of this process {:.0} us (user {:.0}, system {:.0})",
+        per_round(wall),
+        per_round(cpu),
+        per_round(user.saturating_sub(split.0)),
+        per_round(system.saturating_sub(split.1))
     );
     rt.block_on(side.end());
 }
