@@ -105,11 +105,11 @@ fn reusable(tool: &Tool) -> bool {
 
 /// Whether `served` is `kept` as a server serves it: equal in every field, no icons,
 /// no `_meta`, and its schemas the same JSON to the byte. `==` takes `0.0` for `-0.0`
-/// (the schema pool does not, nor does a digest), and that is all it takes for equal
-/// that is not written alike: numbers are equal only as the same kind, and objects
-/// keep their keys sorted ([`sorted_maps`]). So the schemas are compared number by
-/// number only when `kept`'s hold a float zero (`zeros`, as [`float_zeros`] says) or
-/// maps keep another order.
+/// (the schema pool does not, nor does a digest), and that is the only pair of values
+/// it takes for equal that are written otherwise: numbers are equal only as the same
+/// kind, and objects keep their keys sorted ([`sorted_maps`]). So the schemas are
+/// compared number by number only when `kept`'s hold a float zero (`zeros`, as
+/// [`float_zeros`] says) or maps keep another order.
 fn served_as(kept: &Tool, served: &Tool, zeros: bool) -> bool {
     let identical_schemas = || {
         identical_objects(&kept.input_schema, &served.input_schema)

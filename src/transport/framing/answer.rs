@@ -197,8 +197,8 @@ impl<'de> Deserialize<'de> for Meta {
 
 /// Any JSON value, read as rmcp's buffering reads it and kept nowhere. Skipping a value
 /// (`IgnoredAny`) checks less: not its strings' escapes, not whether a number fits a
-/// float, not how deep it nests (nor UTF-8, which is checked for the whole line
-/// first). Every value of a result is read this way in the first reading, so what the
+/// float, not how deep it nests (UTF-8 is checked for the whole line before either
+/// reading). Every value of a result is read this way in the first reading, so what the
 /// second skips (keys its type does not know) was checked, and an answer rmcp refuses
 /// is refused here too. Read as a `_meta`
 /// (`CheckedVisitor::meta`), an object says whether it holds a subscription id.
