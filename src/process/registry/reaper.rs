@@ -166,8 +166,14 @@ pub(super) fn tell(inner: &mut Inner, sign: char, p: &Proc) {
         return;
     }
     let mut lines = forgotten_lines(inner);
-    lines.push_str(&format!("{sign}{}:{}\n", p.pid, p.start));
+    push_line(&mut lines, sign, p);
     write(inner, &lines);
+}
+
+/// Adds the line that tells the reaper `sign` (`+`, `-`) and `p`.
+fn push_line(lines: &mut String, sign: char, p: &Proc) {
+    use std::fmt::Write as _;
+    let _ = writeln!(lines, "{sign}{}:{}", p.pid, p.start);
 }
 
 /// Tells the reaper every ended process held back.
@@ -181,7 +187,7 @@ pub(super) fn forget(inner: &mut Inner) {
 fn forgotten_lines(inner: &mut Inner) -> String {
     let mut lines = String::new();
     for q in inner.forgotten.drain(..) {
-        lines.push_str(&format!("-{}:{}\n", q.pid, q.start));
+        push_line(&mut lines, '-', &q);
     }
     lines
 }
@@ -211,14 +217,13 @@ pub(super) fn restart_reaper(inner: &mut Inner) {
         return;
     };
     inner.reaper = spawn_reaper(&marker, &confined);
-    let everything: Vec<Proc> = inner
+    let mut lines = String::new();
+    for q in inner
         .trees
         .values()
-        .flat_map(|t| std::iter::once(t.root).chain(t.members.values().copied()))
-        .collect();
-    let mut lines = String::new();
-    for q in everything {
-        lines.push_str(&format!("+{}:{}\n", q.pid, q.start));
+        .flat_map(|t| std::iter::once(&t.root).chain(t.members.values()))
+    {
+        push_line(&mut lines, '+', q);
     }
     if let Some((_, stdin)) = inner.reaper.as_mut()
         && stdin.write_all(lines.as_bytes()).is_err()
