@@ -9,6 +9,7 @@
 //! SIDE=fan    ROUNDS=50 target/release/deps/probe-<hash>   # parallel_64, the runtime
 //! SIDE=rawmodern ROUNDS=50 ...   # modern_cold_1 (MCP 2026-07-28, stdio), bare rmcp
 //! SIDE=modern    ROUNDS=50 ...   # modern_cold_1, the runtime
+//! THREADS=1 SIDE=... ...          # also what each thread ran a round
 //! ```
 //!
 //! A cold round is what cold_1's CPU figure counts: bare rmcp spawns the demo server,
@@ -144,6 +145,29 @@ fn user_system() -> (Duration, Duration) {
         .unwrap_or_default()
 }
 
+/// Each thread of this process (by id) with its name and the CPU it has run so far, in
+/// nanoseconds (`/proc/self/task/*/schedstat`, the scheduler's own count: finer than
+/// `getrusage`'s ticks).
+fn thread_times() -> std::collections::BTreeMap<u32, (String, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        let read = |file: &str| std::fs::read_to_string(task.path().join(file)).unwrap_or_default();
+        let ran = read("schedstat")
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok());
+        out.insert(tid, (read("comm").trim().to_string(), ran.unwrap_or(0)));
+    }
+    out
+}
+
 fn main() {
     let Ok(name) = std::env::var("SIDE") else {
         println!(
@@ -162,6 +186,7 @@ fn main() {
     let rt = common::rt();
     let dir = tempfile::tempdir().unwrap();
     let side = rt.block_on(Side::new(&name, dir.path()));
+    let threads = thread_times();
     let (started, cpu, split) = (Instant::now(), common::cpu_time(), user_system());
     rt.block_on(async {
         for round in 0..rounds {
@@ -178,5 +203,14 @@ fn main() {
         per_round(user.saturating_sub(split.0)),
         per_round(system.saturating_sub(split.1))
     );
+    // With THREADS set, what each thread that ran during the rounds spent a round (one
+    // that ended meanwhile is missing).
+    if std::env::var_os("THREADS").is_some() {
+        for (tid, (comm, ran)) in thread_times() {
+            let before = threads.get(&tid).map_or(0, |(_, r)| *r);
+            let us = ran.saturating_sub(before) as f64 / 1e3 / rounds as f64;
+            println!("  thread {tid} {comm}: {us:.0} us a round");
+        }
+    }
     rt.block_on(side.end());
 }
