@@ -156,7 +156,6 @@ impl TurnCatalog {
             _ => None,
         };
         let redactor = binding.redactor.with_call_object(arguments.as_ref());
-        let subject = subject_of(entry);
         // A stage only where someone may be asked (`auto` decides nothing).
         let asks = self.policy.call_policy(&binding.declaration) != ApprovalPolicy::Auto;
         let approval = hooks.trace.span_when(asks, "mcp.call.approval");
@@ -166,7 +165,7 @@ impl TurnCatalog {
             &entry.name,
             arguments.as_ref(),
             &redactor,
-            Some(subject),
+            || Some(subject_of(entry)),
         )
         .await
         .inspect_err(|refused| approval.fail(kind_of(refused)))?;
@@ -270,7 +269,8 @@ impl TurnCatalog {
 
     /// The call capability, then the call approval under the effective policy (`auto`
     /// needs no prompt; the host may tighten it), for a tool call, a resource read or a
-    /// prompt (`subject` names which).
+    /// prompt (`subject` names which). `call` gives what an approval is bound to, made
+    /// only when someone is asked.
     pub(crate) async fn authorize(
         &self,
         binding: &Binding,
@@ -278,7 +278,7 @@ impl TurnCatalog {
         subject: &str,
         arguments: Option<&JsonObject>,
         redactor: &Redactor,
-        call: Option<CallSubject>,
+        call: impl FnOnce() -> Option<CallSubject>,
     ) -> Result<(), CallError> {
         let declaration = &binding.declaration;
         let tool = || subject.to_string();
@@ -309,7 +309,7 @@ impl TurnCatalog {
                 None => Value::Object(serde_json::Map::new()),
             }),
             preview,
-            call,
+            call: call(),
             change: None,
         };
         match self

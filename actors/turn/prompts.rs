@@ -47,7 +47,6 @@ impl TurnCatalog {
             self.refused(&prompt.server, error)
         };
         self.still_open(binding, name).map_err(refused)?;
-        let exact = Some(subject_of(prompt));
         let arguments_in = arguments.as_ref();
         self.authorize(
             binding,
@@ -55,7 +54,7 @@ impl TurnCatalog {
             name,
             arguments_in,
             &redactor,
-            exact,
+            || Some(subject_of(prompt)),
         )
         .await
         .map_err(refused)?;

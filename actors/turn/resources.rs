@@ -151,16 +151,18 @@ impl TurnCatalog {
         self.still_open(binding, &subject).map_err(refused)?;
         // Bound to the URI itself: its query values are hidden in the prompt, so an
         // answer for one must not cover another that differs only there.
-        let exact = CallSubject {
-            name: subject.clone(),
-            title: None,
-            read_only: None,
-            destructive: None,
-            idempotent: None,
-            open_world: None,
-            definition: crate::digest::sha256_hex(uri.as_bytes()),
+        let exact = || {
+            Some(CallSubject {
+                name: subject.clone(),
+                title: None,
+                read_only: None,
+                destructive: None,
+                idempotent: None,
+                open_world: None,
+                definition: crate::digest::sha256_hex(uri.as_bytes()),
+            })
         };
-        self.authorize(binding, action, &subject, None, &redactor, Some(exact))
+        self.authorize(binding, action, &subject, None, &redactor, exact)
             .await
             .map_err(refused)?;
         Ok((entry, subject, redactor))
