@@ -195,6 +195,7 @@ fn main() {
     });
     let (wall, cpu) = (started.elapsed(), common::cpu_time() - cpu);
     let (user, system) = user_system();
+    let ran = thread_times();
     let per_round = |d: Duration| d.as_secs_f64() * 1e6 / rounds as f64;
     println!(
         "{name}: {rounds} rounds, a round: wall {:.0} us, CPU of this process {:.0} us (user {:.0}, system {:.0})",
@@ -203,10 +204,10 @@ fn main() {
         per_round(user.saturating_sub(split.0)),
         per_round(system.saturating_sub(split.1))
     );
-    // With THREADS set, what each thread that ran during the rounds spent a round (one
+    // With THREADS=1, what each thread that ran during the rounds spent a round (one
     // that ended meanwhile is missing).
-    if std::env::var_os("THREADS").is_some() {
-        for (tid, (comm, ran)) in thread_times() {
+    if std::env::var("THREADS").is_ok_and(|v| v == "1") {
+        for (tid, (comm, ran)) in ran {
             let before = threads.get(&tid).map_or(0, |(_, r)| *r);
             let us = ran.saturating_sub(before) as f64 / 1e3 / rounds as f64;
             println!("  thread {tid} {comm}: {us:.0} us a round");

@@ -270,7 +270,7 @@ impl TurnCatalog {
     /// The call capability, then the call approval under the effective policy (`auto`
     /// needs no prompt; the host may tighten it), for a tool call, a resource read or a
     /// prompt (`subject` names which). `call` gives what an approval is bound to, made
-    /// only when someone is asked.
+    /// only when the broker decides (any policy but `auto`).
     pub(crate) async fn authorize(
         &self,
         binding: &Binding,
