@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use super::guard::TransportEnd;
 use super::listen::Listener;
-use super::notices::{Notice, Progress, token_key};
+use super::notices::{Notice, Progress};
 use super::requests::{ListedTools, list_tools};
 use super::signals::{PROMPTS, RESOURCES, ServerSignals, TOOLS};
 use super::{ConnectErrorKind, StageKind};
@@ -96,7 +96,7 @@ impl rmcp::ClientHandler for ClientHandler {
         };
         self.signals
             .notices
-            .progress(&token_key(&params.progress_token), progress);
+            .progress(&params.progress_token, progress);
     }
 
     async fn on_resource_updated(

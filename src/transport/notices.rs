@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use rmcp::model::ProgressToken;
 use serde::Serialize;
 
 /// Most notices of one connection passed on at once.
@@ -133,7 +134,7 @@ pub struct Notices {
     route: Option<NoticeRoute>,
     factory: Option<RouteFactory>,
     pace: Mutex<Pace>,
-    sinks: Mutex<HashMap<String, CallWatch>>,
+    sinks: Mutex<HashMap<ProgressToken, CallWatch>>,
 }
 
 impl std::fmt::Debug for Notices {
@@ -178,7 +179,7 @@ impl Notices {
 
     /// Progress for the request that holds `token`: its call's sink and event route
     /// when a call watches it, else the connection's route.
-    pub fn progress(&self, token: &str, progress: Progress) {
+    pub fn progress(&self, token: &ProgressToken, progress: Progress) {
         let watch = self
             .sinks
             .lock()
@@ -200,7 +201,11 @@ impl Notices {
     /// Sends the progress of the request holding `token` to `watch` until the guard is
     /// dropped. `None` when too many calls already wait (their progress then goes the
     /// connection's way).
-    pub fn watch(self: &Arc<Self>, token: String, watch: CallWatch) -> Option<ProgressGuard> {
+    pub fn watch(
+        self: &Arc<Self>,
+        token: ProgressToken,
+        watch: CallWatch,
+    ) -> Option<ProgressGuard> {
         let mut sinks = self.sinks.lock().ok()?;
         if sinks.len() >= MAX_PROGRESS_SINKS {
             return None;
@@ -216,7 +221,7 @@ impl Notices {
 /// Stops a call's progress from reaching its sink when dropped.
 pub struct ProgressGuard {
     notices: Arc<Notices>,
-    token: String,
+    token: ProgressToken,
 }
 
 impl Drop for ProgressGuard {
@@ -224,14 +229,6 @@ impl Drop for ProgressGuard {
         if let Ok(mut sinks) = self.notices.sinks.lock() {
             sinks.remove(&self.token);
         }
-    }
-}
-
-/// The text of a progress token (a number or a string) as the map keys it.
-pub(crate) fn token_key(token: &rmcp::model::ProgressToken) -> String {
-    match &token.0 {
-        rmcp::model::NumberOrString::Number(n) => format!("n{n}"),
-        rmcp::model::NumberOrString::String(s) => format!("s{s}"),
     }
 }
 
@@ -293,19 +290,23 @@ mod tests {
             task: None,
             trace: None,
         };
-        let guard = notices.watch("n1".into(), watch).unwrap();
+        let token = |n| ProgressToken(rmcp::model::NumberOrString::Number(n));
+        // A string that reads as the number is another token.
+        let text = ProgressToken(rmcp::model::NumberOrString::String("1".into()));
+        let guard = notices.watch(token(1), watch).unwrap();
         let at = |progress| Progress {
             progress,
             total: None,
             message: None,
         };
-        notices.progress("n1", at(1.0));
-        notices.progress("n2", at(2.0));
+        notices.progress(&token(1), at(1.0));
+        notices.progress(&token(2), at(2.0));
+        notices.progress(&text, at(4.0));
         drop(guard);
-        notices.progress("n1", at(3.0));
+        notices.progress(&token(1), at(3.0));
         assert_eq!(*seen.lock().unwrap(), [1.0]);
         // Every notification is an event: the watched one through the call's route,
         // the others through the connection's.
-        assert_eq!(*events.lock().unwrap(), 3);
+        assert_eq!(*events.lock().unwrap(), 4);
     }
 }

@@ -24,7 +24,7 @@ use rmcp::{Peer, RoleClient, ServiceError};
 
 use super::TraceHeader;
 use super::failure::{Abandoned, CallFailure, classify, send, service_error};
-use super::notices::{CallWatch, Notices, token_key};
+use super::notices::{CallWatch, Notices};
 use super::rounds::with_rounds;
 use super::signals::{ServerSignals, speaks_modern};
 use super::tasks::followed;
@@ -365,7 +365,7 @@ async fn call_round(
             CallFailure::Closed(m) => CallFailure::NotSent(m),
             other => other,
         })?;
-    let _watching = watch.and_then(|watch| notices.watch(token_key(&handle.progress_token), watch));
+    let _watching = watch.and_then(|watch| notices.watch(handle.progress_token.clone(), watch));
     // A caller that drops this future has given up on the call: the server is told, as
     // it is on a timeout, instead of working on for nobody.
     let mut abandoned = Abandoned::armed(peer, &handle.id);
