@@ -25,14 +25,22 @@ where
     ().serve_with_lifecycle(transport, lifecycle).await.unwrap()
 }
 
+/// The demo server as a child process of bare rmcp's.
+fn demo_child() -> rmcp::transport::TokioChildProcess {
+    let mut cmd = tokio::process::Command::new(EXE);
+    cmd.arg("demo-server");
+    rmcp::transport::TokioChildProcess::new(cmd).unwrap()
+}
+
 /// Bare rmcp's client of a demo server it spawns.
 pub async fn raw_stdio() -> Client {
     use rmcp::ServiceExt;
-    let mut cmd = tokio::process::Command::new(EXE);
-    cmd.arg("demo-server");
-    ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap()
+    ().serve(demo_child()).await.unwrap()
+}
+
+/// Bare rmcp's modern client ([`raw_modern`]) of a demo server it spawns.
+pub async fn raw_modern_stdio() -> Client {
+    raw_modern(demo_child()).await
 }
 
 /// Lists what the demo server offers, as the runtime does on a first turn.

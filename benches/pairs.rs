@@ -31,9 +31,9 @@ use std::time::{Duration, Instant};
 use common::{Client, list_everything, raw_stdio, runtime_cold};
 use criterion::{Criterion, criterion_group, criterion_main};
 use demiurge_mcp::{Runtime, SessionSpec, TurnCatalog};
+use rmcp::ServiceExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{ServiceExt, transport::TokioChildProcess};
 use serde_json::json;
 
 /// Rounds of each paired figure.
@@ -295,11 +295,7 @@ async fn raw_modern_demo(http: Option<&str>) -> Client {
         Some(url) => {
             common::raw_modern(StreamableHttpClientTransport::from_uri(url.to_string())).await
         }
-        None => {
-            let mut cmd = tokio::process::Command::new(common::EXE);
-            cmd.arg("demo-server");
-            common::raw_modern(TokioChildProcess::new(cmd).unwrap()).await
-        }
+        None => common::raw_modern_stdio().await,
     }
 }
 

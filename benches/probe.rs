@@ -35,9 +35,7 @@ use serde_json::json;
 /// everything, cancel.
 async fn raw_cold(modern: bool) {
     let client = if modern {
-        let mut cmd = tokio::process::Command::new(common::EXE);
-        cmd.arg("demo-server");
-        common::raw_modern(rmcp::transport::TokioChildProcess::new(cmd).unwrap()).await
+        common::raw_modern_stdio().await
     } else {
         raw_stdio().await
     };
